@@ -1,0 +1,203 @@
+"""The minBERT encoder: a compact BERT in plain PyTorch.
+
+Reads like nanoGPT's model.py: a config dataclass, one small module per concept. Loading
+Hugging Face checkpoints lives in `minbert.weights`; this file knows nothing about files.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    hidden_act: str = "gelu"
+    pad_token_id: int = 0
+    initializer_range: float = 0.02
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BertConfig":
+        """Build from a Hugging Face config.json dict, ignoring keys we do not use."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+_ACTIVATIONS = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+class Embeddings(nn.Module):
+    """word + position + token type, then LayerNorm and dropout."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.word = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.position = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, input_ids, token_type_ids=None, inputs_embeds=None):
+        # input_ids: (B, T) -> (B, T, H)
+        if inputs_embeds is None:
+            inputs_embeds = self.word(input_ids)
+        T = inputs_embeds.shape[1]
+        positions = torch.arange(T, device=inputs_embeds.device)
+        x = inputs_embeds + self.position(positions)[None]
+        if token_type_ids is None:
+            x = x + self.token_type.weight[0]
+        else:
+            x = x + self.token_type(token_type_ids)
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection and SDPA."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        assert cfg.hidden_size % cfg.num_attention_heads == 0
+        self.n_head = cfg.num_attention_heads
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.attn_dropout = cfg.attention_probs_dropout_prob
+
+    def forward(self, x, attn_bias):
+        B, T, H = x.shape
+        # (B, T, 3H) -> 3 x (B, n_head, T, head_dim)
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, H // self.n_head).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_bias, dropout_p=self.attn_dropout if self.training else 0.0
+        )
+        y = y.transpose(1, 2).reshape(B, T, H)
+        return self.out(y)
+
+
+class Layer(nn.Module):
+    """Post-LayerNorm transformer block, as in the original BERT."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.attn = SelfAttention(cfg)
+        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ff_in = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.ff_out = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.ff_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.act = _ACTIVATIONS[cfg.hidden_act]
+
+    def forward(self, x, attn_bias):
+        x = self.attn_norm(x + self.dropout(self.attn(x, attn_bias)))
+        x = self.ff_norm(x + self.dropout(self.ff_out(self.act(self.ff_in(x)))))
+        return x
+
+
+class Pooler(nn.Module):
+    """tanh(dense(h_[CLS])), BERT's next-sentence pooled output."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, hidden):
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class BertModel(nn.Module):
+    """Returns (last_hidden_state (B, T, H), pooled_output (B, H))."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.config = cfg
+        self.embeddings = Embeddings(cfg)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.pooler = Pooler(cfg)
+        self.gradient_checkpointing = False
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                module.weight.data[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def freeze(self, frozen: bool = True) -> None:
+        """Freeze (or unfreeze) every encoder parameter; heads live outside this module."""
+        for p in self.parameters():
+            p.requires_grad_(not frozen)
+
+    @staticmethod
+    def attention_bias(attention_mask):
+        # (B, T) of 1/0 -> boolean (B, 1, 1, T), True where a key may be attended to.
+        if attention_mask is None:
+            return None
+        return attention_mask[:, None, None, :].bool()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None,
+                return_embeddings=False):
+        """`inputs_embeds` replaces the word-embedding lookup (SMART perturbs it).
+
+        With `return_embeddings`, the word embeddings used are returned as a third value, so a
+        caller can perturb them and call again.
+        """
+        if inputs_embeds is None:
+            inputs_embeds = self.embeddings.word(input_ids)
+        x = self.embeddings(None, token_type_ids, inputs_embeds=inputs_embeds)
+        attn_bias = self.attention_bias(attention_mask)
+        for layer in self.layers:
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(layer, x, attn_bias, use_reentrant=False)
+            else:
+                x = layer(x, attn_bias)
+        pooled = self.pooler(x)
+        if return_embeddings:
+            return x, pooled, inputs_embeds
+        return x, pooled
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def mean_pool(hidden, attention_mask):
+    """Mean over non-padding positions: (B, T, H), (B, T) -> (B, H)."""
+    m = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
+
+
+def init_std_linear(linear: nn.Linear, std: float = 0.02) -> nn.Linear:
+    nn.init.normal_(linear.weight, mean=0.0, std=std)
+    nn.init.zeros_(linear.bias)
+    return linear
+

