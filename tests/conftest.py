@@ -1,0 +1,54 @@
+"""Shared fixtures: the real data beside the repository, the packaged MiniLM, a tiny random BERT."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path | None:
+    env = os.environ.get("MINBERT_SHARED_DATA")
+    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared" / "data"]:
+        if (cand / "cs224n").is_dir():
+            return cand
+    return None
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data (CS224N files and the SNLI sample); the test skips when it is absent."""
+    d = shared_data_dir()
+    if d is None:
+        pytest.skip("../shared/data is not present")
+    return d
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    from minbert.weights import packaged_minilm_folder
+
+    return packaged_minilm_folder()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
+    """A 2-layer, hidden-32 BERT with random weights and the real bert-base-uncased vocabulary,
+    saved in the Hugging Face layout: fast enough for training tests."""
+    from minbert.model import BertConfig, BertModel
+    from minbert.weights import save_hf_folder
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=512)
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    save_hf_folder(folder, BertModel(cfg), tokenizer_folder=minilm_dir)
+    return folder
