@@ -43,6 +43,7 @@ class DataParams(Strict):
     include_cfimdb: bool = False               # also prepare ids-cfimdb-* (binary sentiment)
     on_bad_rows: Literal["error", "drop"] = "error"
     nli_dev_fraction: float = Field(0.1, gt=0, lt=1)
+    seed: int = 11711                          # seeds the NLI train/dev split by premise group
 
 
 class Downsample(Strict):
@@ -199,6 +200,7 @@ class ReportParams(Strict):
 
 
 class Params(Strict):
+    catalogue: str = "demo"                     # demo: the sections below; NAME: params/NAME.yaml's sections
     data: DataParams = DataParams()
     base: dict[str, Any] = {}
     pretrainings: dict[str, PretrainParams] = {}
@@ -269,7 +271,45 @@ def load_params(path: str | Path = "params.yaml") -> "LoadedParams":
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise MinBertError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    return validate_params(raw, str(path))
+    raw, source = _with_catalogue(raw, path)
+    loaded = validate_params(raw, str(source))
+    loaded.path, loaded.source = path, source
+    return loaded
+
+
+# The sections a catalogue file provides; params.yaml keeps `catalogue` and `report`.
+CATALOGUE_SECTIONS = ("data", "base", "pretrainings", "experiments", "ensembles", "studies")
+
+
+def catalogue_file(params_path: str | Path, name: str) -> Path:
+    return Path(params_path).parent / "params" / f"{name}.yaml"
+
+
+def _with_catalogue(raw: Any, path: Path) -> tuple[Any, Path]:
+    """`catalogue: demo` (the default) uses params.yaml's own sections; `catalogue: NAME` takes them
+    from params/NAME.yaml instead, so switching the whole study catalogue is one key."""
+    if not isinstance(raw, dict) or raw.get("catalogue", "demo") == "demo":
+        return raw, path
+    name = raw["catalogue"]
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise MinBertError(f"{path}: key 'catalogue': expected 'demo' or the name of a file in params/ (got {name!r})")
+    cat_path = catalogue_file(path, name)
+    if not cat_path.is_file():
+        known = ["demo"] + sorted(p.stem for p in cat_path.parent.glob("*.yaml"))
+        raise MinBertError(f"{path}: key 'catalogue': no catalogue file {cat_path}{_close(name, known)}")
+    try:
+        cat = yaml.safe_load(cat_path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise MinBertError(f"{cat_path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(cat, dict):
+        raise MinBertError(f"{cat_path}: expected a mapping at the top level")
+    extra = sorted(set(cat) - set(CATALOGUE_SECTIONS))
+    if extra:
+        raise MinBertError(f"{cat_path}: unknown key '{extra[0]}'{_close(extra[0], CATALOGUE_SECTIONS)} "
+                           f"(a catalogue holds {', '.join(CATALOGUE_SECTIONS)})")
+    merged = {k: v for k, v in raw.items() if k not in CATALOGUE_SECTIONS}
+    merged.update(cat)
+    return merged, cat_path
 
 
 def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
@@ -315,6 +355,7 @@ def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
             if m not in experiments:
                 raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': unknown experiment "
                                    f"'{m}'{_close(m, experiments)}")
+    _check_combinations(params, experiments, where)
     runnable = set(experiments) | set(params.ensembles)
     seen_studies = set()
     for i, st in enumerate(params.studies):
@@ -331,6 +372,36 @@ def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
     return LoadedParams(params=params, experiments=experiments, raw=raw)
 
 
+def _check_combinations(params: Params, experiments: dict[str, ExperimentParams], where: str) -> None:
+    """Settings that validate one by one but cannot run together."""
+    data = params.data
+    for name, pre in params.pretrainings.items():
+        if pre.kind == "nli" and data.nli_file is None:
+            raise MinBertError(f"{where}: key 'pretrainings.{name}.kind': NLI pretraining needs NLI data; "
+                               f"set 'data.nli_file'")
+        if pre.kind == "mlm":
+            if "nli" in pre.mlm.tasks and data.nli_file is None:
+                raise MinBertError(f"{where}: key 'pretrainings.{name}.mlm.tasks': 'nli' needs 'data.nli_file'")
+            if "cfimdb" in pre.mlm.tasks and not data.include_cfimdb:
+                raise MinBertError(f"{where}: key 'pretrainings.{name}.mlm.tasks': 'cfimdb' needs "
+                                   f"'data.include_cfimdb: true'")
+    for name, exp in experiments.items():
+        ft = exp.finetune
+        if ft.pcgrad and len(ft.tasks) < 2:
+            raise MinBertError(f"{where}: key 'experiments.{name}.finetune.pcgrad': PCGrad needs at least "
+                               f"two tasks (got {ft.tasks})")
+        if ft.freeze_encoder and exp.retrain_heads.enabled:
+            raise MinBertError(f"{where}: key 'experiments.{name}.retrain_heads.enabled': the encoder is "
+                               f"already frozen in finetune (finetune.freeze_encoder); drop one of them")
+    for ens_name, ens in params.ensembles.items():
+        if len(set(ens.members)) != len(ens.members):
+            raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': lists a member twice")
+        common = set.intersection(*(set(experiments[m].finetune.tasks) for m in ens.members
+                                    if m in experiments)) if ens.members else set()
+        if not common and all(m in experiments for m in ens.members):
+            raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': the members share no task")
+
+
 def _close(word, choices) -> str:
     m = difflib.get_close_matches(str(word), list(choices), n=1)
     return f" (did you mean '{m[0]}'?)" if m else ""
@@ -343,6 +414,8 @@ class LoadedParams:
         self.params = params
         self.experiments = experiments
         self.raw = raw
+        self.path: Path | None = None     # params.yaml as given to load_params
+        self.source: Path | None = None   # the file the sections come from (params.yaml or a catalogue)
 
     def experiment(self, name: str) -> ExperimentParams:
         if name not in self.experiments:
