@@ -1,0 +1,212 @@
+"""Regularisers for multi-task fine-tuning: SMART and PCGrad.
+
+SMART (Jiang et al. 2020) adds two terms to the task loss L(θ):
+
+    λ_s · R_s(θ),  R_s = 1/n Σ_i max_{||x̃_i - x_i||_∞ ≤ ε} ℓ_s(f(x̃_i; θ), f(x_i; θ))
+    μ · D_Breg(θ, θ̃_t),  D_Breg = 1/n Σ_i ℓ_s(f(x_i; θ), f(x_i; θ̃_t))
+
+where x are the word embeddings, ℓ_s is `minbert.losses.divergence`, the inner max is
+approximated by a few steps of normalised projected gradient ascent from x + noise
+(`smart_adversarial_loss`), and θ̃_t is a momentum (EMA) copy of the parameters
+(`MomentumTeacher`, `bregman_term`).
+
+PCGrad (Yu et al. 2020) projects each task's gradient onto the normal plane of every other task's
+gradient it conflicts with (negative dot product), in a random order, and sums the results
+(`pcgrad_project`, `pcgrad_backward`).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from minbert.losses import divergence
+
+
+# ---------------------------------------------------------------- SMART: smoothness term
+
+def _per_example_inf_norm(x: Tensor) -> Tensor:
+    """max |x| over every dimension but the first, shaped to broadcast against x."""
+    return x.abs().amax(dim=tuple(range(1, x.dim())), keepdim=True)
+
+
+def smart_adversarial_loss(
+    forward_fn: Callable[[Tensor], Tensor],
+    embeds: Tensor,
+    clean_out: Tensor,
+    kind: str,
+    *,
+    step_size: float = 1e-3,
+    epsilon: float = 1e-5,
+    noise_var: float = 1e-5,
+    steps: int = 1,
+    generator: torch.Generator | None = None,
+    zero_perturbation: bool = False,
+) -> Tensor:
+    """SMART's smoothness-inducing adversarial term ℓ_s(f(x + δ), f(x)) for one batch.
+
+    forward_fn: maps word embeddings shaped like `embeds` (B, T, H) to the head's output
+        (shaped like `clean_out`); the model adds positions and token types itself.
+    embeds: the word embeddings the clean pass used.
+    clean_out: f(embeds), with its graph.
+    kind: "classification" | "binary" | "regression" (see `minbert.losses.divergence`).
+    noise_var: the scale σ of the starting noise δ₀ = σ·N(0, 1) (the name and the use as a
+        standard deviation follow the reference implementation, mt-dnn's `adv_noise_var`).
+    steps: ascent steps; each takes δ ← Π_ε(δ + step_size · g / ||g||_∞), with g = ∇_δ ℓ_s
+        (clean output held fixed), ||·||_∞ per example and Π_ε clamping to [-ε, ε].
+    zero_perturbation: evaluate at δ = 0 (no noise, no ascent); the term is then exactly zero
+        when forward_fn is deterministic (dropout off), which tests use.
+
+    The ascent only needs ∇_δ: it runs on detached embeddings and a detached clean output, takes
+    the gradient with `torch.autograd.grad` and frees each graph immediately. The returned term
+    is differentiable with respect to the model through both f(x + δ) and f(x) (`clean_out` is
+    not detached), as in the reference implementations; δ itself is a constant.
+    """
+    if zero_perturbation:
+        delta = torch.zeros_like(embeds)
+    else:
+        noise = torch.randn(embeds.shape, generator=generator, device=embeds.device,
+                            dtype=embeds.dtype)
+        delta = (noise * noise_var).clamp(-epsilon, epsilon)
+        x, target = embeds.detach(), clean_out.detach()
+        for _ in range(steps):
+            delta.requires_grad_(True)
+            with torch.enable_grad():
+                adv_loss = divergence(forward_fn(x + delta), target, kind)
+                (grad,) = torch.autograd.grad(adv_loss, delta)
+            # A non-finite gradient (overflow in low precision) would poison δ; skip that step.
+            grad = torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
+            direction = grad / (_per_example_inf_norm(grad) + 1e-12)
+            delta = (delta.detach() + step_size * direction).clamp(-epsilon, epsilon)
+        delta = delta.detach()
+    return divergence(forward_fn(embeds + delta), clean_out, kind)
+
+
+# ---------------------------------------------------------------- SMART: Bregman proximal point
+
+class MomentumTeacher:
+    """A frozen copy θ̃ of a model, updated as an exponential moving average of its parameters:
+    θ̃ ← β·θ̃ + (1 - β)·θ. It is the θ̃_t of SMART's momentum Bregman proximal point term.
+
+    `module` is the copy. Its train/eval mode is the caller's to set (it starts in the mode the
+    model had); SMART compares student and teacher in the same mode.
+    """
+
+    def __init__(self, model: nn.Module, beta: float):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"beta must be in [0, 1), got {beta}")
+        self.beta = beta
+        self.module = copy.deepcopy(model)
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        """θ̃ ← β·θ̃ + (1 - β)·θ for every parameter; buffers are copied as they are."""
+        teacher = dict(self.module.named_parameters())
+        student = dict(model.named_parameters())
+        if teacher.keys() != student.keys():
+            raise ValueError("MomentumTeacher.update: the model's parameters differ from the copy's")
+        for name, p in teacher.items():
+            p.lerp_(student[name].detach().to(p.dtype), 1.0 - self.beta)
+        student_buffers = dict(model.named_buffers())
+        for name, b in self.module.named_buffers():
+            b.copy_(student_buffers[name])
+
+    @torch.no_grad()
+    def __call__(self, *args, **kwargs):
+        """Run the copy without building a graph."""
+        return self.module(*args, **kwargs)
+
+
+def bregman_term(student_out: Tensor, teacher_out: Tensor, kind: str) -> Tensor:
+    """D_Breg for one batch: ℓ_s(f(x; θ), f(x; θ̃)); gradients flow into the student only."""
+    return divergence(student_out, teacher_out.detach(), kind)
+
+
+# ---------------------------------------------------------------- PCGrad
+
+def pcgrad_project(grads: list[Tensor], generator: torch.Generator | None = None,
+                   orders: list[list[int]] | None = None) -> list[Tensor]:
+    """Project conflicting task gradients (PCGrad, Yu et al. 2020).
+
+    grads: one flat gradient vector per task, all the same shape.
+    For each task i, for every other task j in a random order (drawn with `generator`, or given
+    by `orders[i]`, a permutation of the other task indices), if g_i · g_j < 0 then
+    g_i ← g_i - (g_i · g_j) / ||g_j||² · g_j, where g_i is task i's gradient as projected so far
+    and g_j task j's original gradient. Returns the projected gradients; the update is their sum.
+    The order matters when three or more gradients conflict.
+    """
+    n = len(grads)
+    if n and any(g.shape != grads[0].shape for g in grads):
+        raise ValueError("pcgrad_project: the gradients differ in shape")
+    projected = []
+    for i, g in enumerate(grads):
+        others = [j for j in range(n) if j != i]
+        if orders is not None:
+            order = list(orders[i])
+            if sorted(order) != others:
+                raise ValueError(f"pcgrad_project: orders[{i}] must be a permutation of {others}")
+        else:
+            order = [others[k] for k in torch.randperm(len(others), generator=generator).tolist()]
+        g_pc = g.clone()
+        for j in order:
+            dot = torch.dot(g_pc, grads[j])
+            if dot < 0:
+                g_pc -= dot / grads[j].dot(grads[j]) * grads[j]
+        projected.append(g_pc)
+    return projected
+
+
+def _flat_grad(loss: Tensor, params: list[nn.Parameter], retain_graph: bool) -> Tensor:
+    """One task's gradient as a flat vector; parameters it does not use get zeros."""
+    if not loss.requires_grad:
+        return torch.cat([torch.zeros_like(p).reshape(-1) for p in params])
+    grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=retain_graph)
+    return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
+                      for p, g in zip(params, grads)])
+
+
+def pcgrad_backward(losses: list[Tensor], params: list[nn.Parameter],
+                    generator: torch.Generator | None = None, *, retain_graph: bool = False) -> dict:
+    """Backward pass with PCGrad: writes Σ_i projected g_i into p.grad (adding to any existing grad).
+
+    Each task's gradient is taken with `torch.autograd.grad` and its graph freed at once, so only
+    one task's graph is alive at a time when the losses come from separate forward passes. Pass
+    `retain_graph=True` when the losses share a graph (one forward pass feeding several heads);
+    the shared graph is then freed after the last task. Parameters that do not require grad are
+    skipped. Returns statistics of the original gradients: `conflicts`, the number of task pairs
+    with a negative dot product, `cosines`, their pairwise cosine similarities (n × n nested
+    list), and `norms`.
+    """
+    if not losses:
+        raise ValueError("pcgrad_backward: no losses")
+    params = [p for p in params if p.requires_grad]
+    flats = []
+    for i, loss in enumerate(losses):
+        keep = retain_graph and i < len(losses) - 1
+        flats.append(_flat_grad(loss, params, keep))
+    # Statistics from pairwise dot products: never materialise an n × n × P tensor.
+    n = len(flats)
+    dots = torch.tensor([[float(torch.dot(flats[i].float(), flats[j].float())) for j in range(n)]
+                         for i in range(n)], dtype=torch.float64)
+    norms = dots.diagonal().clamp_min(0).sqrt()
+    cosines = dots / (norms[:, None] * norms[None, :]).clamp_min(1e-12)
+    conflicts = sum(bool(dots[i, j] < 0) for i in range(n) for j in range(i + 1, n))
+
+    projected = pcgrad_project(flats, generator)
+    del flats
+    total = projected[0]
+    for g in projected[1:]:
+        total += g
+    for p, g in zip(params, total.split([p.numel() for p in params])):
+        g = g.view_as(p).to(p.dtype)
+        if p.grad is None:
+            p.grad = g.clone()
+        else:
+            p.grad.add_(g)
+    return {"conflicts": conflicts, "cosines": cosines.tolist(), "norms": norms.tolist()}
