@@ -257,7 +257,7 @@ def read_nli(path: str | Path, on_bad_rows: str = "error") -> tuple[pd.DataFrame
         if label == "-":
             reasons_extra["no_gold_label"] += 1
             continue
-        group = rec.get("captionID", rec.get("promptID"))
+        group = rec.get("captionID") or rec.get("promptID")
         s1, s2 = (str(rec.get(k) or "").strip() for k in ("sentence1", "sentence2"))
         if group is None or str(group).strip() == "":
             bad(line_no, "missing_group", "no 'captionID' (SNLI) or 'promptID' (MNLI)")
@@ -301,6 +301,12 @@ def _task_of(path: Path) -> str:
         raise MinBertError(f"{path}: cannot tell the task from the file name (expected "
                            f"<task>-<split>.tsv with task one of {', '.join(ALL_TASKS)})")
     return task
+
+
+def write_cs224n(frame: pd.DataFrame, path: str | Path) -> None:
+    """Write a raw file in the CS224N layout (leading unnamed index column), atomically."""
+    with atomic_path(path) as tmp:
+        frame.reset_index(drop=True).to_csv(tmp, sep="\t", index=True, encoding="utf-8", lineterminator="\n")
 
 
 def write_split(frame: pd.DataFrame, path: str | Path) -> None:

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .io import atomic_path, write_text
+from .data import write_cs224n
+from .io import write_text
 
 SEED = 224
 SIZES = {"train": 600, "dev": 200, "test": 200}
@@ -222,11 +223,6 @@ def _unique_rows(rng: random.Random, make, n: int, seen: set, n_labels: int) -> 
     return rows
 
 
-def _write_tsv(frame: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, sep="\t", index=True, encoding="utf-8", lineterminator="\n")
-
-
 def _ids(rng: random.Random, n: int) -> list[str]:
     return [format(rng.getrandbits(100), "025x") for _ in range(n)]
 
@@ -249,7 +245,7 @@ def generate(out: str | Path, seed: int = SEED) -> list[Path]:
             if split == "test":
                 frame = frame.drop(columns=[label_col])
             path = out / f"{prefix}-{'test-student' if split == 'test' else split}.csv"
-            _write_tsv(frame, path)
+            write_cs224n(frame, path)
             written.append(path)
     nli = []
     for k in range(NLI_PREMISES):
