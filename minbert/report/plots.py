@@ -1,0 +1,126 @@
+"""Figures for the report, as inline PNG data URIs (the pages open from disk with no network).
+
+Uses matplotlib's object API (no pyplot global state) and writes no timestamp or software tag
+into the PNG, so the same inputs give byte-identical images.
+"""
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import pandas as pd
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+
+from .tables import Table, fmt_metric
+
+STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
+         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+         "grid.alpha": 0.3, "svg.hashsalt": "minbert-report"}
+COLORS = ["#3b6ea5", "#e07b39", "#5a9e57", "#c44e52", "#8172b2", "#937860", "#da8bc3", "#8c8c8c",
+          "#ccb974", "#64b5cd"]
+DPI = 110
+
+
+def to_data_uri(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def study_plot(table: Table, split: str = "dev") -> str | None:
+    """Grouped bars: one group per metric, one bar per experiment (the study's comparison)."""
+    keys = [(key, header) for s, key, header, _ in table.columns if s == split and key != "mean"]
+    rows = [r for r in table.rows if r.has_results]
+    if not keys or not rows:
+        return None
+    with rc_context(STYLE):
+        fig = Figure(figsize=(max(5.0, 1.2 + 0.35 * len(rows) * len(keys)), 3.0))
+        ax = fig.add_subplot()
+        width = 0.8 / len(rows)
+        x = np.arange(len(keys))
+        for i, row in enumerate(rows):
+            values = [row.cells[(split, key)].value for key, _ in keys]
+            heights = [v if v is not None else 0.0 for v in values]
+            bars = ax.bar(x + (i - (len(rows) - 1) / 2) * width, heights, width,
+                          label=row.name + (" (baseline)" if row.is_baseline else ""),
+                          color=COLORS[i % len(COLORS)],
+                          hatch="//" if row.kind == "ensemble" else None, edgecolor="white")
+            for bar, v in zip(bars, values):
+                if v is None:
+                    bar.set_alpha(0)         # a missing metric is no bar, not a bar at 0
+        ax.set_xticks(x, [h for _, h in keys])
+        low = min([0.0] + [row.cells[(split, k)].value or 0.0 for row in rows for k, _ in keys])
+        ax.set_ylim(low, 1.0)
+        ax.set_ylabel(f"{split} score")
+        ax.grid(axis="x", visible=False)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        return to_data_uri(fig)
+
+
+def training_curves(history: pd.DataFrame, title: str) -> str | None:
+    """Per trained task: metric (train, dev) on top, loss (train, dev) below, against the epoch."""
+    tasks = [t for t in ("sst", "para", "sts")
+             if any(f"{p}_{t}_{m}" in history.columns for p in ("train", "dev") for m in ("loss", "acc", "pearson"))]
+    if not tasks or history.empty:
+        return None
+    metric_name = {"sst": ("acc", "accuracy"), "para": ("acc", "accuracy"), "sts": ("pearson", "Pearson r")}
+    with rc_context(STYLE):
+        fig = Figure(figsize=(3.1 * len(tasks) + 0.4, 4.4), layout="constrained")
+        axes = fig.subplots(2, len(tasks), squeeze=False, sharex=True)
+        epochs = history["epoch"]
+        for j, task in enumerate(tasks):
+            metric, label = metric_name[task]
+            for i, (suffix, ylabel) in enumerate([(metric, label), ("loss", "loss")]):
+                ax = axes[i][j]
+                for k, part in enumerate(("train", "dev")):
+                    col = f"{part}_{task}_{suffix}"
+                    if col in history.columns and history[col].notna().any():
+                        ax.plot(epochs, history[col], marker="o", markersize=3, color=COLORS[k], label=part)
+                ax.set_ylabel(ylabel)
+                if i == 0:
+                    ax.set_title(task.upper())
+                else:
+                    ax.set_xlabel("epoch")
+                ax.xaxis.get_major_locator().set_params(integer=True)
+                if ax.lines:
+                    ax.legend(frameon=False)
+        fig.suptitle(title, fontsize=10)
+        return to_data_uri(fig)
+
+
+def sts_histogram(frame: pd.DataFrame) -> str:
+    """How the predicted similarity scores are distributed against the true ones (0-5)."""
+    with rc_context(STYLE):
+        fig = Figure(figsize=(4.6, 3.0))
+        ax = fig.add_subplot()
+        lo = min(0.0, float(frame["prediction"].min()))
+        hi = max(5.0, float(frame["prediction"].max()))
+        bins = np.arange(np.floor(lo * 4) / 4, np.ceil(hi * 4) / 4 + 0.25, 0.25)
+        ax.hist(frame["label"], bins=bins, alpha=0.55, color=COLORS[0], label="true")
+        ax.hist(frame["prediction"], bins=bins, alpha=0.55, color=COLORS[1], label="predicted")
+        ax.set_xlabel("similarity score")
+        ax.set_ylabel("pairs")
+        ax.legend(frameon=False)
+        return to_data_uri(fig)
+
+
+def sts_scatter(frame: pd.DataFrame, worst_ids: list[str]) -> str:
+    """Predicted against true similarity, with the worst pairs (listed below the plot) circled."""
+    with rc_context(STYLE):
+        fig = Figure(figsize=(4.0, 3.6))
+        ax = fig.add_subplot()
+        ax.scatter(frame["label"], frame["prediction"], s=8, alpha=0.45, color=COLORS[0], linewidths=0)
+        worst = frame[frame["id"].isin(worst_ids)]
+        ax.scatter(worst["label"], worst["prediction"], s=40, facecolors="none", edgecolors=COLORS[3],
+                   linewidths=1.0, label="worst pairs")
+        lo = min(0.0, float(frame["prediction"].min()))
+        hi = max(5.0, float(frame["prediction"].max()))
+        ax.plot([lo, hi], [lo, hi], color="#555", linewidth=0.8, linestyle="--", label="perfect")
+        ax.set_xlabel("true score")
+        ax.set_ylabel("predicted score")
+        r = np.corrcoef(frame["label"], frame["prediction"])[0, 1] if len(frame) > 1 else float("nan")
+        ax.set_title(f"Pearson r = {fmt_metric(float(r))}")
+        ax.legend(frameon=False, loc="upper left")
+        return to_data_uri(fig)
