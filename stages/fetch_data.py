@@ -16,6 +16,7 @@ offline it fails with a message saying how to supply the files instead.
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 from dataclasses import dataclass
@@ -78,11 +79,15 @@ def read_table(path: Path) -> pd.DataFrame:
     raise MinBertError(f"{path}: unsupported file type (expected parquet, jsonl or csv)")
 
 
-def split_files(folder: Path) -> dict[str, list[Path]]:
-    """The downloaded data files grouped by our split name (train, dev, test-student)."""
+def split_files(folder: Path, patterns: tuple = ("*",)) -> dict[str, list[Path]]:
+    """The downloaded data files matching `patterns` grouped by our split name (train, dev,
+    test-student). A snapshot folder holds every config fetched so far (glue: qqp and stsb), so
+    the patterns must filter again."""
     found: dict[str, list[Path]] = {}
     for path in sorted(folder.rglob("*")):
         if not path.is_file() or path.suffix not in (".parquet", ".jsonl", ".json", ".csv", ".tsv"):
+            continue
+        if not any(fnmatch.fnmatch(path.relative_to(folder).as_posix(), p) for p in patterns):
             continue
         stem = path.name.split(".")[0].split("-")[0].lower()
         split = SPLIT_NAMES.get(stem)
@@ -98,7 +103,7 @@ def _stable_id(*parts) -> str:
 def convert(name: str, folder: Path, out: Path) -> list[Path]:
     """Turn one downloaded dataset into CS224N-layout files (or NLI jsonl) under `out`."""
     src = SOURCES[name]
-    files = split_files(folder)
+    files = split_files(folder, src.patterns)
     needed = ("train",) if src.prefix.startswith("nli-") else ("train", "dev", "test-student")
     missing = [s for s in needed if s not in files]
     if missing:
