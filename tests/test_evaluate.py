@@ -1,0 +1,104 @@
+"""minbert.evaluate / stages.evaluate: metrics against scipy/numpy computed here, test splits with
+and without labels, and bad prediction files."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import pearsonr
+
+from minbert.errors import MinBertError
+from minbert.evaluate import evaluate_folder
+
+rng = np.random.default_rng(0)
+
+
+def write_predictions(folder, n=40, test_labels=False, seed=0):
+    """A predictions folder in the docs/pipeline.md format, with known labels and predictions."""
+    r = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    truth = {}
+    for split in ("dev", "test"):
+        lab = split == "dev" or test_labels
+        y = r.integers(0, 5, n)
+        p = np.where(r.random(n) < 0.6, y, r.integers(0, 5, n))
+        probs = r.dirichlet(np.ones(5), n)
+        sst = pd.DataFrame({"id": [f"s{i}" for i in range(n)], "sentence": "x", "label": y if lab else None,
+                            "prediction": p, **{f"prob_{k}": probs[:, k] for k in range(5)}})
+        y2 = r.integers(0, 2, n)
+        p2 = np.where(r.random(n) < 0.7, y2, 1 - y2)
+        para = pd.DataFrame({"id": [f"q{i}" for i in range(n)], "sentence1": "a", "sentence2": "b",
+                             "label": y2 if lab else None, "prediction": p2, "prob_1": r.random(n)})
+        y3 = r.uniform(0, 5, n)
+        p3 = y3 + r.normal(0, 1, n)
+        sts = pd.DataFrame({"id": [f"t{i}" for i in range(n)], "sentence1": "a", "sentence2": "b",
+                            "label": y3 if lab else None, "prediction": p3})
+        for task, df in (("sst", sst), ("para", para), ("sts", sts)):
+            df.to_csv(folder / f"{task}-{split}.csv", index=False)
+        truth[split] = {"sst_acc": float(np.mean(p == y)), "para_acc": float(np.mean(p2 == y2)),
+                        "sts_pearson": float(pearsonr(p3, y3)[0])}
+    return truth
+
+
+def test_dev_metrics_match_independent_computation(tmp_path):
+    truth = write_predictions(tmp_path / "predictions")
+    m = evaluate_folder(tmp_path / "predictions")
+    for k, v in truth["dev"].items():
+        assert m["dev"][k] == pytest.approx(v, abs=1e-12)
+    t = truth["dev"]
+    assert m["dev"]["overall"] == pytest.approx((t["sst_acc"] + t["para_acc"] + (t["sts_pearson"] + 1) / 2) / 3)
+    assert m["dev"]["mean"] == pytest.approx(np.mean(list(t.values())))
+    assert m["dev"]["n"] == {"sst": 40, "para": 40, "sts": 40}
+    assert m["test"] is None                       # unlabelled test files are not scored
+
+
+def test_test_metrics_when_labels_exist(tmp_path):
+    truth = write_predictions(tmp_path / "p", test_labels=True)
+    m = evaluate_folder(tmp_path / "p")
+    assert m["test"]["sst_acc"] == pytest.approx(truth["test"]["sst_acc"])
+    assert m["test"]["sts_pearson"] == pytest.approx(truth["test"]["sts_pearson"])
+
+
+def test_single_task_has_no_overall(tmp_path):
+    write_predictions(tmp_path / "p")
+    for f in (tmp_path / "p").glob("s*-*.csv"):
+        f.unlink()      # keep para only
+    m = evaluate_folder(tmp_path / "p")
+    assert set(m["dev"]) == {"para_acc", "n"}
+
+
+def test_bad_inputs_name_the_file(tmp_path):
+    with pytest.raises(MinBertError, match="predictions folder not found"):
+        evaluate_folder(tmp_path / "missing")
+    write_predictions(tmp_path / "p")
+    df = pd.read_csv(tmp_path / "p" / "sst-dev.csv")
+    df["prediction"] = df["prediction"].astype(object)
+    df.loc[3, "prediction"] = "oops"
+    df.to_csv(tmp_path / "p" / "sst-dev.csv", index=False)
+    with pytest.raises(MinBertError, match=r"sst-dev.csv: row 5: prediction 'oops' is not a number"):
+        evaluate_folder(tmp_path / "p")
+    df = pd.read_csv(tmp_path / "p" / "para-dev.csv")
+    df.loc[2, "label"] = None
+    df.to_csv(tmp_path / "p" / "para-dev.csv", index=False)
+    (tmp_path / "p" / "sst-dev.csv").unlink()
+    with pytest.raises(MinBertError, match=r"para-dev.csv: row 4 has no label while others do"):
+        evaluate_folder(tmp_path / "p")
+
+
+def test_stage_cli_writes_metrics_and_rejects_unknown_experiment(tmp_path, repo_root):
+    params = tmp_path / "params.yaml"
+    params.write_text("experiments:\n  exp_a: {}\n")
+    truth = write_predictions(tmp_path / "results" / "experiments" / "exp_a" / "predictions")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "stages.evaluate", "--params", str(params),  # noqa: E731
+                                     "--results", str(tmp_path / "results"), *a],
+                                    cwd=repo_root, capture_output=True, text=True)
+    r = run("--experiment", "exp_a")
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "results" / "experiments" / "exp_a" / "metrics.json").read_text())
+    assert m["dev"]["para_acc"] == pytest.approx(truth["dev"]["para_acc"])
+    r = run("--experiment", "exp_b")
+    assert r.returncode == 2 and "unknown experiment 'exp_b' (did you mean 'exp_a'?)" in r.stderr
