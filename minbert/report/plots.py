@@ -23,9 +23,12 @@ COLORS = ["#3b6ea5", "#e07b39", "#5a9e57", "#c44e52", "#8172b2", "#937860", "#da
 DPI = 110
 
 
-def to_data_uri(fig: Figure) -> str:
+def to_data_uri(fig: Figure, tight: bool = False) -> str:
+    """PNG data URI. Figures lay themselves out with fixed margins: "tight" bounding boxes and
+    constrained layout cost extra draws, which add up over dozens of pages."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight" if tight else None,
+                metadata={"Software": None})
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -42,24 +45,20 @@ def study_plot(table: Table, split: str = "dev") -> str | None:
         x = np.arange(len(keys))
         for i, row in enumerate(rows):
             values = [row.cells[(split, key)].value for key, _ in keys]
-            heights = [v if v is not None else 0.0 for v in values]
-            bars = ax.bar(x + (i - (len(rows) - 1) / 2) * width, heights, width,
-                          label=row.name + (" (baseline)" if row.is_baseline else ""),
-                          color=COLORS[i % len(COLORS)],
-                          hatch="//" if row.kind == "ensemble" else None, edgecolor="white")
-            for bar, v in zip(bars, values):
-                if v is None:
-                    bar.set_alpha(0)         # a missing metric is no bar, not a bar at 0
+            shown = [j for j, v in enumerate(values) if v is not None]   # a missing metric is no bar, not 0
+            ax.bar(x[shown] + (i - (len(rows) - 1) / 2) * width, [values[j] for j in shown], width,
+                   label=row.name + (" (baseline)" if row.is_baseline else ""), color=COLORS[i % len(COLORS)],
+                   hatch="//" if row.kind == "ensemble" else None, edgecolor="white")
         ax.set_xticks(x, [h for _, h in keys])
         low = min([0.0] + [row.cells[(split, k)].value or 0.0 for row in rows for k, _ in keys])
         ax.set_ylim(low, 1.0)
         ax.set_ylabel(f"{split} score")
         ax.grid(axis="x", visible=False)
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-        return to_data_uri(fig)
+        return to_data_uri(fig, tight=True)        # the legend sits outside the axes
 
 
-def training_curves(history: pd.DataFrame, title: str) -> str | None:
+def training_curves(history: pd.DataFrame) -> str | None:
     """Per trained task: metric (train, dev) on top, loss (train, dev) below, against the epoch."""
     tasks = [t for t in ("sst", "para", "sts")
              if any(f"{p}_{t}_{m}" in history.columns for p in ("train", "dev") for m in ("loss", "acc", "pearson"))]
@@ -67,7 +66,10 @@ def training_curves(history: pd.DataFrame, title: str) -> str | None:
         return None
     metric_name = {"sst": ("acc", "accuracy"), "para": ("acc", "accuracy"), "sts": ("pearson", "Pearson r")}
     with rc_context(STYLE):
-        fig = Figure(figsize=(3.1 * len(tasks) + 0.4, 4.4), layout="constrained")
+        width = 3.0 * len(tasks) + 0.6
+        fig = Figure(figsize=(width, 4.4))
+        fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, top=0.93, bottom=0.11,
+                            wspace=0.38, hspace=0.12)
         axes = fig.subplots(2, len(tasks), squeeze=False, sharex=True)
         epochs = history["epoch"]
         for j, task in enumerate(tasks):
@@ -84,9 +86,8 @@ def training_curves(history: pd.DataFrame, title: str) -> str | None:
                 else:
                     ax.set_xlabel("epoch")
                 ax.xaxis.get_major_locator().set_params(integer=True)
-                if ax.lines:
-                    ax.legend(frameon=False)
-        fig.suptitle(title, fontsize=10)
+                if ax.lines and i == 0 and j == 0:
+                    ax.legend(frameon=False)           # one legend: the colours mean the same everywhere
         return to_data_uri(fig)
 
 
@@ -94,6 +95,7 @@ def sts_histogram(frame: pd.DataFrame) -> str:
     """How the predicted similarity scores are distributed against the true ones (0-5)."""
     with rc_context(STYLE):
         fig = Figure(figsize=(4.6, 3.0))
+        fig.subplots_adjust(left=0.14, right=0.97, top=0.95, bottom=0.16)
         ax = fig.add_subplot()
         lo = min(0.0, float(frame["prediction"].min()))
         hi = max(5.0, float(frame["prediction"].max()))
@@ -110,6 +112,7 @@ def sts_scatter(frame: pd.DataFrame, worst_ids: list[str]) -> str:
     """Predicted against true similarity, with the worst pairs (listed below the plot) circled."""
     with rc_context(STYLE):
         fig = Figure(figsize=(4.0, 3.6))
+        fig.subplots_adjust(left=0.14, right=0.97, top=0.91, bottom=0.14)
         ax = fig.add_subplot()
         ax.scatter(frame["label"], frame["prediction"], s=8, alpha=0.45, color=COLORS[0], linewidths=0)
         worst = frame[frame["id"].isin(worst_ids)]
@@ -122,5 +125,5 @@ def sts_scatter(frame: pd.DataFrame, worst_ids: list[str]) -> str:
         ax.set_ylabel("predicted score")
         r = np.corrcoef(frame["label"], frame["prediction"])[0, 1] if len(frame) > 1 else float("nan")
         ax.set_title(f"Pearson r = {fmt_metric(float(r))}")
-        ax.legend(frameon=False, loc="upper left")
+        ax.legend(frameon=True, loc="lower right")   # the worst pairs sit far off the diagonal
         return to_data_uri(fig)

@@ -167,7 +167,7 @@ def experiment_context(data: ReportData, name: str) -> dict:
         ctx["description"] = exp.description
         ctx["overrides"] = sorted(data.params.overrides(name).items())
         ctx["members"] = []
-        ctx["curves"] = [{"stage": stage, "plot": plots.training_curves(h, stage.replace("_", " ")),
+        ctx["curves"] = [{"stage": stage, "plot": plots.training_curves(h),
                           "history": h} for stage, h in run.histories.items()]
         ctx["used_in"] = [n for n, e in data.params.params.ensembles.items() if name in e.members]
     else:
