@@ -58,6 +58,8 @@ def smart_adversarial_loss(
         standard deviation follow the reference implementation, mt-dnn's `adv_noise_var`).
     steps: ascent steps; each takes δ ← Π_ε(δ + step_size · g / ||g||_∞), with g = ∇_δ ℓ_s
         (clean output held fixed), ||·||_∞ per example and Π_ε clamping to [-ε, ε].
+    generator: draws the starting noise; it may live on another device than `embeds` (a CPU
+        generator for a CUDA model gives the same δ₀ on every device).
     zero_perturbation: evaluate at δ = 0 (no noise, no ascent); the term is then exactly zero
         when forward_fn is deterministic (dropout off), which tests use.
 
@@ -69,8 +71,10 @@ def smart_adversarial_loss(
     if zero_perturbation:
         delta = torch.zeros_like(embeds)
     else:
-        noise = torch.randn(embeds.shape, generator=generator, device=embeds.device,
-                            dtype=embeds.dtype)
+        # Draw on the generator's device (a CPU generator may drive a CUDA model), then move.
+        noise_device = generator.device if generator is not None else embeds.device
+        noise = torch.randn(embeds.shape, generator=generator, device=noise_device,
+                            dtype=embeds.dtype).to(embeds.device)
         delta = (noise * noise_var).clamp(-epsilon, epsilon)
         x, target = embeds.detach(), clean_out.detach()
         for _ in range(steps):
@@ -144,6 +148,7 @@ def pcgrad_project(grads: list[Tensor], generator: torch.Generator | None = None
     n = len(grads)
     if n and any(g.shape != grads[0].shape for g in grads):
         raise ValueError("pcgrad_project: the gradients differ in shape")
+    sq_norms = [torch.dot(g, g) for g in grads]
     projected = []
     for i, g in enumerate(grads):
         others = [j for j in range(n) if j != i]
@@ -152,12 +157,14 @@ def pcgrad_project(grads: list[Tensor], generator: torch.Generator | None = None
             if sorted(order) != others:
                 raise ValueError(f"pcgrad_project: orders[{i}] must be a permutation of {others}")
         else:
-            order = [others[k] for k in torch.randperm(len(others), generator=generator).tolist()]
+            device = generator.device if generator is not None else "cpu"
+            perm = torch.randperm(len(others), generator=generator, device=device).tolist()
+            order = [others[k] for k in perm]
         g_pc = g.clone()
         for j in order:
             dot = torch.dot(g_pc, grads[j])
-            if dot < 0:
-                g_pc -= dot / grads[j].dot(grads[j]) * grads[j]
+            if dot < 0:  # in place, no temporary of the gradient's size
+                g_pc.add_(grads[j], alpha=-float(dot / sq_norms[j]))
         projected.append(g_pc)
     return projected
 
