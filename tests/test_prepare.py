@@ -66,10 +66,13 @@ def test_prepare_real_data_drop_and_error(tmp_path, shared_data):
     ({"nli_dev_fraction": 1.5}, "data.nli_dev_fraction"),
     ({"on_bad_rows": "skip"}, "data.on_bad_rows"),
 ])
-def test_prepare_bad_params(tmp_path, data, message):
-    proc = subprocess.run([sys.executable, "-m", "stages.prepare", "--params", _params(tmp_path, **data),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+def test_prepare_bad_params(tmp_path, data, message, capsys):
+    from stages._cli import run
+
+    with pytest.raises(SystemExit) as exit_:
+        run(main, ["--params", _params(tmp_path, **data), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and err.startswith("error: "), err
 
 
 def test_prepare_missing_file(tmp_path, repo_root):
