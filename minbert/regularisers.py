@@ -82,7 +82,7 @@ def smart_adversarial_loss(
             with torch.enable_grad():
                 adv_loss = divergence(forward_fn(x + delta), target, kind)
                 (grad,) = torch.autograd.grad(adv_loss, delta)
-            # A non-finite gradient (overflow in low precision) would poison δ; skip that step.
+            # Overflow in low precision must not poison δ: non-finite entries take no step.
             grad = torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
             direction = grad / (_per_example_inf_norm(grad) + 1e-12)
             delta = (delta.detach() + step_size * direction).clamp(-epsilon, epsilon)
