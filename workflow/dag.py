@@ -71,6 +71,18 @@ def _cmd(stage: str, params_arg: str, *args: str) -> str:
     return " ".join(["python -m", f"stages.{stage}", *args]) + extra
 
 
+def code_files(deps: list[str], repo: Path = REPO) -> list[str]:
+    """The deps with the library folder spelled out as its .py files (for Snakemake, which
+    compares modification times: Python's bytecode caches inside the folder must not count)."""
+    out = []
+    for d in deps:
+        if d == LIBRARY:
+            out += sorted(p.relative_to(repo).as_posix() for p in (repo / LIBRARY).rglob("*.py"))
+        else:
+            out.append(d)
+    return out
+
+
 def experiment_dir(name: str) -> str:
     return f"{RESULTS}/experiments/{name}"
 

@@ -35,7 +35,7 @@ for stage_name in STAGES:
     sample_job = next(j for j in JOBS if j.stage == stage_name)
     rule:
         name: stage_name
-        input: lambda wc, s=stage_name: job_of(s, wc).deps
+        input: lambda wc, s=stage_name: dag.code_files(job_of(s, wc).deps)
         output: [as_output(wildcard_path(o, sample_job)) for o in sample_job.outputs]
         params:
             config=lambda wc, s=stage_name: job_of(s, wc).fingerprint,

@@ -1,0 +1,116 @@
+"""params.yaml validation: the shipped files are valid, and bad params fail with one line that
+names the key (and the nearest valid key for a typo)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from minbert.errors import MinBertError
+from minbert.params import load_params, validate_params
+
+BASE = {"base": {"finetune": {"epochs": 1}},
+        "pretrainings": {"mlm_a": {"kind": "mlm"}},
+        "experiments": {"a": {}, "b": {"seed": 2}, "c": {"pretrain": "mlm_a"}},
+        "ensembles": {"ab": {"members": ["a", "b"]}},
+        "studies": [{"name": "s1", "title": "S", "experiments": ["a", "b", "ab"]}]}
+
+
+def with_(**changes):
+    raw = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        node = raw
+        keys = path.split("__")
+        for k in keys[:-1]:
+            node = node[int(k)] if isinstance(node, list) else node.setdefault(k, {})
+        node[keys[-1]] = value
+    return raw
+
+
+def error_of(raw) -> str:
+    with pytest.raises(MinBertError) as e:
+        validate_params(raw, "params.yaml")
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_valid_params_resolve_experiments():
+    lp = validate_params(copy.deepcopy(BASE))
+    assert lp.experiment("b").seed == 2 and lp.experiment("b").finetune.epochs == 1
+    assert lp.overrides("b") == {"seed": 2}
+
+
+def test_unknown_key_names_it_and_suggests():
+    msg = error_of(with_(experiments__a={"finetune": {"epoch": 3}}))
+    assert msg == "params.yaml: unknown key 'experiments.a.finetune.epoch' (did you mean 'epochs'?)"
+    msg = error_of(with_(base={"finetune": {"bach_size": 3}}))
+    assert msg == "params.yaml: unknown key 'base.finetune.bach_size' (did you mean 'batch_size'?)"
+    msg = error_of({**copy.deepcopy(BASE), "studys": []})
+    assert msg == "params.yaml: unknown key 'studys' (did you mean 'studies'?)"
+
+
+def test_wrong_type_names_the_key_and_value():
+    msg = error_of(with_(experiments__a={"finetune": {"lr": "fast"}}))
+    assert msg.startswith("params.yaml: key 'experiments.a.finetune.lr': ") and "'fast'" in msg
+    msg = error_of(with_(experiments__b={"finetune": {"schedule": "round_robbin"}}))
+    assert "key 'experiments.b.finetune.schedule'" in msg and "round_robbin" in msg
+
+
+def test_unknown_experiment_in_study():
+    raw = with_(studies=[{"name": "s1", "title": "S", "experiments": ["a", "bb"]}])
+    assert error_of(raw) == ("params.yaml: key 'studies[0].experiments' (study 's1'): unknown experiment "
+                             "'bb' (did you mean 'b'?)")
+
+
+def test_ensemble_member_that_does_not_exist():
+    raw = with_(ensembles={"ab": {"members": ["a", "bb"]}})
+    assert error_of(raw) == "params.yaml: key 'ensembles.ab.members': unknown experiment 'bb' (did you mean 'b'?)"
+    assert "at least two members" in error_of(with_(ensembles={"ab": {"members": ["a"]}}))
+    assert "lists a member twice" in error_of(with_(ensembles={"ab": {"members": ["a", "a"]}}))
+
+
+def test_impossible_combinations():
+    assert "unknown pretraining 'mlm_b'" in error_of(with_(experiments__c={"pretrain": "mlm_b"}))
+    raw = with_(experiments__a={"finetune": {"tasks": ["sst"], "pcgrad": True}})
+    assert error_of(raw).startswith("params.yaml: key 'experiments.a.finetune.pcgrad': PCGrad needs at least two")
+    raw = with_(data={"nli_file": None}, pretrainings={"mlm_a": {"kind": "mlm"}, "nli_a": {"kind": "nli"}})
+    assert error_of(raw) == ("params.yaml: key 'pretrainings.nli_a.kind': NLI pretraining needs NLI data; "
+                             "set 'data.nli_file'")
+    raw = with_(pretrainings={"mlm_a": {"kind": "mlm", "mlm": {"tasks": ["cfimdb"]}}})
+    assert "'cfimdb' needs 'data.include_cfimdb: true'" in error_of(raw)
+    raw = with_(experiments__a={"finetune": {"freeze_encoder": True}, "retrain_heads": {"enabled": True}})
+    assert "key 'experiments.a.retrain_heads.enabled'" in error_of(raw)
+    raw = with_(experiments__a={"finetune": {"tasks": ["sst"]}}, experiments__b={"finetune": {"tasks": ["sts"]}})
+    assert "the members share no task" in error_of(raw)
+
+
+def test_shipped_params_and_full_catalogue_are_valid(repo_root, tmp_path):
+    demo = load_params(repo_root / "params.yaml")
+    assert demo.params.catalogue == "demo" and demo.source == repo_root / "params.yaml"
+    assert 4 <= len(demo.experiments) <= 8 and demo.params.studies and demo.params.ensembles
+    # the switch: one key selects params/full.yaml's sections
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "full.yaml").write_text((repo_root / "params" / "full.yaml").read_text())
+    text = (repo_root / "params.yaml").read_text().replace("catalogue: demo", "catalogue: full")
+    (tmp_path / "params.yaml").write_text(text)
+    full = load_params(tmp_path / "params.yaml")
+    assert full.source == tmp_path / "params" / "full.yaml"
+    assert full.experiment("p000_mt_sequential_rr").model == "bert-base-uncased"
+    assert len(full.params.ensembles["p002_ensemble"].members) == 5
+    sources = {s.source.split(",")[0].split()[0] for s in full.params.studies}
+    assert sources == {"000", "002", "003", "004"}       # every paper has its tables
+    assert full.params.report.title == demo.params.report.title      # `report` stays in params.yaml
+
+
+def test_catalogue_errors(tmp_path):
+    (tmp_path / "params.yaml").write_text("catalogue: ful\nexperiments: {a: {}}\n")
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "full.yaml").write_text(yaml.safe_dump({"experiments": {"a": {}}}))
+    with pytest.raises(MinBertError, match=r"key 'catalogue': no catalogue file .*ful.yaml \(did you mean 'full'\?\)"):
+        load_params(tmp_path / "params.yaml")
+    (tmp_path / "params" / "full.yaml").write_text(yaml.safe_dump({"experiments": {"a": {}}, "reprt": {}}))
+    (tmp_path / "params.yaml").write_text("catalogue: full\n")
+    with pytest.raises(MinBertError, match=r"full.yaml: unknown key 'reprt'"):
+        load_params(tmp_path / "params.yaml")
