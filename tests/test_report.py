@@ -391,7 +391,11 @@ def test_missing_prediction_column_is_a_one_line_error(rendered, tmp_path):
 def test_missing_results_render_as_dashes(tmp_path):
     params_path = tmp_path / "params.yaml"
     params_path.write_text("experiments: {a: {}, b: {seed: 2}}\nstudies: [{name: s, title: S, experiments: [a, b]}]\n")
+    stale = tmp_path / "reports" / "experiments" / "removed_experiment.html"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("old page")
     render_reports(params_path, tmp_path / "results", tmp_path / "reports", progress=False)
+    assert sorted(p.name for p in stale.parent.iterdir()) == ["a.html", "b.html"]
     page = parse(tmp_path / "reports" / "final.html")
     assert "No results yet for a, b" in page.text()
     assert page.find(id="best").text().startswith("Error analysis of the best model")

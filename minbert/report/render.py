@@ -200,4 +200,7 @@ def render_reports(params: str | Path | LoadedParams, results_dir: str | Path, o
     html = env.get_template("final.html.j2").render(**final_context(data))
     write_text(out_dir / "final.html", html)
     written.append(out_dir / "final.html")
+    # A page of an experiment no longer in params.yaml would be linked from nowhere and mislead.
+    for stale in sorted(set((out_dir / "experiments").glob("*.html")) - set(written)):
+        stale.unlink()
     return written
