@@ -27,7 +27,9 @@ base:
 experiments:
   cls: {description: "CLS pooling & cross-encoder heads"}
   sbert: {finetune: {lr: 1.0e-4, heads: {para: concat, sts: cosine}}}
-  sst_only: {finetune: {tasks: [sst]}}
+  sst_only: {finetune: {tasks: [sst]}, pretrain: mlm}
+pretrainings:
+  mlm: {kind: mlm}
 ensembles:
   ens: {members: [cls, sbert]}
 studies:
@@ -106,6 +108,9 @@ def build_inputs(root: Path) -> tuple[Path, Path]:
         {"source": "data/demo/ids-sts-dev.csv", "rows_read": 30, "rows_kept": 30, "rows_dropped": 0,
          "dropped_by_reason": {}}]))
     _write_run(results, "data", "prepare", None, 3.2)
+    (results / "pretrain" / "mlm").mkdir(parents=True)
+    pd.DataFrame({"epoch": [1, 2], "train_loss": [3.1, 2.4], "dev_loss": [3.3, 2.9]}).to_csv(
+        results / "pretrain" / "mlm" / "history.csv", index=False)
     for name, (skill, noise) in QUALITY.items():
         kind = "ensembles" if name == "ens" else "experiments"
         folder = results / kind / name
@@ -330,7 +335,10 @@ def test_partial_tasks_render_without_similarity_sections(rendered):
     cells = [td.text() for td in scores.iter("td")]
     assert cells[1] == "\u2014" and cells[2] == fmt_metric(_metrics(rendered["results"], "sst_only")["dev"]["sst_acc"])
     params = page.find("table", **{"class": "kv params"})
-    assert [td.text() for td in params.iter("td")] == ["finetune.tasks", '["sst"]']
+    assert [td.text() for td in params.iter("td")] == ["finetune.tasks", '["sst"]', "pretrain", "mlm"]
+    # its pretraining's loss curve comes before the fine-tuning curves
+    curves = [h.text() for h in page.iter("h3")][:2]
+    assert curves == ["pretrain", "finetune"] and "Further pretraining mlm" in page.text()
 
 
 def test_worst_pairs_and_confident_mistakes_lead_with_the_planted_errors(rendered):
@@ -345,16 +353,29 @@ def test_worst_pairs_and_confident_mistakes_lead_with_the_planted_errors(rendere
     assert len(list(tables[-1].find("tbody").iter("tr"))) == 3                 # worst_k
 
 
-def test_report_inputs_lists_what_the_report_reads(rendered):
+def test_report_inputs_lists_what_the_report_reads(rendered, tmp_path):
     results = rendered["results"]
     inputs = set(report_inputs(rendered["params"], results))
     for rel in ["data/summary.json", "data/run.json", "experiments/cls/metrics.json",
                 "experiments/sbert/predictions/sst-test.csv", "experiments/sst_only/predictions/sst-dev.csv",
                 "experiments/cls/finetune/history.csv", "experiments/cls/finetune/run.json",
-                "ensembles/ens/metrics.json", "ensembles/ens/predictions/sts-dev.csv"]:
+                "ensembles/ens/metrics.json", "ensembles/ens/predictions/sts-dev.csv",
+                "pretrain/mlm/history.csv"]:
         assert results / rel in inputs
     assert rendered["params"] in inputs
     assert results / "experiments/sst_only/predictions/sts-dev.csv" not in inputs   # not trained
+    # before anything ran, the files the pipeline will produce are listed all the same
+    fresh = set(report_inputs(rendered["params"], tmp_path / "nothing"))
+    assert tmp_path / "nothing/experiments/cls/predictions/sts-dev.csv" in fresh
+    assert tmp_path / "nothing/ensembles/ens/metrics.json" in fresh
+
+
+def test_list_inputs_flag_prints_them(rendered, capsys):
+    from stages.report import main
+
+    main(["--params", str(rendered["params"]), "--results", str(rendered["results"]), "--list-inputs"])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [str(p) for p in report_inputs(rendered["params"], rendered["results"])]
 
 
 @pytest.mark.slow

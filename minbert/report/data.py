@@ -51,6 +51,10 @@ def experiment_folder(results: Path, name: str) -> Path:
     return Path(results) / "experiments" / name
 
 
+def pretrain_folder(results: Path, name: str) -> Path:
+    return Path(results) / "pretrain" / name
+
+
 def ensemble_folder(results: Path, name: str) -> Path:
     return Path(results) / "ensembles" / name
 
@@ -106,9 +110,13 @@ def load_history(path: Path) -> pd.DataFrame | None:
     return frame
 
 
-def load_run(results: Path, name: str, kind: str) -> RunResults:
+def load_run(results: Path, name: str, kind: str, pretrain: str | None = None) -> RunResults:
     folder = (experiment_folder if kind == "experiment" else ensemble_folder)(results, name)
     run = RunResults(name=name, kind=kind, folder=folder, metrics=load_metrics(folder / "metrics.json"))
+    if pretrain is not None:                    # the shared pretraining this experiment starts from
+        history = load_history(pretrain_folder(results, pretrain) / "history.csv")
+        if history is not None:
+            run.histories["pretrain"] = history
     for task in TASKS:
         for split in SPLITS:
             path = folder / "predictions" / f"{task}-{split}.csv"
@@ -158,7 +166,7 @@ class ReportData:
 
 def load_report_data(params: LoadedParams, results: Path) -> ReportData:
     results = Path(results)
-    runs = {name: load_run(results, name, "experiment") for name in params.experiments}
+    runs = {name: load_run(results, name, "experiment", exp.pretrain) for name, exp in params.experiments.items()}
     runs |= {name: load_run(results, name, "ensemble") for name in params.params.ensembles}
     return ReportData(params=params, results=results, runs=runs, run_infos=run_infos(results),
                       data_summary=data_summary(results))
@@ -180,6 +188,8 @@ def report_inputs(params_path: str | Path, results_dir: str | Path) -> list[Path
         if exp.retrain_heads.enabled:
             files.add(folder / "retrain_heads" / "history.csv")
         files.update(folder / "predictions" / f"{task}-dev.csv" for task in exp.finetune.tasks)
+        if exp.pretrain is not None:
+            files.add(pretrain_folder(results, exp.pretrain) / "history.csv")
     for name in params.params.ensembles:
         files.add(ensemble_folder(results, name) / "metrics.json")
     names = [experiment_folder(results, n) for n in params.experiments]

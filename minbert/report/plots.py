@@ -62,8 +62,10 @@ def training_curves(history: pd.DataFrame) -> str | None:
     """Per trained task: metric (train, dev) on top, loss (train, dev) below, against the epoch."""
     tasks = [t for t in ("sst", "para", "sts")
              if any(f"{p}_{t}_{m}" in history.columns for p in ("train", "dev") for m in ("loss", "acc", "pearson"))]
-    if not tasks or history.empty:
+    if history.empty:
         return None
+    if not tasks:
+        return loss_curve(history)
     metric_name = {"sst": ("acc", "accuracy"), "para": ("acc", "accuracy"), "sts": ("pearson", "Pearson r")}
     with rc_context(STYLE):
         width = 3.0 * len(tasks) + 0.6
@@ -88,6 +90,25 @@ def training_curves(history: pd.DataFrame) -> str | None:
                 ax.xaxis.get_major_locator().set_params(integer=True)
                 if ax.lines and i == 0 and j == 0:
                     ax.legend(frameon=False)           # one legend: the colours mean the same everywhere
+        return to_data_uri(fig)
+
+
+def loss_curve(history: pd.DataFrame) -> str | None:
+    """A pretraining history (epoch, train_loss, dev_loss): one loss panel."""
+    cols = [c for c in ("train_loss", "dev_loss") if c in history.columns and history[c].notna().any()]
+    if not cols:
+        return None
+    with rc_context(STYLE):
+        fig = Figure(figsize=(4.2, 2.8))
+        fig.subplots_adjust(left=0.16, right=0.97, top=0.95, bottom=0.17)
+        ax = fig.add_subplot()
+        for k, col in enumerate(cols):
+            ax.plot(history["epoch"], history[col], marker="o", markersize=3, color=COLORS[k],
+                    label=col.removesuffix("_loss"))
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("loss")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend(frameon=False)
         return to_data_uri(fig)
 
 

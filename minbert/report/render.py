@@ -167,8 +167,13 @@ def experiment_context(data: ReportData, name: str) -> dict:
         ctx["description"] = exp.description
         ctx["overrides"] = sorted(data.params.overrides(name).items())
         ctx["members"] = []
-        ctx["curves"] = [{"stage": stage, "plot": plots.training_curves(h),
-                          "history": h} for stage, h in run.histories.items()]
+        order = {"pretrain": 0, "finetune": 1, "retrain_heads": 2}
+        ctx["curves"] = [{"stage": stage, "plot": plots.training_curves(h), "history": h,
+                          "caption": (f"Further pretraining {exp.pretrain} (shared with the experiments "
+                                      f"that use it): loss after each epoch." if stage == "pretrain" else
+                                      "Per task: the metric (top) and the loss (bottom) on the training "
+                                      "and dev data after each epoch.")}
+                         for stage, h in sorted(run.histories.items(), key=lambda kv: order.get(kv[0], 9))]
         ctx["used_in"] = [n for n, e in data.params.params.ensembles.items() if name in e.members]
     else:
         ens = data.params.params.ensembles[name]
