@@ -435,3 +435,19 @@ def test_screenshots_in_headless_chromium(rendered, tmp_path):
     assert [p.name for p in shots] == ["experiment-sbert.png", "final.png"]
     for p in shots:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 20_000
+
+
+def test_best_model_without_overall_uses_the_mean_of_its_task_scores(tmp_path):
+    params_path = tmp_path / "params.yaml"
+    params_path.write_text("experiments: {a: {finetune: {tasks: [sst]}}, b: {finetune: {tasks: [sst, para]}},"
+                           " c: {}}\nensembles: {e: {members: [a, b]}}\n")
+    for name, dev in {"a": {"sst_acc": 0.6}, "b": {"sst_acc": 0.5, "para_acc": 0.8}}.items():
+        (tmp_path / "results" / "experiments" / name).mkdir(parents=True)
+        (tmp_path / "results" / "experiments" / name / "metrics.json").write_text(json.dumps({"dev": dev, "test": None}))
+    (tmp_path / "results" / "ensembles" / "e").mkdir(parents=True)      # an ensemble never counts
+    (tmp_path / "results" / "ensembles" / "e" / "metrics.json").write_text(json.dumps({"dev": {"sst_acc": 0.99}}))
+    data = load_report_data(load_params(params_path), tmp_path / "results")
+    assert best_experiment(data) == "b"                                  # (0.5 + 0.8) / 2 > 0.6
+    render_reports(params_path, tmp_path / "results", tmp_path / "reports", progress=False)
+    callout = parse(tmp_path / "reports" / "final.html").find("div", **{"class": "callout"}).text()
+    assert "b" in callout and "mean of its task scores 0.650" in callout

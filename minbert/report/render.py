@@ -149,6 +149,7 @@ def final_context(data: ReportData) -> dict:
         "overview": run_overview(data),
         "best": best,
         "best_score": selection_score(data.runs[best]) if best else None,
+        "best_has_overall": bool(best) and is_number(data.runs[best].split_metrics("dev").get("overall")),
         "best_analysis": error_analysis(data.runs[best], k) if best else None,
         "provenance": provenance(data),
         "worst_k": k,
