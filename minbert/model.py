@@ -161,7 +161,8 @@ class BertModel(nn.Module):
     @staticmethod
     def attention_bias(attention_mask):
         # (B, T) of 1/0 -> boolean (B, 1, 1, T), True where a key may be attended to.
-        if attention_mask is None:
+        # A batch without padding needs no mask, and SDPA without one may pick a faster kernel.
+        if attention_mask is None or bool(attention_mask.all()):
             return None
         return attention_mask[:, None, None, :].bool()
 

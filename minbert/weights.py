@@ -59,7 +59,10 @@ def _download_from_hub(repo_id: str) -> Path:
     except ImportError as e:  # pragma: no cover - huggingface_hub is a dependency
         raise MinBertError(f"model '{repo_id}': huggingface_hub is not installed") from e
     try:
-        folder = snapshot_download(repo_id=repo_id, allow_patterns=HUB_FILES)
+        # HF_HUB_OFFLINE is read here, not only when huggingface_hub was imported, so that setting
+        # it in a running process still means "use the local cache, never the network"
+        folder = snapshot_download(repo_id=repo_id, allow_patterns=HUB_FILES,
+                                   local_files_only=_hub_offline())
     except Exception as e:  # network errors, unknown repo, offline mode: all the same to the user
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MinBertError(
@@ -67,6 +70,13 @@ def _download_from_hub(repo_id: str) -> Path:
             f"Hub ({type(e).__name__}: {reason[:160]}); offline, download it elsewhere and set "
             f"`model:` to the local folder holding config.json and model.safetensors") from None
     return Path(folder)
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return flag or bool(constants.HF_HUB_OFFLINE)
 
 
 def read_config(folder: Path) -> BertConfig:
@@ -83,6 +93,9 @@ def read_config(folder: Path) -> BertConfig:
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if key not in raw:
             raise MinBertError(f"{cfg_path}: missing key '{key}'")
+    if raw.get("position_embedding_type", "absolute") != "absolute":
+        raise MinBertError(f"{cfg_path}: position_embedding_type '{raw['position_embedding_type']}' "
+                           "is not supported; only absolute position embeddings load")
     if raw.get("hidden_act", "gelu") not in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"):
         raise MinBertError(f"{cfg_path}: hidden_act '{raw['hidden_act']}' is not supported")
     return BertConfig.from_dict(raw)
