@@ -136,7 +136,7 @@ def build_inputs(root: Path) -> tuple[Path, Path]:
         (folder / "metrics.json").write_text(json.dumps({"dev": summarise(dev) | {"n": n}, "test": test}))
         if kind == "experiments":
             tasks = ["sst"] if noise is None else ["sst", "para", "sts"]
-            hist = {"epoch": [1, 2], "lr": [2e-5, 1e-5], "seconds": [61.0, 59.5]}
+            hist = {"epoch": [1, 2], "stage": ["+".join(tasks)] * 2, "lr": [2e-5, 1e-5], "seconds": [61.0, 59.5]}
             for t in tasks:
                 m = "pearson" if t == "sts" else "acc"
                 hist |= {f"train_{t}_loss": [1.2, 0.8], f"train_{t}_{m}": [0.4, 0.6],
@@ -451,3 +451,11 @@ def test_best_model_without_overall_uses_the_mean_of_its_task_scores(tmp_path):
     render_reports(params_path, tmp_path / "results", tmp_path / "reports", progress=False)
     callout = parse(tmp_path / "reports" / "final.html").find("div", **{"class": "callout"}).text()
     assert "b" in callout and "mean of its task scores 0.650" in callout
+
+
+def test_history_table_shows_epochs_text_and_scores(rendered):
+    page = parse(rendered["out"] / "experiments" / "cls.html")
+    table = page.find("table", **{"class": "history"})
+    assert [th.text() for th in table.iter("th")][:5] == ["epoch", "stage", "lr", "seconds", "train_sst_loss"]
+    first = [td.text() for td in table.find("tbody").find("tr").iter("td")][:5]
+    assert first == ["1", "sst+para+sts", "2.00e-05", "1 min 01 s", "1.200"]

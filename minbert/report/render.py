@@ -47,6 +47,22 @@ def fmt_value(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+def fmt_history(v, column: str) -> str:
+    """One cell of a history.csv table: epochs as integers, lr in scientific notation, seconds
+    as a duration, scores and losses like every other score; text (e.g. the stage) as is."""
+    if isinstance(v, str):
+        return v
+    if not is_number(v):
+        return DASH
+    if column == "epoch":
+        return str(int(v))
+    if column == "lr":
+        return f"{v:.2e}"
+    if column == "seconds":
+        return fmt_duration(v)
+    return fmt_metric(v)
+
+
 def fmt_label(v, task: str) -> str:
     if not is_number(v):
         return DASH
@@ -63,7 +79,7 @@ def environment(templates: Path = TEMPLATES) -> Environment:
     env = Environment(loader=FileSystemLoader(str(templates)), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                       keep_trailing_newline=True)
-    env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value,
+    env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value, history=fmt_history,
                        label=fmt_label, heat=heat, delta_class=delta_class)
     env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS)
     return env
