@@ -1,0 +1,226 @@
+"""Task heads, the multi-task model's outputs, STS target scaling, batches, predictions and checkpoints."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minbert.errors import MinBertError
+from minbert.heads import BI_ENCODER_HEADS, BiPairHead, CrossPairHead, SentimentHead, SharedLayer
+from minbert.multitask import (MultitaskModel, build_task_data, collate, load_checkpoint, predict_task, predictions,
+                               save_checkpoint, sts_prediction, sts_target, task_loss)
+from minbert.params import HeadsParams
+from minbert.runtime import autocast
+from minbert.tokenizer import Tokenizer
+from minbert.weights import load_encoder
+
+H = 8
+PAIR_KINDS = ("cross",) + BI_ENCODER_HEADS
+
+
+@pytest.mark.parametrize("kind", BI_ENCODER_HEADS)
+@pytest.mark.parametrize("hidden_layers", [0, 2])
+def test_bi_pair_head_shapes_and_gradients(kind, hidden_layers):
+    torch.manual_seed(0)
+    head = BiPairHead(kind, H, hidden_layers, dropout=0.0)
+    u, v = torch.randn(5, H, requires_grad=True), torch.randn(5, H, requires_grad=True)
+    out = head(u, v)
+    assert out.shape == (5,)
+    out.sum().backward()
+    assert u.grad is not None and v.grad is not None and u.grad.abs().sum() > 0
+    assert all(p.grad is not None for p in head.parameters())
+
+
+def test_sentiment_and_cross_heads_shapes():
+    torch.manual_seed(0)
+    emb = torch.randn(4, H, requires_grad=True)
+    sst = SentimentHead(H, 1, 0.0)
+    assert sst(emb).shape == (4, 5)
+    cross = CrossPairHead(H, 0, 0.0)
+    out = cross(emb)
+    assert out.shape == (4,)
+    (out.sum() + sst(emb).sum()).backward()
+    assert emb.grad.shape == (4, H)
+    shared = SharedLayer(H, 0.0)
+    assert shared(emb).shape == (4, H)
+
+
+def test_cosine_head_gives_cosine_on_known_vectors():
+    head = BiPairHead("cosine", 2, 0, 0.0)   # scale 1, bias 0: the plain cosine
+    u = torch.tensor([[1.0, 0.0], [1.0, 0.0], [3.0, 4.0], [1.0, 2.0]])
+    v = torch.tensor([[1.0, 1.0], [0.0, 2.0], [-3.0, -4.0], [2.0, 4.0]])
+    expected = torch.tensor([1 / math.sqrt(2), 0.0, -1.0, 1.0])
+    torch.testing.assert_close(head(u, v), expected)
+    # the affine map: para starts as 10 cos - 7.5 (cos 0.75 -> logit 0)
+    para = BiPairHead("cosine", 2, 0, 0.0, init_scale=10.0, init_bias=-7.5)
+    torch.testing.assert_close(para(u, v), 10 * expected - 7.5)
+    # cosine_linear: the cosine plus a linear term on [u, v, |u-v|]; zero that term to see the cosine
+    cl = BiPairHead("cosine_linear", 2, 0, 0.0)
+    with torch.no_grad():
+        for p in cl.net.parameters():
+            p.zero_()
+    torch.testing.assert_close(cl(u, v), expected)
+
+
+def test_concat_heads_read_the_documented_features():
+    torch.manual_seed(1)
+    u, v = torch.randn(3, H), torch.randn(3, H)
+    for kind, feats in (("concat", [u, v, (u - v).abs()]), ("concat_mult", [u, v, (u - v).abs(), u * v]),
+                        ("concat_cos", [u, v, F.cosine_similarity(u, v)[:, None]])):
+        head = BiPairHead(kind, H, 0, 0.0)
+        linear = head.net[-1]
+        expected = torch.cat(feats, -1) @ linear.weight.T + linear.bias
+        torch.testing.assert_close(head(u, v), expected.squeeze(-1))
+
+
+@pytest.mark.parametrize("sts_head,target", [("cross", "0_1"), ("cosine", "0_1"), ("cosine", "-1_1"),
+                                             ("concat", "-1_1")])
+def test_sts_target_prediction_round_trip(sts_head, target):
+    heads = HeadsParams(sts=sts_head, cosine_target=target)
+    labels = torch.tensor([0.0, 1.2, 2.5, 4.0, 5.0])
+    t = sts_target(heads, labels)
+    lo = -1.0 if (sts_head == "cosine" and target == "-1_1") else 0.0   # only cosine heads use [-1, 1]
+    assert float(t.min()) == pytest.approx(lo) and float(t.max()) == pytest.approx(1.0)
+    torch.testing.assert_close(sts_prediction(heads, t), labels)
+    # predictions out of range are clipped to the 0-5 scale
+    assert sts_prediction(heads, torch.tensor([-5.0, 5.0])).tolist() == [0.0, 5.0]
+
+
+def test_task_losses_match_torch_references():
+    heads = HeadsParams(sts="cosine", cosine_target="-1_1", sts_loss="mse")
+    logits = torch.randn(4, 5)
+    y = torch.tensor([0, 4, 2, 1])
+    assert float(task_loss("sst", heads, logits, y)) == pytest.approx(float(F.cross_entropy(logits, y)))
+    z = torch.randn(4)
+    yb = torch.tensor([1, 0, 0, 1])
+    assert float(task_loss("para", heads, z, yb)) == pytest.approx(
+        float(-(yb * F.logsigmoid(z) + (1 - yb) * F.logsigmoid(-z)).mean()), rel=1e-5)
+    s = torch.tensor([0.0, 2.5, 5.0])
+    out = torch.tensor([-0.5, 0.0, 0.5])
+    assert float(task_loss("sts", heads, out, s)) == pytest.approx(float(((out - (s / 2.5 - 1)) ** 2).mean()))
+
+
+def test_predictions_from_outputs():
+    p = predictions("sst", HeadsParams(), torch.tensor([[0.0, 3.0, 0.0, 0.0, 0.0]]))
+    assert p["prediction"].tolist() == [1] and p["probs"].sum() == pytest.approx(1.0)
+    p = predictions("para", HeadsParams(), torch.tensor([2.0, -2.0]))
+    assert p["prediction"].tolist() == [1, 0] and p["probs"][0] == pytest.approx(1 / (1 + math.exp(-2)))
+    p = predictions("sts", HeadsParams(), torch.tensor([0.5, 1.5]))
+    assert p["prediction"].tolist() == pytest.approx([2.5, 5.0])
+
+
+# ---------------------------------------------------------------- the model on the tiny encoder
+
+SST = pd.DataFrame({"id": ["s1", "s2", "s3"], "sentence": ["a good film .", "bad", "it is neither good nor bad ."],
+                    "label": [4, 0, 2]})
+STS = pd.DataFrame({"id": ["p1", "p2", "p3"], "sentence1": ["a cat sits .", "dogs run", "hello"],
+                    "sentence2": ["a cat is sitting on the mat .", "dogs run fast", "goodbye there"],
+                    "label": [4.2, 3.0, 0.4]})
+PARA = STS.assign(label=[1, 1, 0])
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    return tiny_model_dir, Tokenizer(tiny_model_dir, 32)
+
+
+def _model(tiny_model_dir, heads: HeadsParams, tasks=("sst", "para", "sts"), seed=0):
+    encoder, _, _ = load_encoder(tiny_model_dir)
+    torch.manual_seed(seed)
+    return MultitaskModel(encoder, heads, list(tasks))
+
+
+@pytest.mark.parametrize("kind", PAIR_KINDS)
+@pytest.mark.parametrize("pooling,shared", [("cls", False), ("mean", True)])
+def test_model_outputs_and_backward_for_every_head(tiny, kind, pooling, shared):
+    folder, tok = tiny
+    heads = HeadsParams(para=kind, sts=kind, pooling=pooling, shared_layer=shared, dropout=0.0)
+    model = _model(folder, heads)
+    for task, frame, shape in (("sst", SST, (3, 5)), ("para", PARA, (3,)), ("sts", STS, (3,))):
+        data = build_task_data(task, frame, tok, heads)
+        batch = collate(data, [0, 1, 2], tok)
+        labels = batch.pop("labels")
+        out = model(task, batch)
+        assert out.shape == shape
+        model.zero_grad()
+        task_loss(task, heads, out, labels).backward()
+        assert model.encoder.embeddings.word.weight.grad.abs().sum() > 0
+        assert all(p.grad is not None for p in model.heads[task].parameters())
+
+
+def test_bi_encoder_batch_stacks_first_then_second_sentences(tiny):
+    folder, tok = tiny
+    heads = HeadsParams(sts="concat", para="cross")
+    bi = build_task_data("sts", STS, tok, heads)
+    batch = collate(bi, [2, 0], tok)
+    assert batch["input_ids"].shape[0] == 4
+    single = tok(["hello", "a cat sits .", "goodbye there", "a cat is sitting on the mat ."])
+    T = single["input_ids"].shape[1]
+    torch.testing.assert_close(batch["input_ids"][:, :T], single["input_ids"])
+    assert batch["labels"].tolist() == pytest.approx([0.4, 4.2])
+    cross = build_task_data("para", PARA, tok, heads)
+    cb = collate(cross, [0], tok)
+    assert cb["input_ids"].shape[0] == 1 and cb["token_type_ids"].max() == 1   # "[CLS] a [SEP] b [SEP]"
+
+
+def test_predict_task_returns_input_order_and_matches_single_examples(tiny):
+    folder, tok = tiny
+    heads = HeadsParams(sts="cosine", dropout=0.0)
+    model = _model(folder, heads).eval()
+    data = build_task_data("sts", STS, tok, heads)
+    res = predict_task(model, data, tok, 2, torch.device("cpu"), lambda: autocast(torch.device("cpu"), False))
+    for i in range(len(STS)):
+        with torch.no_grad():
+            one = model("sts", {k: v for k, v in collate(data, [i], tok).items() if k != "labels"})
+        assert res["prediction"][i] == pytest.approx(float(sts_prediction(heads, one)[0]), abs=1e-5)
+    assert "loss" in res
+
+
+def test_checkpoint_round_trip_gives_identical_predictions(tiny, tmp_path):
+    folder, tok = tiny
+    heads = HeadsParams(para="concat_cos", sts="cosine_linear", shared_layer=True, hidden_layers=1)
+    model = _model(folder, heads, seed=4).eval()
+    path = tmp_path / "model.pt"
+    save_checkpoint(path, model, tok, epoch=2, dev_metrics={"sst_acc": 0.5})
+    loaded, tok2, ckpt = load_checkpoint(path)
+    assert ckpt["epoch"] == 2 and ckpt["dev_metrics"] == {"sst_acc": 0.5} and loaded.tasks == model.tasks
+    assert loaded.heads_cfg == heads and tok2.max_length == 32
+    assert tok2.encode(["Tokenise me, please!"]) == tok.encode(["Tokenise me, please!"])
+    cpu = torch.device("cpu")
+    for task, frame in (("sst", SST), ("para", PARA), ("sts", STS)):
+        a = predict_task(model, build_task_data(task, frame, tok, heads), tok, 8, cpu, lambda: autocast(cpu, False))
+        b = predict_task(loaded, build_task_data(task, frame, tok2, heads), tok2, 8, cpu, lambda: autocast(cpu, False))
+        np.testing.assert_array_equal(a["prediction"], b["prediction"])
+        if "probs" in a:
+            np.testing.assert_array_equal(a["probs"], b["probs"])
+
+
+def test_reset_heads_reinitialises_heads_only(tiny):
+    folder, _ = tiny
+    model = _model(folder, HeadsParams(shared_layer=True))
+    enc_before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    with torch.no_grad():
+        for p in list(model.heads.parameters()) + list(model.shared.parameters()):
+            p.fill_(0.123)
+    model.reset_heads()
+    assert all(torch.equal(v, model.encoder.state_dict()[k]) for k, v in enc_before.items())
+    w = model.heads["sst"].net[-1].weight.detach()
+    assert not torch.all(w == 0.123) and 0.005 < float(w.std()) < 0.05   # std-0.02 initialisation
+    assert not torch.all(model.shared.dense.weight == 0.123)
+
+
+def test_load_checkpoint_errors(tmp_path):
+    with pytest.raises(MinBertError, match="not found"):
+        load_checkpoint(tmp_path / "missing.pt")
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x00not a checkpoint at all")
+    with pytest.raises(MinBertError, match="garbage.pt: not a readable checkpoint"):
+        load_checkpoint(garbage)
+    other = tmp_path / "other.pt"
+    torch.save({"state_dict": {}}, other)
+    with pytest.raises(MinBertError, match="not a minbert multi-task checkpoint"):
+        load_checkpoint(other)
