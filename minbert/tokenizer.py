@@ -64,7 +64,15 @@ class Tokenizer:
     def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[tuple[list[int], list[int]]]:
         """Return (input_ids, token_type_ids) per example, truncated, unpadded."""
         inputs = list(texts) if pairs is None else list(zip(texts, pairs))
-        encs = self._tok.encode_batch(inputs, add_special_tokens=True)
+        try:
+            encs = self._tok.encode_batch(inputs, add_special_tokens=True)
+        except TypeError:  # e.g. a NaN from an empty cell: name the row instead of failing in Rust
+            for i, item in enumerate(inputs):
+                for part in (item if pairs is not None else (item,)):
+                    if not isinstance(part, str):
+                        raise MinBertError(f"text {i} of the batch is {part!r}, not a string; "
+                                           "drop or fill empty sentences before tokenising") from None
+            raise
         return [(e.ids, e.type_ids) for e in encs]
 
     def tokenize(self, text: str) -> list[str]:
