@@ -137,8 +137,9 @@ class MlmParams(Strict):
 
 class NliParams(Strict):
     objective: Literal["regression", "contrastive", "triplet"] = "contrastive"
-    temperature: float = Field(0.05, gt=0)
-    margin: float = Field(1.0, gt=0)
+    temperature: float = Field(0.05, gt=0)      # contrastive: cosine / temperature
+    margin: float = Field(1.0, gt=0)            # triplet: Euclidean margin
+    pooling: Literal["mean", "cls"] = "mean"    # sentence embedding: mean over tokens (SBERT) or [CLS]
 
 
 class PretrainParams(Strict):
@@ -150,6 +151,7 @@ class PretrainParams(Strict):
     weight_decay: float = Field(0.01, ge=0)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     max_steps_per_epoch: int | None = Field(None, ge=1)
+    dev_size: int | None = Field(None, ge=1)    # cap on dev examples (a seeded subset), for quick runs
     mlm: MlmParams = MlmParams()
     nli: NliParams = NliParams()
 

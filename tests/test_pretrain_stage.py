@@ -1,0 +1,167 @@
+"""The pretrain stage end to end on slices of the real data with the tiny BERT: each kind lowers
+its own dev loss, writes the file contract, and shares one output per pretraining name."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from minbert.data import read_cs224n, read_nli, split_by_group, write_split
+from minbert.mlm import build_mlm_head
+from minbert.params import ExperimentParams, PretrainParams
+from minbert.pretrain import MlmObjective, encode_texts, evaluate, mlm_frames
+from minbert.tokenizer import Tokenizer
+from minbert.weights import load_encoder
+from stages import pretrain as stage
+
+FAST = {"epochs": 2, "batch_size": 16, "lr": 1.0e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 12,
+        "dev_size": 64}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, shared_data):
+    """results/data-style splits: 240 train / 64 dev rows per task, and the SNLI sample split by premise."""
+    out = tmp_path_factory.mktemp("data")
+    cs = shared_data / "cs224n"
+    for task, prefix in (("sst", "ids-sst"), ("para", "quora"), ("sts", "sts")):
+        for split, n in (("train", 240), ("dev", 64)):
+            frame, _ = read_cs224n(cs / f"{prefix}-{split}.csv", task, on_bad_rows="drop")
+            write_split(frame.head(n), out / f"{task}-{split}.tsv")
+    nli, _ = read_nli(shared_data / "nli" / "snli-sample.jsonl")
+    train, dev = split_by_group(nli, 0.2, seed=1)
+    write_split(train, out / "nli-train.tsv")
+    write_split(dev, out / "nli-dev.tsv")
+    return out
+
+
+@pytest.fixture(scope="module")
+def params_file(tmp_path_factory, tiny_model_dir):
+    path = tmp_path_factory.mktemp("params") / "params.yaml"
+    raw = {
+        "base": {"model": str(tiny_model_dir), "max_length": 32, "device": "cpu", "seed": 3},
+        "pretrainings": {
+            # a random tiny BERT needs a large step to move its vocabulary logits within 24 steps
+            "mlm": {"kind": "mlm", **FAST, "lr": 5.0e-3, "mlm": {"tasks": ["sst", "para", "sts"]}},
+            **{f"nli_{o}": {"kind": "nli", **FAST, "nli": {"objective": o}}
+               for o in ("regression", "contrastive", "triplet")},
+            "para": {"kind": "para_first", **FAST},
+        },
+        "experiments": {"a": {"pretrain": "mlm"}, "b": {"pretrain": "mlm", "seed": 5}},
+    }
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def _run(params_file, prepared, out, name, cache):
+    stage.main(["--params", str(params_file), "--data", str(prepared), "--out", str(out), "--name", name,
+                "--cache", str(cache)])
+    return json.loads((out / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+def test_mlm_stage_lowers_dev_loss_and_keeps_its_head(params_file, prepared, tmp_path):
+    out = tmp_path / "mlm"
+    m = _run(params_file, prepared, out, "mlm", tmp_path / "cache")
+    assert m["kind"] == "mlm" and m["mlm_head_loaded"] is False
+    assert m["dev_loss_last"] < m["dev_loss_before"] - 0.3, m
+    assert m["train_examples"] == {"sst": 240, "para": 240, "sts": 240}   # downsampled to the smallest
+    hist = pd.read_csv(out / "history.csv")
+    assert list(hist.columns) == ["epoch", "train_loss", "dev_loss"] and hist["epoch"].tolist() == [1, 2]
+    assert hist["dev_loss"].iloc[-1] == pytest.approx(m["dev_loss_last"])
+    run = json.loads((out / "run.json").read_text())
+    assert run["stage"] == "pretrain" and run["name"] == "mlm" and run["wall_seconds"] > 0
+    assert (out / "pretrain.log").read_text().count("dev loss") >= 3
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "temporary folder left behind"
+
+    # the saved folder carries the trained MLM head, tied to the word embeddings again on load
+    enc, tensors, folder = load_encoder(out / "model")
+    assert (folder / "vocab.txt").is_file() and (folder / "tokenizer.json").is_file()
+    head, loaded = build_mlm_head(enc, tensors)
+    assert loaded and head.decoder.weight is enc.embeddings.word.weight
+
+    # on a checkpoint with an MLM head, the loss starts lower with that head than with a fresh one
+    pp = PretrainParams.model_validate({"kind": "mlm", **FAST})
+    exp = ExperimentParams(model=str(out / "model"), max_length=32, seed=3)
+    tok = Tokenizer(folder, 32)
+    dev = encode_texts(tok, mlm_frames(prepared, pp, exp.seed, "dev"))[:64]
+    fresh, _ = build_mlm_head(enc, None)
+    torch.manual_seed(0)
+    with_head = evaluate(MlmObjective(enc, head, tok, dev, dev, 0.15, 3), torch.device("cpu"), False, 16)
+    with_fresh = evaluate(MlmObjective(enc, fresh, tok, dev, dev, 0.15, 3), torch.device("cpu"), False, 16)
+    assert with_head < with_fresh - 0.3, (with_head, with_fresh)
+
+
+@pytest.mark.slow
+def test_mlm_from_a_checkpoint_with_a_head_starts_where_the_last_run_ended(params_file, prepared, tmp_path):
+    """Pretraining again from an MLM output loads its head: the starting dev loss equals the
+    previous run's final dev loss (same dev texts, same dev masks)."""
+    first = _run(params_file, prepared, tmp_path / "one", "mlm", tmp_path / "cache")
+    raw = yaml.safe_load(params_file.read_text())
+    raw["pretrainings"]["again"] = {**raw["pretrainings"]["mlm"], "model": str(tmp_path / "one" / "model"),
+                                    "epochs": 1, "max_steps_per_epoch": 2}
+    again_params = tmp_path / "params.yaml"
+    again_params.write_text(yaml.safe_dump(raw))
+    second = _run(again_params, prepared, tmp_path / "two", "again", tmp_path / "cache")
+    assert second["mlm_head_loaded"] is True
+    assert second["dev_loss_before"] == pytest.approx(first["dev_loss_last"], abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["regression", "contrastive", "triplet"])
+def test_nli_stage_lowers_its_dev_loss(params_file, prepared, tmp_path, objective):
+    out = tmp_path / objective
+    m = _run(params_file, prepared, out, f"nli_{objective}", tmp_path / "cache")
+    assert m["kind"] == "nli" and m["objective"] == objective and m["pooling"] == "mean"
+    assert m["dev_loss_last"] < m["dev_loss_before"], m
+    assert m["train_examples"] > 100 and m["dev_examples"] == 64
+    enc, tensors, _ = load_encoder(out / "model")
+    assert tensors == {}   # NLI pretraining saves no MLM head
+
+
+def test_para_first_dispatches_to_the_fine_tuning_library(params_file, prepared, tmp_path, monkeypatch,
+                                                          tiny_model_dir):
+    """kind=para_first calls minbert.train.pretrain_paraphrase_first with the stage's folders."""
+    calls = {}
+
+    def fake(pparams, exp, data_dir, model_name, out_model_folder, cache_dir):
+        from minbert.weights import save_hf_folder
+
+        calls.update(kind=pparams.kind, data_dir=data_dir, model=model_name, seed=exp.seed)
+        enc, _, folder = load_encoder(model_name)
+        save_hf_folder(out_model_folder, enc, tokenizer_folder=folder)
+        return {"history": [{"epoch": 1, "train_loss": 0.6, "dev_loss": 0.5}], "dev_loss_last": 0.5}
+
+    monkeypatch.setitem(sys.modules, "minbert.train", types.SimpleNamespace(pretrain_paraphrase_first=fake))
+    m = _run(params_file, prepared, tmp_path / "para", "para", tmp_path / "cache")
+    assert calls == {"kind": "para_first", "data_dir": prepared, "model": str(tiny_model_dir), "seed": 3}
+    assert m == {"kind": "para_first", "dev_loss_last": 0.5}
+    assert pd.read_csv(tmp_path / "para" / "history.csv")["dev_loss"].tolist() == [0.5]
+    assert (tmp_path / "para" / "model" / "config.json").is_file()
+
+
+def test_bad_input_is_one_line_with_exit_2(params_file, prepared, tmp_path, repo_root):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "stages.pretrain", "--params", str(params_file), *args],
+                              cwd=repo_root, capture_output=True, text=True, timeout=120)
+
+    r = cli("--name", "mlmm", "--data", str(prepared), "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and "unknown pretraining 'mlmm' (did you mean 'mlm'?)" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = cli("--name", "mlm", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and "stages.prepare" in r.stderr
+    # NLI data in which no premise has both an entailment and a contradiction
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    frame = pd.DataFrame({"id": ["1", "2"], "group": ["g1", "g2"], "sentence1": ["p1", "p2"],
+                          "sentence2": ["h1", "h2"], "label": ["entailment", "contradiction"]})
+    write_split(frame, bad / "nli-train.tsv")
+    write_split(frame, bad / "nli-dev.tsv")
+    r = cli("--name", "nli_triplet", "--data", str(bad), "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and "nli-train.tsv: no (premise, entailment, contradiction) triplet" in r.stderr
+    assert not (tmp_path / "x").exists()
