@@ -100,7 +100,7 @@ def _local_path(repo: Path, p: str | None) -> str | None:
     return p if (repo / p).exists() or p.startswith(("/", ".", "data/")) else None
 
 
-def _report_inputs(lp: LoadedParams, params_arg: str, experiment_jobs: list[Job]) -> list[str]:
+def _report_inputs(lp: LoadedParams, params_arg: str, experiment_jobs: list[Job], repo: Path) -> list[str]:
     try:
         from minbert.report import report_inputs
     except ImportError:
@@ -113,8 +113,8 @@ def _report_inputs(lp: LoadedParams, params_arg: str, experiment_jobs: list[Job]
     # params file: tracked through `params`) are left out, so the DAG does not depend on what
     # happens to exist on disk yet.
     deps = []
-    for f in report_inputs(params_arg, RESULTS):
-        f = Path(f).as_posix()
+    for f in report_inputs(repo / params_arg, repo / RESULTS):
+        f = _relative(Path(f), repo)
         owner = next((o for o in produced if f == o or f.startswith(o + "/")), None)
         if owner and owner not in deps:
             deps.append(owner)
@@ -181,7 +181,7 @@ def jobs(params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[Job
                        outs=[f"{folder}/predictions", f"{folder}/run.json"], metrics=[f"{folder}/metrics.json"],
                        params=[f"ensembles.{name}"], config=ens.model_dump()))
 
-    report_deps = _report_inputs(lp, params_arg, out)
+    report_deps = _report_inputs(lp, params_arg, out, repo)
     templates = ["workflow/templates"] if any((repo / "workflow/templates").glob("*")) else []
     out.append(Job("report", None, _cmd("report", params_arg),
                    deps=_code("report") + templates + report_deps,
