@@ -60,7 +60,9 @@ def fmt_history(v, column: str) -> str:
         return f"{v:.2e}"
     if column == "seconds":
         return fmt_duration(v)
-    return fmt_metric(v)
+    if column.endswith(("_loss", "_acc", "_pearson", "_overall", "_score", "_mean")):
+        return fmt_metric(v)
+    return f"{v:.4g}"                          # anything else a training stage records
 
 
 def fmt_label(v, task: str) -> str:
