@@ -1,0 +1,296 @@
+"""The multi-task training loop on the tiny BERT and small slices of real (or demo) data:
+reproducibility, resuming, non-finite losses, frozen encoder, head retraining, sequential
+fine-tuning, SMART and PCGrad in the loop, and torchrun data parallelism against one process."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+import minbert.experiment as experiment
+import minbert.train as train
+from minbert.data import read_cs224n, write_split
+from minbert.errors import MinBertError
+from minbert.experiment import finetune_experiment, retrain_heads_experiment
+from minbert.multitask import MultitaskModel, _EncoderStub
+from minbert.params import ExperimentParams
+from minbert.runtime import seed_everything
+
+from conftest import REPO, shared_data_dir
+
+RAW = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
+# history columns that measure time, not training
+TIMING = ["seconds", "examples_per_second"]
+
+
+def write_prepared(out: Path, n_train: int, n_dev: int, n_test: int = 0) -> Path:
+    """results/data-style splits: the first rows of the real CS224N files (demo data when absent)."""
+    shared = shared_data_dir()
+    src = shared / "cs224n" if shared else REPO / "data" / "demo"
+    out.mkdir(parents=True, exist_ok=True)
+    for task, prefix in RAW.items():
+        for split, n in (("train", n_train), ("dev", n_dev), ("test", n_test)):
+            if n:
+                name = f"{prefix}-test-student.csv" if split == "test" else f"{prefix}-{split}.csv"
+                frame, _ = read_cs224n(src / name, task, labelled=split != "test", on_bad_rows="drop")
+                write_split(frame.head(n), out / f"{task}-{split}.tsv")
+    return out
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    """Runs here use one thread (tiny matrices: a second thread only adds contention); the
+    tests that follow get the process's setting back."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    return write_prepared(tmp_path_factory.mktemp("data"), n_train=40, n_dev=32)
+
+
+def make_exp(tiny_model_dir, **finetune) -> ExperimentParams:
+    ft = {"epochs": 2, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 6,
+          "downsample": {"mode": "fixed", "size": 32}, **finetune}
+    return ExperimentParams.model_validate({"model": str(tiny_model_dir), "device": "cpu", "seed": 7,
+                                           "threads": 1, "max_length": 32, "predict_batch_size": 64, "finetune": ft})
+
+
+def state_dict(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def assert_same_weights(a: dict, b: dict, atol: float = 0.0):
+    assert a.keys() == b.keys()
+    for k in a:
+        if atol:
+            torch.testing.assert_close(a[k], b[k], atol=atol, rtol=0, msg=lambda m: f"{k}: {m}")
+        else:
+            assert torch.equal(a[k], b[k]), k
+
+
+def history(out: Path) -> pd.DataFrame:
+    return pd.read_csv(out / "history.csv").drop(columns=TIMING)
+
+
+# ---------------------------------------------------------------- reproducibility and resuming
+
+def test_same_seed_twice_gives_identical_metrics_and_weights(tiny_model_dir, prepared, tmp_path):
+    exp = make_exp(tiny_model_dir)   # default dropout on: the RNG streams must match too
+    a = finetune_experiment(exp, prepared, tmp_path / "a")
+    b = finetune_experiment(exp, prepared, tmp_path / "b")
+    assert a.best_dev == b.best_dev and a.best_epoch == b.best_epoch
+    pd.testing.assert_frame_equal(history(tmp_path / "a"), history(tmp_path / "b"))
+    assert_same_weights(state_dict(tmp_path / "a" / "model.pt"), state_dict(tmp_path / "b" / "model.pt"))
+    h = history(tmp_path / "a")
+    assert h["epoch"].tolist() == [1, 2] and h["stage"].tolist() == ["sst+para+sts"] * 2
+    for col in ("lr", "train_sst_loss", "train_sst_acc", "dev_para_acc", "dev_sts_pearson", "dev_overall", "dev_score"):
+        assert col in h.columns and h[col].notna().all(), col
+    # finished runs leave no resumable state behind
+    assert not (tmp_path / "a" / "last.pt").exists()
+    # a different seed gives a different run
+    c = finetune_experiment(exp.model_copy(update={"seed": 8}), prepared, tmp_path / "c")
+    assert not history(tmp_path / "c").equals(history(tmp_path / "a")) or c.best_dev != a.best_dev
+
+
+@pytest.mark.parametrize("schedule,epochs", [("round_robin", 3), ("sequential", 1)])
+def test_interrupted_run_resumes_to_the_same_result(tiny_model_dir, prepared, tmp_path, schedule, epochs):
+    exp = make_exp(tiny_model_dir, schedule=schedule, epochs=epochs,
+                   **({"tasks": ["sst", "sts"]} if schedule == "sequential" else {}))
+    full = finetune_experiment(exp, prepared, tmp_path / "full")
+    part = tmp_path / "part"
+    first = finetune_experiment(exp, prepared, part, stop_after_epochs=1)
+    assert len(first.history) == 1 and (part / "last.pt").is_file()
+    assert len(pd.read_csv(part / "history.csv")) == 1
+    resumed = finetune_experiment(exp, prepared, part, resume=True)
+    assert resumed.best_dev == full.best_dev and resumed.best_epoch == full.best_epoch
+    pd.testing.assert_frame_equal(history(part), history(tmp_path / "full"))
+    assert_same_weights(state_dict(part / "model.pt"), state_dict(tmp_path / "full" / "model.pt"))
+
+
+def test_resume_ignores_state_of_another_configuration(tiny_model_dir, prepared, tmp_path):
+    out = tmp_path / "run"
+    finetune_experiment(make_exp(tiny_model_dir, lr=5e-4), prepared, out, stop_after_epochs=1)
+    exp = make_exp(tiny_model_dir)
+    res = finetune_experiment(exp, prepared, out, resume=True)
+    ref = finetune_experiment(exp, prepared, tmp_path / "ref")
+    assert res.best_dev == ref.best_dev and len(res.history) == 2
+
+
+# ---------------------------------------------------------------- non-finite losses
+
+def test_nan_loss_names_the_task_and_keeps_last_checkpoint(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    exp = make_exp(tiny_model_dir, max_steps_per_epoch=3)   # epoch 1: updates sst, para, sts
+    real_loss = train.task_loss
+    calls = {"n": 0}
+
+    def loss_nan_in_second_epoch(task, heads, out, labels):
+        calls["n"] += 1
+        loss = real_loss(task, heads, out, labels)
+        return loss * float("nan") if task == "para" and calls["n"] > 3 else loss
+
+    monkeypatch.setattr(train, "task_loss", loss_nan_in_second_epoch)
+    out = tmp_path / "run"
+    with pytest.raises(MinBertError, match=r"non-finite para loss at stage 0 epoch 1 .*last\.pt") as err:
+        finetune_experiment(exp, prepared, out)
+    assert "\n" not in str(err.value)
+    last = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    assert last["state"]["epoch"] == 1 and len(last["state"]["history"]) == 1
+    # last.pt holds the weights after the first (good) epoch, the ones model.pt kept
+    assert_same_weights(last["model"], state_dict(out / "model.pt"))
+    assert len(pd.read_csv(out / "history.csv")) == 1
+
+
+def test_diverging_learning_rate_stops_in_the_first_epoch(tiny_model_dir, prepared, tmp_path):
+    exp = make_exp(tiny_model_dir, lr=1e30, head_lr=1e30, grad_clip=None)
+    with pytest.raises(MinBertError, match=r"non-finite (sst|para|sts) loss at stage 0 epoch 0 .*none \(first epoch\)"):
+        finetune_experiment(exp, prepared, tmp_path / "run")
+    assert not (tmp_path / "run" / "model.pt").exists()
+
+
+# ---------------------------------------------------------------- what trains
+
+def initial_weights(exp: ExperimentParams) -> dict[str, torch.Tensor]:
+    """The model finetune_experiment starts from (same seeding), for before/after comparisons."""
+    from minbert.weights import load_encoder
+
+    encoder, _, _ = load_encoder(exp.model)
+    seed_everything(exp.seed)
+    model = MultitaskModel(encoder, exp.finetune.heads, exp.finetune.tasks)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def changed(before: dict, after: dict, prefix: str) -> list[str]:
+    return [k for k in before if k.startswith(prefix) and not torch.equal(before[k], after[k])]
+
+
+def test_freeze_encoder_trains_only_the_heads(tiny_model_dir, prepared, tmp_path):
+    exp = make_exp(tiny_model_dir, freeze_encoder=True, heads={"para": "concat", "sts": "cosine"})
+    before = initial_weights(exp)
+    finetune_experiment(exp, prepared, tmp_path / "run")
+    after = state_dict(tmp_path / "run" / "model.pt")
+    assert changed(before, after, "encoder.") == []
+    assert {k.split(".")[1] for k in changed(before, after, "heads.")} == {"sst", "para", "sts"}
+
+
+def test_retrain_heads_reinitialises_heads_and_keeps_the_encoder(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    exp = make_exp(tiny_model_dir, epochs=1)
+    exp = ExperimentParams.model_validate({**exp.model_dump(), "retrain_heads": {"enabled": True, "epochs": 1}})
+    finetune_experiment(exp, prepared, tmp_path / "ft")
+    tuned = state_dict(tmp_path / "ft" / "model.pt")
+
+    at_start = {}
+    real_fit = experiment.fit
+
+    def recording_fit(model, *args, **kw):
+        at_start.update({k: v.clone() for k, v in model.state_dict().items()})
+        return real_fit(model, *args, **kw)
+
+    monkeypatch.setattr(experiment, "fit", recording_fit)
+    res = retrain_heads_experiment(exp, tmp_path / "ft" / "model.pt", prepared, tmp_path / "rh")
+    # the heads start afresh: what a new model seeded with seed + 1 initialises
+    seed_everything(exp.seed + 1)
+    fresh = MultitaskModel(_EncoderStub(tiny_config(tuned)), exp.finetune.heads, exp.finetune.tasks)
+    for k, v in fresh.state_dict().items():
+        assert torch.equal(at_start[k], v), k
+        assert not torch.equal(tuned[k], v), k
+    retrained = state_dict(tmp_path / "rh" / "model.pt")
+    assert changed(tuned, retrained, "encoder.") == []
+    assert changed(fresh.state_dict(), {k: retrained[k] for k in fresh.state_dict()}, "heads.")
+    ckpt = torch.load(tmp_path / "rh" / "model.pt", map_location="cpu", weights_only=True)
+    assert ckpt["stage"] == "retrain_heads" and res.best_epoch == 1
+
+
+def tiny_config(sd):
+    from minbert.model import BertConfig
+
+    return BertConfig(vocab_size=sd["encoder.embeddings.word.weight"].shape[0],
+                      hidden_size=sd["encoder.embeddings.word.weight"].shape[1])
+
+
+def test_sequential_trains_tasks_one_after_another(tiny_model_dir, prepared, tmp_path):
+    exp = make_exp(tiny_model_dir, schedule="sequential", tasks=["sst", "para", "sts"], epochs=2,
+                   max_steps_per_epoch=3)
+    res = finetune_experiment(exp, prepared, tmp_path / "run")
+    h = pd.read_csv(tmp_path / "run" / "history.csv")
+    assert h["stage"].tolist() == ["sst", "sst", "para", "para", "sts", "sts"]
+    assert h["epoch"].tolist() == [1, 2, 3, 4, 5, 6]
+    # each stage trains (and reports training numbers for) its own task only
+    for stage, rows in h.groupby("stage"):
+        others = [t for t in ("sst", "para", "sts") if t != stage]
+        assert rows[f"train_{stage}_loss"].notna().all()
+        assert all(rows[f"train_{t}_loss"].isna().all() for t in others if f"train_{t}_loss" in h.columns)
+    # model selection within a stage scores that stage's task only
+    for _, row in h.iterrows():
+        metric = {"sst": "dev_sst_acc", "para": "dev_para_acc", "sts": "dev_sts_pearson"}[row["stage"]]
+        expected = (row[metric] + 1) / 2 if row["stage"] == "sts" else row[metric]
+        assert row["dev_score"] == pytest.approx(expected, abs=1e-5)
+    assert res.best_epoch in (5, 6)   # the last stage's best checkpoint is the model
+
+
+def test_smart_and_pcgrad_runs_complete_and_change_the_weights(tiny_model_dir, prepared, tmp_path):
+    base = {"schedule": "simultaneous", "epochs": 1, "max_steps_per_epoch": 3, "hidden_dropout": 0.0,
+            "heads": {"dropout": 0.0, "sts": "cosine", "sts_loss": "mse+pearson"}}
+    plain_exp = make_exp(tiny_model_dir, **base)
+    before = initial_weights(plain_exp)
+    finetune_experiment(plain_exp, prepared, tmp_path / "plain")
+    plain = state_dict(tmp_path / "plain" / "model.pt")
+    for name, extra in (("smart", {"smart": {"enabled": True, "lambda_s": 10.0, "epsilon": 1e-2, "step_size": 1e-2}}),
+                        ("pcgrad", {"pcgrad": True}),
+                        ("both", {"pcgrad": True, "smart": {"enabled": True, "mu": 0.0}})):
+        res = finetune_experiment(make_exp(tiny_model_dir, **base, **extra), prepared, tmp_path / name)
+        assert math.isfinite(res.best_score), name
+        h = pd.read_csv(tmp_path / name / "history.csv")
+        assert np.isfinite(h[[c for c in h.columns if c.startswith("train_")]].to_numpy()).all(), name
+        after = state_dict(tmp_path / name / "model.pt")
+        assert changed(before, after, "encoder.") and changed(before, after, "heads."), name
+        # the regulariser is in effect: same seed and data, different weights than plain training
+        assert changed(plain, after, "encoder."), name
+
+
+# ---------------------------------------------------------------- data parallel (torchrun, gloo)
+
+@pytest.mark.slow
+def test_torchrun_two_processes_match_one(tiny_model_dir, tmp_path):
+    data = write_prepared(tmp_path / "data", n_train=32, n_dev=32)
+    params = tmp_path / "params.yaml"
+    ft = {"epochs": 2, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.25, "max_steps_per_epoch": 6,
+          "hidden_dropout": 0.0, "downsample": {"mode": "none"}, "heads": {"dropout": 0.0, "pooling": "mean"}}
+    params.write_text(yaml.safe_dump({
+        "base": {"model": str(tiny_model_dir), "device": "cpu", "threads": 1, "seed": 5, "max_length": 32},
+        "experiments": {"dp": {"finetune": ft}}}), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    common = ["-m", "stages.finetune", "--experiment", "dp", "--params", str(params), "--data", str(data)]
+    one = subprocess.run([sys.executable, *common, "--results", str(tmp_path / "one")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", *common,
+                          "--results", str(tmp_path / "two")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = (tmp_path / r / "experiments" / "dp" / "finetune" for r in ("one", "two"))
+    ca = torch.load(a / "model.pt", map_location="cpu", weights_only=True)
+    cb = torch.load(b / "model.pt", map_location="cpu", weights_only=True)
+    assert ca["epoch"] == cb["epoch"]
+    for k, v in ca["dev_metrics"].items():
+        assert cb["dev_metrics"][k] == pytest.approx(v, abs=1e-3), k
+    assert_same_weights(ca["state_dict"], cb["state_dict"], atol=1e-4)
+    ha, hb = pd.read_csv(a / "history.csv"), pd.read_csv(b / "history.csv")
+    for col in [c for c in ha.columns if c.startswith(("train_", "dev_")) and c.endswith("loss")]:
+        np.testing.assert_allclose(hb[col], ha[col], rtol=1e-3, err_msg=col)
+    # the training went somewhere: weights moved from the start
+    start = initial_weights(ExperimentParams.model_validate(
+        {"model": str(tiny_model_dir), "seed": 5, "finetune": ft}))
+    assert changed(start, ca["state_dict"], "encoder.")
