@@ -88,6 +88,7 @@ def training_curves(history: pd.DataFrame) -> str | None:
                 else:
                     ax.set_xlabel("epoch")
                 ax.xaxis.get_major_locator().set_params(integer=True)
+                ax.ticklabel_format(axis="y", useOffset=False)   # "+2.94e-1" offsets confuse readers
                 if ax.lines and i == 0 and j == 0:
                     ax.legend(frameon=False)           # one legend: the colours mean the same everywhere
         return to_data_uri(fig)
