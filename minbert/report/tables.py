@@ -96,7 +96,7 @@ def build_table(name: str, title: str, source: str, row_names: list[str], baseli
     for split in splits:
         if any(run.split_metrics(split) for run in runs):
             shown_splits.append(split)
-        elif split == "test":
+        elif split == "test" and any(run.split_metrics("dev") for run in runs):
             notes.append("No test scores: the test labels are not available.")
     # A column that is empty in every row (e.g. 'mean' when no row trains all tasks) is left out.
     columns = [(split, key, header, tip) for split in shown_splits for key, header, tip in METRIC_COLUMNS
