@@ -459,3 +459,16 @@ def test_history_table_shows_epochs_text_and_scores(rendered):
     assert [th.text() for th in table.iter("th")][:5] == ["epoch", "stage", "lr", "seconds", "train_sst_loss"]
     first = [td.text() for td in table.find("tbody").find("tr").iter("td")][:5]
     assert first == ["1", "sst+para+sts", "2.00e-05", "1 min 01 s", "1.200"]
+
+
+def test_shipped_params_render_before_anything_ran(tmp_path):
+    """The project's own params.yaml: every study and experiment gets its table row and page."""
+    params = load_params(REPO / "params.yaml")
+    render_reports(params, tmp_path / "results", tmp_path / "reports", progress=False)
+    final = parse(tmp_path / "reports" / "final.html")
+    for study in params.params.studies:
+        rows = [tr.attrs["data-row"] for tr in final.find("table", id=f"table-{study.name}").iter("tr")
+                if "data-row" in tr.attrs]
+        assert rows == study.experiments
+    pages = {p.stem for p in (tmp_path / "reports" / "experiments").iterdir()}
+    assert pages == set(params.experiments) | set(params.params.ensembles)
