@@ -70,10 +70,9 @@ def init_distributed(device_setting: str = "auto") -> tuple[DistInfo, torch.devi
 def average_gradients(params: list[torch.nn.Parameter], world: int) -> None:
     if world <= 1:
         return
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    grads = [p.grad for p in params]
+    # every rank runs the same tasks, so the same parameters have no gradient on all ranks; they
+    # stay None (a zero gradient would let AdamW move them by momentum and weight decay, unlike one process)
+    grads = [p.grad for p in params if p.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat)
     flat /= world
