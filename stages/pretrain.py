@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--name", required=True, help="pretraining name in params.yaml `pretrainings:`")
     p.add_argument("--data", default="results/data", help="prepared data folder (default: results/data)")
     p.add_argument("--out", default=None, help="output folder (default: results/pretrain/NAME)")
-    p.add_argument("--cache", default="results/cache", help="tokenisation cache folder (default: results/cache)")
+    p.add_argument("--cache", default="results/cache/tokens", help="tokenisation cache folder (default: results/cache/tokens)")
     args = p.parse_args(argv)
 
     loaded = load_params(args.params)
@@ -61,13 +61,18 @@ def main(argv: list[str] | None = None) -> None:
 def _pretrain(pparams, exp, data_dir: Path, model_name: str, model_dir: Path, cache_dir) -> dict:
     """Run the pretraining kind, save the model folder and history.csv; return metrics.json's dict."""
     if pparams.kind == "para_first":
-        from minbert.train import pretrain_paraphrase_first
+        from minbert.experiment import pretrain_paraphrase_first
 
-        result = pretrain_paraphrase_first(pparams, exp, data_dir, model_name, model_dir, cache_dir)
-        history = (result or {}).get("history", []) if isinstance(result, dict) else []
-        metrics = {k: v for k, v in (result or {}).items() if k != "history"} if isinstance(result, dict) else {}
+        result = pretrain_paraphrase_first(pparams, exp, data_dir, model_name, model_dir, cache_dir,
+                                           work_dir=model_dir.parent / "para_first")
+        hist = result.history
+        history = [{"epoch": int(r["epoch"]), "train_loss": r.get("train_para_loss"), "dev_loss": r.get("dev_para_loss")}
+                   for r in hist.to_dict("records")]
         _write_history(model_dir.parent / "history.csv", history)
-        return {"kind": "para_first", **metrics}
+        return {"kind": "para_first", "dev_loss_first": history[0]["dev_loss"] if history else None,
+                "dev_loss_last": history[-1]["dev_loss"] if history else None,
+                "dev_para_acc_best": result.best_dev.get("para_acc"), "best_epoch": result.best_epoch,
+                "epochs": len(history)}
 
     from minbert import pretrain
 
