@@ -46,6 +46,15 @@ def test_jobs_of_the_shipped_params(repo_root):
         produced.update(job.outputs)
 
 
+def test_report_deps_cover_what_the_report_reads(repo_root):
+    report_inputs = pytest.importorskip("minbert.report").report_inputs
+    deps = next(j for j in dag.jobs("params.yaml") if j.stage == "report").deps
+    for f in report_inputs(repo_root / "params.yaml", repo_root / "results"):
+        rel = Path(f).relative_to(repo_root).as_posix() if Path(f).is_absolute() else Path(f).as_posix()
+        if rel != "params.yaml":      # tracked through the report's params keys
+            assert any(rel == d or rel.startswith(d + "/") for d in deps), rel
+
+
 def test_dvc_params_point_at_the_catalogue_file(repo_root, tmp_path):
     shutil.copytree(repo_root / "params", tmp_path / "params")
     text = (repo_root / "params.yaml").read_text().replace("catalogue: demo", "catalogue: full")

@@ -46,7 +46,7 @@ for stage_name in STAGES:
 
 onsuccess:
     # Keep DVC's record true after a Snakemake run: dvc.lock then lists what Snakemake produced.
-    import shutil, subprocess
-    if Path(".dvc").is_dir() and shutil.which("dvc") and config.get("dvc_commit", True):
-        if subprocess.run(["dvc", "commit", "--force", "--quiet"]).returncode != 0:
+    import shutil
+    if Path(".dvc").is_dir() and Path(".git").exists() and shutil.which("dvc") and config.get("dvc_commit", True):
+        if not dag.dvc_commit(JOBS, Path(workflow.basedir)):
             print("warning: `dvc commit --force` failed; run it by hand to update dvc.lock", file=sys.stderr)
