@@ -44,10 +44,11 @@ def study_plot(table: Table, split: str = "dev") -> str | None:
         width = 0.8 / len(rows)
         x = np.arange(len(keys))
         for i, row in enumerate(rows):
+            colour = COLORS[table.rows.index(row) % len(COLORS)]   # a row keeps its colour as results arrive
             values = [row.cells[(split, key)].value for key, _ in keys]
             shown = [j for j, v in enumerate(values) if v is not None]   # a missing metric is no bar, not 0
             ax.bar(x[shown] + (i - (len(rows) - 1) / 2) * width, [values[j] for j in shown], width,
-                   label=row.name + (" (baseline)" if row.is_baseline else ""), color=COLORS[i % len(COLORS)],
+                   label=row.name + (" (baseline)" if row.is_baseline else ""), color=colour,
                    hatch="//" if row.kind == "ensemble" else None, edgecolor="white")
         ax.set_xticks(x, [h for _, h in keys])
         low = min([0.0] + [row.cells[(split, k)].value or 0.0 for row in rows for k, _ in keys])
