@@ -65,6 +65,13 @@ def fmt_history(v, column: str) -> str:
     return f"{v:.4g}"                          # anything else a training stage records
 
 
+def short_id(example_id) -> str:
+    """Hash-like ids (CS224N's are 32 hex digits) cut to a readable prefix; the page keeps the
+    full id in the tooltip."""
+    text = str(example_id)
+    return text if len(text) <= 12 else text[:10] + "\u2026"
+
+
 def fmt_label(v, task: str) -> str:
     if not is_number(v):
         return DASH
@@ -81,7 +88,7 @@ def environment(templates: Path = TEMPLATES) -> Environment:
     env = Environment(loader=FileSystemLoader(str(templates)), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                       keep_trailing_newline=True)
-    env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value, history=fmt_history,
+    env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value, history=fmt_history, short_id=short_id,
                        label=fmt_label, heat=heat, delta_class=delta_class)
     env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS)
     return env
