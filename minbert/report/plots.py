@@ -52,7 +52,7 @@ def study_plot(table: Table, split: str = "dev") -> str | None:
                    hatch="//" if row.kind == "ensemble" else None, edgecolor="white")
         ax.set_xticks(x, [h for _, h in keys])
         low = min([0.0] + [row.cells[(split, k)].value or 0.0 for row in rows for k, _ in keys])
-        ax.set_ylim(low, 1.0)
+        ax.set_ylim(low - 0.05 if low < 0 else 0.0, 1.0)   # room below a negative Pearson r
         ax.set_ylabel(f"{split} score")
         ax.grid(axis="x", visible=False)
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
