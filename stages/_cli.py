@@ -24,3 +24,12 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+
+
+def experiment_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of a per-experiment stage: --params, --experiment, --data, --results."""
+    p = parser(description)
+    p.add_argument("--experiment", required=True, help="the experiment name in params.yaml")
+    p.add_argument("--data", default="results/data", help="the prepared data (default: results/data)")
+    p.add_argument("--results", default="results", help="the results folder (default: results)")
+    return p

@@ -12,21 +12,18 @@ from pathlib import Path
 from minbert.experiment import predict_experiment
 from minbert.params import load_params
 from minbert.runinfo import recorded_run
-from minbert.runtime import setup_logging
-from stages._cli import parser, run
+from minbert.runtime import pick_device, setup_logging
+from stages._cli import experiment_parser, run
 
 
 def main(argv=None):
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--experiment", required=True)
-    p.add_argument("--data", default="results/data")
-    p.add_argument("--results", default="results")
+    p = experiment_parser(__doc__.splitlines()[0])
     args = p.parse_args(argv)
     exp = load_params(args.params).experiment(args.experiment)
     base = Path(args.results) / "experiments" / args.experiment
     checkpoint = base / ("retrain_heads" if exp.retrain_heads.enabled else "finetune") / "model.pt"
     setup_logging()
-    with recorded_run(base / "predictions" / "run.json", "predict", args.experiment, device=exp.device) as info:
+    with recorded_run(base / "predictions" / "run.json", "predict", args.experiment, device=pick_device(exp.device)) as info:
         info["files"] = predict_experiment(exp, checkpoint, args.data, base / "predictions",
                                            cache_dir=Path(args.results) / "cache" / "tokens")
 

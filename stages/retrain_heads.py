@@ -12,15 +12,12 @@ from minbert.errors import MinBertError
 from minbert.experiment import retrain_heads_experiment
 from minbert.params import load_params
 from minbert.runinfo import recorded_run
-from minbert.runtime import setup_logging
-from stages._cli import parser, run
+from minbert.runtime import pick_device, setup_logging
+from stages._cli import experiment_parser, run
 
 
 def main(argv=None):
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--experiment", required=True)
-    p.add_argument("--data", default="results/data")
-    p.add_argument("--results", default="results")
+    p = experiment_parser(__doc__.splitlines()[0])
     args = p.parse_args(argv)
     exp = load_params(args.params).experiment(args.experiment)
     if not exp.retrain_heads.enabled:
@@ -28,7 +25,7 @@ def main(argv=None):
     base = Path(args.results) / "experiments" / args.experiment
     out = base / "retrain_heads"
     setup_logging(out / "train.log")
-    with recorded_run(out / "run.json", "retrain_heads", args.experiment, device=exp.device) as info:
+    with recorded_run(out / "run.json", "retrain_heads", args.experiment, device=pick_device(exp.device)) as info:
         res = retrain_heads_experiment(exp, base / "finetune" / "model.pt", args.data, out,
                                        cache_dir=Path(args.results) / "cache" / "tokens", experiment=args.experiment)
         info.update(best_epoch=res.best_epoch, best_dev=res.best_dev, train_seconds=round(res.seconds, 1))
