@@ -110,7 +110,7 @@ def make_copy(repo_root: Path, dest: Path, tiny_model_dir: Path) -> Path:
     return dest
 
 
-def run(cmd: list[str], cwd: Path, timeout=900) -> str:
+def run(cmd: list[str], cwd: Path, timeout=1800) -> str:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
