@@ -47,7 +47,7 @@ def runtime_setup(exp: ExperimentParams) -> tuple[torch.device, DistInfo]:
 
 def finetune_experiment(exp: ExperimentParams, data_dir, out_dir, *, model_name: str | None = None,
                         cache_dir=None, resume: bool = True, stop_after_epochs: int | None = None,
-                        experiment: str = "") -> FitResult:
+                        experiment: str = "", evaluate_first: bool = False) -> FitResult:
     """Multi-task fine-tuning of one experiment; writes out_dir/{model.pt,history.csv}."""
     device, dist_info = runtime_setup(exp)
     cfg = exp.finetune
@@ -64,7 +64,8 @@ def finetune_experiment(exp: ExperimentParams, data_dir, out_dir, *, model_name:
                  ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
     return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=exp.seed,
                device=device, bf16=exp.bf16, dist_info=dist_info, resume=resume, stop_after_epochs=stop_after_epochs,
-               checkpoint_extra={"experiment": experiment, "stage": "finetune"}, eval_batch_size=exp.predict_batch_size)
+               checkpoint_extra={"experiment": experiment, "stage": "finetune"}, eval_batch_size=exp.predict_batch_size,
+               evaluate_first=evaluate_first)
 
 
 def retrain_config(exp: ExperimentParams) -> FinetuneParams:
@@ -156,7 +157,7 @@ def pretrain_paraphrase_first(pparams: PretrainParams, exp_base: ExperimentParam
         "smart": SmartParams(), "pcgrad": False, "freeze_encoder": False})})
     work_dir = Path(work_dir or Path(out_model_folder).parent / "para_first")
     result = finetune_experiment(exp, data_dir, work_dir, model_name=model_name, cache_dir=cache_dir,
-                                 experiment="para_first")
+                                 experiment="para_first", evaluate_first=True)
     model, _, _ = load_checkpoint(work_dir / "model.pt")
     _, _, source_folder = load_encoder(model_name)
     with atomic_path(out_model_folder) as tmp:

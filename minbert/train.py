@@ -152,6 +152,7 @@ class FitResult:
     history: pd.DataFrame
     seconds: float
     examples_per_second: float
+    dev_before: dict | None = None    # dev metrics of the starting model, when asked for
 
 
 def config_fingerprint(obj) -> str:
@@ -161,7 +162,8 @@ def config_fingerprint(obj) -> str:
 def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData], dev: dict[str, TaskData],
         cfg: FinetuneParams, *, out_dir: str | Path, seed: int, device: torch.device, bf16: bool = False,
         dist_info: DistInfo | None = None, resume: bool = True, stop_after_epochs: int | None = None,
-        checkpoint_extra: dict | None = None, eval_batch_size: int = 128, progress: bool = True) -> FitResult:
+        checkpoint_extra: dict | None = None, eval_batch_size: int = 128, progress: bool = True,
+        evaluate_first: bool = False) -> FitResult:
     """Train `model` per `cfg`; writes out_dir/{model.pt,last.pt,history.csv}. See module docstring."""
     dist_info = dist_info or DistInfo()
     out_dir = Path(out_dir)
@@ -223,6 +225,8 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
         elif dist_info.main:
             log.info("%s belongs to another configuration; starting afresh", last_path)
 
+    if evaluate_first and "dev_before" not in state and dist_info.main:
+        state["dev_before"] = evaluate(model, dev, tokenizer, eval_batch_size, device, bf16)
     amp = lambda: autocast(device, bf16)  # noqa: E731
     epochs_run = 0
     t_start = time.perf_counter() - state["seconds"]
@@ -378,5 +382,5 @@ def _write_history(path: Path, rows: list[dict]) -> None:
 def _result(state, t_start) -> FitResult:
     seconds = time.perf_counter() - t_start
     return FitResult(state["best_score"], state["best_epoch"], state["best_dev"], pd.DataFrame(state["history"]),
-                     seconds, state["examples"] / max(seconds, 1e-9))
+                     seconds, state["examples"] / max(seconds, 1e-9), state.get("dev_before"))
 

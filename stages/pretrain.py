@@ -69,7 +69,8 @@ def _pretrain(pparams, exp, data_dir: Path, model_name: str, model_dir: Path, ca
         history = [{"epoch": int(r["epoch"]), "train_loss": r.get("train_para_loss"), "dev_loss": r.get("dev_para_loss")}
                    for r in hist.to_dict("records")]
         _write_history(model_dir.parent / "history.csv", history)
-        return {"kind": "para_first", "dev_loss_first": history[0]["dev_loss"] if history else None,
+        return {"kind": "para_first", "dev_loss_before": (result.dev_before or {}).get("para_loss"),
+                "dev_loss_first": history[0]["dev_loss"] if history else None,
                 "dev_loss_last": history[-1]["dev_loss"] if history else None,
                 "dev_para_acc_best": result.best_dev.get("para_acc"), "best_epoch": result.best_epoch,
                 "epochs": len(history)}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 
 import pandas as pd
 import pytest
@@ -124,25 +123,20 @@ def test_nli_stage_lowers_its_dev_loss(params_file, prepared, tmp_path, objectiv
     assert tensors == {}   # NLI pretraining saves no MLM head
 
 
-def test_para_first_dispatches_to_the_fine_tuning_library(params_file, prepared, tmp_path, monkeypatch,
-                                                          tiny_model_dir):
-    """kind=para_first calls minbert.train.pretrain_paraphrase_first with the stage's folders."""
-    calls = {}
-
-    def fake(pparams, exp, data_dir, model_name, out_model_folder, cache_dir):
-        from minbert.weights import save_hf_folder
-
-        calls.update(kind=pparams.kind, data_dir=data_dir, model=model_name, seed=exp.seed)
-        enc, _, folder = load_encoder(model_name)
-        save_hf_folder(out_model_folder, enc, tokenizer_folder=folder)
-        return {"history": [{"epoch": 1, "train_loss": 0.6, "dev_loss": 0.5}], "dev_loss_last": 0.5}
-
-    monkeypatch.setitem(sys.modules, "minbert.train", types.SimpleNamespace(pretrain_paraphrase_first=fake))
-    m = _run(params_file, prepared, tmp_path / "para", "para", tmp_path / "cache")
-    assert calls == {"kind": "para_first", "data_dir": prepared, "model": str(tiny_model_dir), "seed": 3}
-    assert m == {"kind": "para_first", "dev_loss_last": 0.5}
-    assert pd.read_csv(tmp_path / "para" / "history.csv")["dev_loss"].tolist() == [0.5]
-    assert (tmp_path / "para" / "model" / "config.json").is_file()
+@pytest.mark.slow
+def test_para_first_trains_the_paraphrase_task_and_saves_the_encoder(params_file, prepared, tmp_path, tiny_model_dir):
+    """kind=para_first fine-tunes on the whole Quora training split and saves the encoder."""
+    out = tmp_path / "para"
+    m = _run(params_file, prepared, out, "para", tmp_path / "cache")
+    assert m["kind"] == "para_first" and m["epochs"] == 2
+    assert m["dev_loss_last"] < m["dev_loss_before"], m
+    hist = pd.read_csv(out / "history.csv")
+    assert list(hist.columns) == ["epoch", "train_loss", "dev_loss"] and hist["epoch"].tolist() == [1, 2]
+    enc, tensors, folder = load_encoder(out / "model")
+    start, _, _ = load_encoder(tiny_model_dir)
+    assert tensors == {} and (folder / "tokenizer.json").is_file()
+    moved = [k for k, v in enc.state_dict().items() if not torch.equal(v, start.state_dict()[k])]
+    assert moved, "the saved encoder is the starting one"
 
 
 def test_bad_input_is_one_line_with_exit_2(params_file, prepared, tmp_path, repo_root):
