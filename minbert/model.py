@@ -87,15 +87,37 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.attn_dropout = cfg.attention_probs_dropout_prob
 
-    def forward(self, x, attn_bias):
-        B, T, H = x.shape
+    def forward(self, x, attn_bias, tokens: "Unpadded | None" = None):
+        qkv = self.qkv(x)
+        if tokens is not None:  # (N, 3H) real tokens -> (B, T, 3H), zeros at padding
+            qkv = tokens.pad(qkv)
+        B, T, H3 = qkv.shape
+        H = H3 // 3
         # (B, T, 3H) -> 3 x (B, n_head, T, head_dim)
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, H // self.n_head).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.view(B, T, 3, self.n_head, H // self.n_head).permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_bias, dropout_p=self.attn_dropout if self.training else 0.0
         )
         y = y.transpose(1, 2).reshape(B, T, H)
+        if tokens is not None:
+            y = tokens.unpad(y)
         return self.out(y)
+
+
+class Unpadded:
+    """Where a padded batch's real tokens are: everything but attention works on the (N, H)
+    real tokens only, so padding costs no matrix products outside attention."""
+
+    def __init__(self, attention_mask):
+        self.B, self.T = attention_mask.shape
+        self.index = attention_mask.reshape(-1).nonzero().squeeze(1)  # (N,)
+
+    def unpad(self, x):  # (B, T, D) -> (N, D)
+        return x.reshape(self.B * self.T, -1).index_select(0, self.index)
+
+    def pad(self, x):  # (N, D) -> (B, T, D), zeros at padding
+        out = x.new_zeros(self.B * self.T, x.shape[-1]).index_copy(0, self.index, x)
+        return out.view(self.B, self.T, -1)
 
 
 class Layer(nn.Module):
@@ -111,8 +133,9 @@ class Layer(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.act = _ACTIVATIONS[cfg.hidden_act]
 
-    def forward(self, x, attn_bias):
-        x = self.attn_norm(x + self.dropout(self.attn(x, attn_bias)))
+    def forward(self, x, attn_bias, tokens: "Unpadded | None" = None):
+        # x: (B, T, H), or (N, H) real tokens only when `tokens` says where they sit
+        x = self.attn_norm(x + self.dropout(self.attn(x, attn_bias, tokens)))
         x = self.ff_norm(x + self.dropout(self.ff_out(self.act(self.ff_in(x)))))
         return x
 
@@ -129,7 +152,8 @@ class Pooler(nn.Module):
 
 
 class BertModel(nn.Module):
-    """Returns (last_hidden_state (B, T, H), pooled_output (B, H))."""
+    """Returns (last_hidden_state (B, T, H), pooled_output (B, H)); the hidden states at padding
+    positions are zeros (padding never reaches a matrix product outside attention)."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
@@ -177,11 +201,16 @@ class BertModel(nn.Module):
             inputs_embeds = self.embeddings.word(input_ids)
         x = self.embeddings(None, token_type_ids, inputs_embeds=inputs_embeds)
         attn_bias = self.attention_bias(attention_mask)
+        tokens = Unpadded(attention_mask) if attn_bias is not None else None
+        if tokens is not None:
+            x = tokens.unpad(x)
         for layer in self.layers:
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(layer, x, attn_bias, use_reentrant=False)
+                x = checkpoint(layer, x, attn_bias, tokens, use_reentrant=False)
             else:
-                x = layer(x, attn_bias)
+                x = layer(x, attn_bias, tokens)
+        if tokens is not None:
+            x = tokens.pad(x)  # padding positions of the last hidden state are zeros
         pooled = self.pooler(x)
         if return_embeddings:
             return x, pooled, inputs_embeds
