@@ -84,3 +84,8 @@ def evaluate_folder(folder: str | Path) -> dict:
     if dev is None:
         raise MinBertError(f"{folder}: the dev predictions carry no labels")
     return {"dev": dev, "test": score_split(folder, "test")}
+
+
+def summary_line(name: str, metrics: dict) -> str:
+    """One line of dev scores for the terminal, e.g. `a: sst_acc=0.5000, ..., overall=0.7000`."""
+    return f"{name}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics["dev"].items() if k != "n")

@@ -33,10 +33,6 @@ def is_cross(heads: HeadsParams, task: str) -> bool:
     return task in PAIR_TASKS and getattr(heads, task) == "cross"
 
 
-def is_bi(heads: HeadsParams, task: str) -> bool:
-    return task in PAIR_TASKS and getattr(heads, task) in BI_ENCODER_HEADS
-
-
 class MultitaskModel(nn.Module):
     def __init__(self, encoder: BertModel, heads: HeadsParams, tasks: list[str]):
         super().__init__()

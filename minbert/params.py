@@ -429,6 +429,11 @@ class LoadedParams:
             raise MinBertError(f"params.yaml: unknown pretraining '{name}'{_close(name, self.params.pretrainings)}")
         return self.params.pretrainings[name]
 
+    def ensemble(self, name: str) -> EnsembleParams:
+        if name not in self.params.ensembles:
+            raise MinBertError(f"params.yaml: unknown ensemble '{name}'{_close(name, self.params.ensembles)}")
+        return self.params.ensembles[name]
+
     def pretrain_model(self, name: str) -> str:
         """The model a pretraining starts from: its own `model`, else the base model."""
         p = self.pretraining(name)

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from minbert.ensemble import ensemble_folder
-from minbert.errors import MinBertError
-from minbert.evaluate import evaluate_folder
+from minbert.evaluate import evaluate_folder, summary_line
 from minbert.io import write_json
 from minbert.params import load_params
 from minbert.runinfo import recorded_run
@@ -23,13 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--name", required=True, help="the ensemble name in params.yaml")
     p.add_argument("--results", default=str(RESULTS), help="the results folder (default: results)")
     a = p.parse_args(argv)
-    lp = load_params(a.params)
-    ensembles = lp.params.ensembles
-    if a.name not in ensembles:
-        from minbert.params import _close
-
-        raise MinBertError(f"{a.params}: unknown ensemble '{a.name}'{_close(a.name, ensembles)}")
-    ens = ensembles[a.name]
+    ens = load_params(a.params).ensemble(a.name)
     results = Path(a.results)
     out = results / "ensembles" / a.name
     members = {m: results / "experiments" / m / "predictions" for m in ens.members}
@@ -38,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
         info["files"] = ensemble_folder(members, out / "predictions", ens.classification, ens.similarity)
         metrics = evaluate_folder(out / "predictions")
         write_json(out / "metrics.json", metrics)
-    print(f"{a.name}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics["dev"].items() if k != "n"))
+    print(summary_line(a.name, metrics))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minbert.evaluate import evaluate_folder
+from minbert.evaluate import evaluate_folder, summary_line
 from minbert.io import write_json
 from minbert.params import load_params
 
@@ -24,8 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     folder = Path(a.results) / "experiments" / a.experiment
     metrics = evaluate_folder(folder / "predictions")
     write_json(folder / "metrics.json", metrics)
-    dev = metrics["dev"]
-    print(f"{a.experiment}: " + ", ".join(f"{k}={v:.4f}" for k, v in dev.items() if k != "n"))
+    print(summary_line(a.experiment, metrics))
 
 
 if __name__ == "__main__":
