@@ -157,6 +157,20 @@ class TaskData:
     encoded_b: list[tuple[list[int], list[int]]] | None  # second sentences (bi-encoder pairs)
     labels: np.ndarray | None                          # None when the split has no labels
     frame: object = field(default=None, repr=False)    # the source DataFrame (texts, for predictions)
+    # cross-encoded pairs in the other order, "[CLS] b [SEP] a [SEP]" (heads.symmetric_pairs)
+    encoded_swap: list[tuple[list[int], list[int]]] | None = field(default=None, repr=False)
+    symmetric: bool = False                            # pairs are read in both orders
+
+    def rows(self, indices, swap=None) -> list[tuple[list[int], list[int]]]:
+        """The encoder inputs of `indices`: a bi-encoder batch stacks the first sentences, then
+        the second ones (2B rows). `swap[k]` reads pair k in the order (b, a)."""
+        if swap is None or not self.symmetric:
+            swap = [False] * len(indices)
+        if self.encoded_b is None:
+            return [self.encoded_swap[i] if s else self.encoded[i] for i, s in zip(indices, swap)]
+        first = [self.encoded_b[i] if s else self.encoded[i] for i, s in zip(indices, swap)]
+        second = [self.encoded[i] if s else self.encoded_b[i] for i, s in zip(indices, swap)]
+        return first + second
 
     def __len__(self) -> int:
         return len(self.encoded)
@@ -170,26 +184,29 @@ class TaskData:
 def build_task_data(task: str, frame, tokenizer: Tokenizer, heads: HeadsParams, cache_dir=None) -> TaskData:
     from .batching import encode_cached
 
+    enc_swap, symmetric = None, False
     if task in ("sst", "cfimdb"):
         enc, enc_b = encode_cached(tokenizer, frame["sentence"].tolist(), cache_dir=cache_dir), None
     elif is_cross(heads, task):
-        enc = encode_cached(tokenizer, frame["sentence1"].tolist(), frame["sentence2"].tolist(), cache_dir=cache_dir)
-        enc_b = None
+        a, b = frame["sentence1"].tolist(), frame["sentence2"].tolist()
+        enc, enc_b = encode_cached(tokenizer, a, b, cache_dir=cache_dir), None
+        symmetric = heads.symmetric_pairs
+        if symmetric:
+            enc_swap = encode_cached(tokenizer, b, a, cache_dir=cache_dir)
     else:
+        symmetric = heads.symmetric_pairs
         enc = encode_cached(tokenizer, frame["sentence1"].tolist(), cache_dir=cache_dir)
         enc_b = encode_cached(tokenizer, frame["sentence2"].tolist(), cache_dir=cache_dir)
     labels = None
     if "label" in frame.columns and frame["label"].notna().all() and len(frame):
         labels = frame["label"].to_numpy(dtype=np.float32 if task == "sts" else np.int64)
-    return TaskData(task, frame["id"].astype(str).tolist(), enc, enc_b, labels, frame)
+    return TaskData(task, frame["id"].astype(str).tolist(), enc, enc_b, labels, frame, enc_swap, symmetric)
 
 
-def collate(data: TaskData, indices: list[int], tokenizer: Tokenizer) -> dict[str, torch.Tensor]:
-    """Pad a batch; bi-encoder batches stack the a-sentences then the b-sentences: (2B, T)."""
-    rows = [data.encoded[i] for i in indices]
-    if data.encoded_b is not None:
-        rows = rows + [data.encoded_b[i] for i in indices]
-    batch = tokenizer.pad(rows)
+def collate(data: TaskData, indices: list[int], tokenizer: Tokenizer, swap=None) -> dict[str, torch.Tensor]:
+    """Pad a batch; bi-encoder batches stack the a-sentences then the b-sentences: (2B, T).
+    `swap` (one bool per index) reads those pairs in the order (b, a)."""
+    batch = tokenizer.pad(data.rows(indices, swap))
     if data.labels is not None:
         batch["labels"] = torch.from_numpy(data.labels[indices])
     return batch
@@ -203,15 +220,20 @@ def to_device(batch: dict, device) -> dict:
 def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, batch_size: int, device,
                  amp_context) -> dict:
     """Run the model over a split in length order (less padding); returns outputs in input order,
-    with `loss` when the split has labels."""
+    with `loss` when the split has labels. A symmetric pair task's output is the mean of the
+    outputs for (a, b) and (b, a)."""
     model.eval()
     order = np.argsort(data.lengths(), kind="stable")
+    passes = [False, True] if data.symmetric else [False]
     outputs = []
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size].tolist()
-        batch = to_device(collate(data, idx, tokenizer), model_device(model))
-        with amp_context():
-            outputs.append(model(data.task, batch).float().cpu())
+        out_b = 0.0
+        for swapped in passes:
+            batch = to_device(collate(data, idx, tokenizer, [swapped] * len(idx)), model_device(model))
+            with amp_context():
+                out_b = out_b + model(data.task, batch).float().cpu()
+        outputs.append(out_b / len(passes))
     out = torch.cat(outputs) if outputs else torch.empty(0)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))

@@ -71,6 +71,9 @@ class HeadsParams(Strict):
     shared_layer: bool = False                  # one shared dense layer before the para/sts heads
     hidden_layers: int = Field(0, ge=0, le=4)   # extra hidden layers in each head
     dropout: float = Field(0.1, ge=0, lt=1)
+    # pair tasks see both sentence orders: each training pair is read as (a, b) or (b, a) at
+    # random (seeded), and a prediction is the mean of the outputs for (a, b) and (b, a)
+    symmetric_pairs: bool = False
 
 
 class SmartParams(Strict):
@@ -82,6 +85,7 @@ class SmartParams(Strict):
     step_size: float = Field(1e-3, gt=0)
     epsilon: float = Field(1e-5, gt=0)          # projection radius (inf-norm)
     noise_var: float = Field(1e-5, gt=0)
+    tasks: list[Task] | None = None             # the tasks SMART regularises; None: every task
 
 
 class FinetuneParams(Strict):

@@ -97,6 +97,7 @@ class TaskStream:
         self.data, self.tokenizer, self.dist = data, tokenizer, dist_info
         self.sampler = BucketBatchSampler(data.lengths(), batch_size, shuffle=True, seed=seed)
         self.epoch, self.cycle = epoch, 0
+        self.seed, self.batches = seed, 0
         self._it = self._start()
 
     def _start(self):
@@ -110,8 +111,14 @@ class TaskStream:
             self.cycle += 1
             self._it = self._start()
             idx = next(self._it)
-        idx = list(idx)[self.dist.rank::self.dist.world] or list(idx)[:1]
-        return collate(self.data, idx, self.tokenizer)
+        swap = None
+        if self.data.symmetric:   # drawn for the whole global batch, so every rank agrees
+            rng = np.random.default_rng([self.seed, self.epoch, self.batches, 7])
+            swap = (rng.random(len(idx)) < 0.5).tolist()
+        self.batches += 1
+        keep = list(range(len(idx)))[self.dist.rank::self.dist.world] or [0]
+        return collate(self.data, [idx[k] for k in keep], self.tokenizer,
+                       None if swap is None else [swap[k] for k in keep])
 
 
 # ---------------------------------------------------------------- evaluation
@@ -353,7 +360,7 @@ def _task_objective(model, task, batch, cfg: FinetuneParams, amp, teacher, smart
     labels = batch["labels"]
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     with amp():
-        if not cfg.smart.enabled:
+        if not cfg.smart.enabled or (cfg.smart.tasks is not None and task not in cfg.smart.tasks):
             out = model(task, inputs)
             return task_loss(task, model.heads_cfg, out, labels), out
         from .regularisers import bregman_term, smart_adversarial_loss

@@ -224,3 +224,43 @@ def test_load_checkpoint_errors(tmp_path):
     torch.save({"state_dict": {}}, other)
     with pytest.raises(MinBertError, match="not a minbert multi-task checkpoint"):
         load_checkpoint(other)
+
+
+# ---------------------------------------------------------------- symmetric pairs
+
+@pytest.mark.parametrize("kind", ["cross", "concat"])
+def test_symmetric_pairs_read_both_orders(tiny, kind):
+    folder, tok = tiny
+    sym = HeadsParams(para=kind, sts=kind, symmetric_pairs=True, dropout=0.0)
+    plain = sym.model_copy(update={"symmetric_pairs": False})
+    data = build_task_data("sts", STS, tok, sym)
+    flipped = STS.rename(columns={"sentence1": "sentence2", "sentence2": "sentence1"})
+    reference = build_task_data("sts", flipped, tok, plain)     # (b, a) built from scratch
+    forward = build_task_data("sts", STS, tok, plain)
+    # a swapped pair is exactly the encoding of (b, a); an unswapped one that of (a, b)
+    mixed = collate(data, [0, 1, 2], tok, [True, False, True])
+    for k, ref in ((0, reference), (1, forward), (2, reference)):
+        one = collate(ref, [k], tok)
+        rows = [k, k + 3] if kind == "concat" else [k]      # bi-encoders stack the a's, then the b's
+        for r, row in enumerate(rows):
+            n = int(one["attention_mask"][r].sum())
+            assert int(mixed["attention_mask"][row].sum()) == n
+            for key in ("input_ids", "token_type_ids"):
+                assert mixed[key][row, :n].tolist() == one[key][r, :n].tolist(), (k, key)
+    # prediction: the mean of the outputs for (a, b) and (b, a)
+    model = _model(folder, sym).eval()
+    cpu = torch.device("cpu")
+    both = predict_task(model, data, tok, 2, cpu, lambda: autocast(cpu, False))
+
+    def raw(d):
+        with torch.no_grad():
+            return model("sts", {k: v for k, v in collate(d, [0, 1, 2], tok).items() if k != "labels"})
+
+    ab, ba = raw(forward), raw(reference)
+    assert not torch.allclose(ab, ba)                          # the order matters to these heads
+    expected = sts_prediction(plain, (ab + ba) / 2)
+    np.testing.assert_allclose(both["prediction"], expected.numpy(), atol=1e-5)
+    assert both["loss"] == pytest.approx(float(task_loss("sts", plain, (ab + ba) / 2, torch.tensor(STS.label.values))),
+                                         rel=1e-5)
+    # sentences are never swapped for single-sentence tasks
+    assert not build_task_data("sst", SST, tok, sym).symmetric

@@ -258,6 +258,46 @@ def test_smart_and_pcgrad_runs_complete_and_change_the_weights(tiny_model_dir, p
         assert changed(plain, after, "encoder."), name
 
 
+def test_smart_tasks_limits_the_regulariser_to_the_named_tasks(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    import minbert.regularisers as regularisers
+
+    calls = []
+    original = regularisers.smart_adversarial_loss
+
+    def spy(forward, embeds, out, kind, **kw):
+        calls.append(kind)
+        return original(forward, embeds, out, kind, **kw)
+
+    monkeypatch.setattr(regularisers, "smart_adversarial_loss", spy)
+    base = {"schedule": "simultaneous", "epochs": 1, "max_steps_per_epoch": 2}
+    finetune_experiment(make_exp(tiny_model_dir, **base, smart={"enabled": True, "tasks": ["sst"]}), prepared,
+                        tmp_path / "sst")
+    assert calls == ["classification"] * 2          # one SST batch per update, nothing for para / sts
+    calls.clear()
+    finetune_experiment(make_exp(tiny_model_dir, **base, smart={"enabled": True}), prepared, tmp_path / "all")
+    assert sorted(set(calls)) == ["binary", "classification", "regression"] and len(calls) == 6
+
+
+def test_symmetric_pairs_train_on_both_orders_reproducibly(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    seen = []
+    original = train.collate
+
+    def spy(data, indices, tokenizer, swap=None):
+        if data.task != "sst":
+            seen.append((data.task, tuple(indices), None if swap is None else tuple(swap)))
+        return original(data, indices, tokenizer, swap)
+
+    monkeypatch.setattr(train, "collate", spy)
+    exp = make_exp(tiny_model_dir, heads={"symmetric_pairs": True, "sts": "concat"}, epochs=1, max_steps_per_epoch=4)
+    finetune_experiment(exp, prepared, tmp_path / "a")
+    first, seen[:] = list(seen), []
+    finetune_experiment(exp, prepared, tmp_path / "b", resume=False)
+    assert first == seen                               # the same pairs swapped, run after run
+    swaps = [s for _, _, m in first for s in m]
+    assert {t for t, _, _ in first} == {"para", "sts"} and 0.2 < np.mean(swaps) < 0.8
+    assert_same_weights(state_dict(tmp_path / "a" / "model.pt"), state_dict(tmp_path / "b" / "model.pt"))
+
+
 # ---------------------------------------------------------------- data parallel (torchrun, gloo)
 
 @pytest.mark.slow
