@@ -156,6 +156,7 @@ class PretrainParams(Strict):
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     max_steps_per_epoch: int | None = Field(None, ge=1)
     dev_size: int | None = Field(None, ge=1)    # cap on dev examples (a seeded subset), for quick runs
+    bf16: bool | None = None                    # bf16 autocast; None: the base's `bf16`
     mlm: MlmParams = MlmParams()
     nli: NliParams = NliParams()
 

@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     loaded = load_params(args.params)
     pparams = loaded.pretraining(args.name)
     exp = ExperimentParams.model_validate(loaded.params.base)
+    if pparams.bf16 is not None:
+        exp = exp.model_copy(update={"bf16": pparams.bf16})
     model_name = loaded.pretrain_model(args.name)
     out = Path(args.out or f"results/pretrain/{args.name}")
     data_dir = Path(args.data)

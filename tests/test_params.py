@@ -104,6 +104,21 @@ def test_shipped_params_and_full_catalogue_are_valid(repo_root, tmp_path):
     assert full.params.report.title == demo.params.report.title      # `report` stays in params.yaml
 
 
+def test_minilm_catalogue_is_valid(repo_root, tmp_path):
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "minilm.yaml").write_text((repo_root / "params" / "minilm.yaml").read_text())
+    text = (repo_root / "params.yaml").read_text().replace("catalogue: demo", "catalogue: minilm")
+    (tmp_path / "params.yaml").write_text(text)
+    minilm = load_params(tmp_path / "params.yaml")
+    mt = minilm.experiment("mt")
+    assert mt.model == "all-MiniLM-L6-v2" and mt.bf16 and mt.finetune.heads.symmetric_pairs
+    assert mt.finetune.downsample.caps == {"para": 6040}           # Quora at the STS training size
+    kinds = {(p.kind, p.nli.objective if p.kind == "nli" else None) for p in minilm.params.pretrainings.values()}
+    assert kinds == {("mlm", None), ("nli", "regression"), ("nli", "contrastive"), ("nli", "triplet"),
+                     ("para_first", None)}
+    assert minilm.experiment("frozen").finetune.freeze_encoder
+
+
 def test_catalogue_errors(tmp_path):
     (tmp_path / "params.yaml").write_text("catalogue: ful\nexperiments: {a: {}}\n")
     (tmp_path / "params").mkdir()

@@ -159,3 +159,23 @@ def test_bad_input_is_one_line_with_exit_2(params_file, prepared, tmp_path, repo
     r = cli("--name", "nli_triplet", "--data", str(bad), "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "nli-train.tsv: no (premise, entailment, contradiction) triplet" in r.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_pretraining_may_set_its_own_precision(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    import minbert.pretrain as pretrain
+
+    seen = []
+    original = pretrain.autocast
+    monkeypatch.setattr(pretrain, "autocast", lambda device, bf16: seen.append(bf16) or original(device, bf16))
+    quick = {**FAST, "epochs": 1, "max_steps_per_epoch": 2, "dev_size": 16}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({
+        "base": {"model": str(tiny_model_dir), "max_length": 32, "device": "cpu", "bf16": True},
+        "pretrainings": {"inherits": {"kind": "nli", **quick},
+                         "fp32": {"kind": "nli", **quick, "bf16": False}},
+        "experiments": {"a": {"pretrain": "fp32"}}}), encoding="utf-8")
+    for name, expected in (("inherits", {True}), ("fp32", {False})):
+        seen.clear()
+        stage.main(["--params", str(path), "--data", str(prepared), "--out", str(tmp_path / name), "--name", name,
+                    "--cache", str(tmp_path / "cache")])
+        assert seen and set(seen) == expected, name
