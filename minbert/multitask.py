@@ -184,17 +184,15 @@ class TaskData:
 def build_task_data(task: str, frame, tokenizer: Tokenizer, heads: HeadsParams, cache_dir=None) -> TaskData:
     from .batching import encode_cached
 
-    enc_swap, symmetric = None, False
+    enc_swap, symmetric = None, task in PAIR_TASKS and heads.symmetric_pairs
     if task in ("sst", "cfimdb"):
         enc, enc_b = encode_cached(tokenizer, frame["sentence"].tolist(), cache_dir=cache_dir), None
     elif is_cross(heads, task):
         a, b = frame["sentence1"].tolist(), frame["sentence2"].tolist()
         enc, enc_b = encode_cached(tokenizer, a, b, cache_dir=cache_dir), None
-        symmetric = heads.symmetric_pairs
         if symmetric:
             enc_swap = encode_cached(tokenizer, b, a, cache_dir=cache_dir)
     else:
-        symmetric = heads.symmetric_pairs
         enc = encode_cached(tokenizer, frame["sentence1"].tolist(), cache_dir=cache_dir)
         enc_b = encode_cached(tokenizer, frame["sentence2"].tolist(), cache_dir=cache_dir)
     labels = None

@@ -397,6 +397,10 @@ def _check_combinations(params: Params, experiments: dict[str, ExperimentParams]
         if ft.pcgrad and len(ft.tasks) < 2:
             raise MinBertError(f"{where}: key 'experiments.{name}.finetune.pcgrad': PCGrad needs at least "
                                f"two tasks (got {ft.tasks})")
+        unknown = [t for t in (ft.smart.tasks or []) if t not in ft.tasks]
+        if ft.smart.enabled and unknown:
+            raise MinBertError(f"{where}: key 'experiments.{name}.finetune.smart.tasks': '{unknown[0]}' is not "
+                               f"trained by this experiment (finetune.tasks: {ft.tasks})")
         if ft.freeze_encoder and exp.retrain_heads.enabled:
             raise MinBertError(f"{where}: key 'experiments.{name}.retrain_heads.enabled': the encoder is "
                                f"already frozen in finetune (finetune.freeze_encoder); drop one of them")

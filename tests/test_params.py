@@ -80,6 +80,9 @@ def test_impossible_combinations():
                              "set 'data.nli_file'")
     raw = with_(pretrainings={"mlm_a": {"kind": "mlm", "mlm": {"tasks": ["cfimdb"]}}})
     assert "'cfimdb' needs 'data.include_cfimdb: true'" in error_of(raw)
+    raw = with_(experiments__a={"finetune": {"tasks": ["sst", "para"], "smart": {"enabled": True, "tasks": ["sts"]}}})
+    assert error_of(raw) == ("params.yaml: key 'experiments.a.finetune.smart.tasks': 'sts' is not trained by "
+                             "this experiment (finetune.tasks: ['sst', 'para'])")
     raw = with_(experiments__a={"finetune": {"freeze_encoder": True}, "retrain_heads": {"enabled": True}})
     assert "key 'experiments.a.retrain_heads.enabled'" in error_of(raw)
     raw = with_(experiments__a={"finetune": {"tasks": ["sst"]}}, experiments__b={"finetune": {"tasks": ["sts"]}})
