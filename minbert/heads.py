@@ -7,6 +7,8 @@ Pair tasks come in two families:
   `concat` [u, v, |u-v|] (SBERT), `concat_mult` [u, v, |u-v|, u*v], `concat_cos` [u, v, cos(u,v)],
   `cosine` cos(u, v) with a learned affine map, `cosine_linear` cos(u, v) plus a linear output on
   [u, v, |u-v|].
+A `hybrid` pair head is a bi-encoder head plus a cross-encoder term: the encoder reads the pair
+both ways (each sentence alone, and "[CLS] a [SEP] b [SEP]"), and the output is the sum.
 """
 from __future__ import annotations
 
@@ -79,6 +81,18 @@ class BiPairHead(nn.Module):
         if self.kind == "cosine_linear":
             out = out + self.net(torch.cat([u, v, (u - v).abs()], -1)).squeeze(-1)
         return out
+
+
+class HybridPairHead(nn.Module):
+    """bi-encoder head(u, v) + cross-encoder head(c): one output per pair from both views."""
+
+    def __init__(self, bi: BiPairHead, cross: CrossPairHead):
+        super().__init__()
+        self.bi = bi
+        self.cross = cross
+
+    def forward(self, u, v, c):  # (B, H) x 3 -> (B,)
+        return self.bi(u, v) + self.cross(c)
 
 
 class SharedLayer(nn.Module):

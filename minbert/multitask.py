@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .errors import MinBertError
-from .heads import BI_ENCODER_HEADS, BiPairHead, CrossPairHead, SentimentHead, SharedLayer
+from .heads import BiPairHead, CrossPairHead, HybridPairHead, SentimentHead, SharedLayer
 from .model import BertConfig, BertModel, mean_pool
 from .params import HeadsParams
 from .tokenizer import Tokenizer
@@ -31,6 +31,10 @@ OUTPUT_KIND = {"sst": "classification", "para": "binary", "sts": "regression"}
 
 def is_cross(heads: HeadsParams, task: str) -> bool:
     return task in PAIR_TASKS and getattr(heads, task) == "cross"
+
+
+def is_hybrid(heads: HeadsParams, task: str) -> bool:
+    return task in heads.hybrid
 
 
 class MultitaskModel(nn.Module):
@@ -51,7 +55,8 @@ class MultitaskModel(nn.Module):
                 kind = getattr(heads, task)
                 # para with a cosine head: a cosine of 0.75 starts as p = 0.5
                 scale, bias = (10.0, -7.5) if task == "para" else (1.0, 0.0)
-                self.heads[task] = BiPairHead(kind, H, hl, dp, init_scale=scale, init_bias=bias)
+                bi = BiPairHead(kind, H, hl, dp, init_scale=scale, init_bias=bias)
+                self.heads[task] = HybridPairHead(bi, CrossPairHead(H, hl, dp)) if is_hybrid(heads, task) else bi
 
     def reset_heads(self) -> None:
         """Re-initialise every head (and the shared layer): the start of head retraining."""
@@ -75,13 +80,17 @@ class MultitaskModel(nn.Module):
         return (emb, out[2]) if return_embeddings else emb
 
     def head_forward(self, task: str, emb: torch.Tensor) -> torch.Tensor:
-        """Apply task's head to sentence embeddings (bi-encoder batches hold a's then b's)."""
+        """Apply task's head to sentence embeddings (bi-encoder batches hold a's then b's, hybrid
+        batches then the cross-encoded pairs)."""
         if task == "sst":
             return self.heads[task](emb)
         if self.shared is not None:
             emb = self.shared(emb)
         if is_cross(self.heads_cfg, task):
             return self.heads[task](emb)
+        if is_hybrid(self.heads_cfg, task):
+            u, v, c = emb.chunk(3, 0)
+            return self.heads[task](u, v, c)
         u, v = emb.chunk(2, 0)
         return self.heads[task](u, v)
 
@@ -160,17 +169,23 @@ class TaskData:
     # cross-encoded pairs in the other order, "[CLS] b [SEP] a [SEP]" (heads.symmetric_pairs)
     encoded_swap: list[tuple[list[int], list[int]]] | None = field(default=None, repr=False)
     symmetric: bool = False                            # pairs are read in both orders
+    # hybrid heads: the cross-encoded pairs besides the sentences (encoded, encoded_b)
+    encoded_cross: list[tuple[list[int], list[int]]] | None = field(default=None, repr=False)
 
     def rows(self, indices, swap=None) -> list[tuple[list[int], list[int]]]:
         """The encoder inputs of `indices`: a bi-encoder batch stacks the first sentences, then
-        the second ones (2B rows). `swap[k]` reads pair k in the order (b, a)."""
+        the second ones (2B rows); a hybrid batch then the cross-encoded pairs (3B rows).
+        `swap[k]` reads pair k in the order (b, a)."""
         if swap is None or not self.symmetric:
             swap = [False] * len(indices)
         if self.encoded_b is None:
             return [self.encoded_swap[i] if s else self.encoded[i] for i, s in zip(indices, swap)]
         first = [self.encoded_b[i] if s else self.encoded[i] for i, s in zip(indices, swap)]
         second = [self.encoded[i] if s else self.encoded_b[i] for i, s in zip(indices, swap)]
-        return first + second
+        if self.encoded_cross is None:
+            return first + second
+        cross = [self.encoded_swap[i] if s else self.encoded_cross[i] for i, s in zip(indices, swap)]
+        return first + second + cross
 
     def __len__(self) -> int:
         return len(self.encoded)
@@ -178,13 +193,15 @@ class TaskData:
     def lengths(self) -> list[int]:
         if self.encoded_b is None:
             return [len(ids) for ids, _ in self.encoded]
+        if self.encoded_cross is not None:
+            return [len(ids) for ids, _ in self.encoded_cross]
         return [max(len(a[0]), len(b[0])) for a, b in zip(self.encoded, self.encoded_b)]
 
 
 def build_task_data(task: str, frame, tokenizer: Tokenizer, heads: HeadsParams, cache_dir=None) -> TaskData:
     from .batching import encode_cached
 
-    enc_swap, symmetric = None, task in PAIR_TASKS and heads.symmetric_pairs
+    enc_swap, enc_cross, symmetric = None, None, task in PAIR_TASKS and heads.symmetric_pairs
     if task in ("sst", "cfimdb"):
         enc, enc_b = encode_cached(tokenizer, frame["sentence"].tolist(), cache_dir=cache_dir), None
     elif is_cross(heads, task):
@@ -193,12 +210,16 @@ def build_task_data(task: str, frame, tokenizer: Tokenizer, heads: HeadsParams, 
         if symmetric:
             enc_swap = encode_cached(tokenizer, b, a, cache_dir=cache_dir)
     else:
-        enc = encode_cached(tokenizer, frame["sentence1"].tolist(), cache_dir=cache_dir)
-        enc_b = encode_cached(tokenizer, frame["sentence2"].tolist(), cache_dir=cache_dir)
+        a, b = frame["sentence1"].tolist(), frame["sentence2"].tolist()
+        enc, enc_b = encode_cached(tokenizer, a, cache_dir=cache_dir), encode_cached(tokenizer, b, cache_dir=cache_dir)
+        if is_hybrid(heads, task):
+            enc_cross = encode_cached(tokenizer, a, b, cache_dir=cache_dir)
+            if symmetric:
+                enc_swap = encode_cached(tokenizer, b, a, cache_dir=cache_dir)
     labels = None
     if "label" in frame.columns and frame["label"].notna().all() and len(frame):
         labels = frame["label"].to_numpy(dtype=np.float32 if task == "sts" else np.int64)
-    return TaskData(task, frame["id"].astype(str).tolist(), enc, enc_b, labels, frame, enc_swap, symmetric)
+    return TaskData(task, frame["id"].astype(str).tolist(), enc, enc_b, labels, frame, enc_swap, symmetric, enc_cross)
 
 
 def collate(data: TaskData, indices: list[int], tokenizer: Tokenizer, swap=None) -> dict[str, torch.Tensor]:

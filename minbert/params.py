@@ -74,6 +74,20 @@ class HeadsParams(Strict):
     # pair tasks see both sentence orders: each training pair is read as (a, b) or (b, a) at
     # random (seeded), and a prediction is the mean of the outputs for (a, b) and (b, a)
     symmetric_pairs: bool = False
+    # pair tasks whose bi-encoder head gets a cross-encoder term as well: the encoder also reads
+    # "[CLS] a [SEP] b [SEP]", and the output is the bi-encoder head's plus a linear map of that
+    # pooled vector (one model, both views of the pair)
+    hybrid: list[Literal["para", "sts"]] = []
+
+    @model_validator(mode="after")
+    def _hybrid_needs_bi_head(self):
+        for task in self.hybrid:
+            if getattr(self, task) == "cross":
+                raise ValueError(f"hybrid lists {task}, whose head is already `cross`: give {task} a "
+                                 f"bi-encoder head (concat, concat_mult, concat_cos, cosine, cosine_linear)")
+        if len(set(self.hybrid)) != len(self.hybrid):
+            raise ValueError("hybrid lists a task twice")
+        return self
 
 
 class SmartParams(Strict):

@@ -264,3 +264,59 @@ def test_symmetric_pairs_read_both_orders(tiny, kind):
                                          rel=1e-5)
     # sentences are never swapped for single-sentence tasks
     assert not build_task_data("sst", SST, tok, sym).symmetric
+
+
+# ---------------------------------------------------------------- hybrid pair heads
+
+@pytest.mark.parametrize("kind", ["concat_mult", "cosine"])
+def test_hybrid_head_is_bi_encoder_head_plus_cross_encoder_term(tiny, kind):
+    folder, tok = tiny
+    heads = HeadsParams(para=kind, sts=kind, hybrid=["para", "sts"], pooling="mean", dropout=0.0)
+    model = _model(folder, heads, seed=3).eval()
+    bi_only = HeadsParams(para=kind, sts=kind, pooling="mean", dropout=0.0)
+    cross_only = HeadsParams(para="cross", sts="cross", pooling="mean", dropout=0.0)
+    for task, frame in (("para", PARA), ("sts", STS)):
+        data = build_task_data(task, frame, tok, heads)
+        batch = collate(data, [2, 0, 1], tok)
+        assert batch["input_ids"].shape[0] == 9                  # a's, b's, then the cross-encoded pairs
+        with torch.no_grad():
+            out = model(task, {k: v for k, v in batch.items() if k != "labels"})
+            # the same pairs embedded independently: each sentence alone, and the pair read as one
+            single = collate(build_task_data(task, frame, tok, bi_only), [2, 0, 1], tok)
+            u, v = model.embed(single).chunk(2, 0)
+            c = model.embed(collate(build_task_data(task, frame, tok, cross_only), [2, 0, 1], tok))
+            expected = model.heads[task].bi(u, v) + model.heads[task].cross(c)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(out, model.heads[task].bi(u, v))   # the cross term is there
+        model.train()
+        model.zero_grad()
+        loss = task_loss(task, heads, model(task, {k: v for k, v in batch.items() if k != "labels"}), batch["labels"])
+        loss.backward()
+        assert all(p.grad is not None for p in model.heads[task].parameters())
+        model.eval()
+
+
+def test_hybrid_symmetric_pairs_swap_all_three_views(tiny):
+    folder, tok = tiny
+    heads = HeadsParams(para="concat", sts="concat", hybrid=["sts"], symmetric_pairs=True, dropout=0.0)
+    data = build_task_data("sts", STS, tok, heads)
+    flipped = STS.rename(columns={"sentence1": "sentence2", "sentence2": "sentence1"})
+    reference = build_task_data("sts", flipped, tok, heads.model_copy(update={"symmetric_pairs": False}))
+    mixed = collate(data, [0, 1], tok, [True, False])
+    swapped, plain = collate(reference, [0], tok), collate(data, [1], tok)
+    for rows, one in (([0, 2, 4], swapped), ([1, 3, 5], plain)):   # (a, b, cross) rows of each pair
+        for r, row in enumerate(rows):
+            n = int(one["attention_mask"][r].sum())
+            assert int(mixed["attention_mask"][row].sum()) == n
+            assert mixed["input_ids"][row, :n].tolist() == one["input_ids"][r, :n].tolist()
+            assert mixed["token_type_ids"][row, :n].tolist() == one["token_type_ids"][r, :n].tolist()
+    assert not build_task_data("para", PARA, tok, heads).encoded_cross        # only the listed tasks
+
+
+def test_hybrid_needs_a_bi_encoder_head():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="hybrid lists sts, whose head is already `cross`"):
+        HeadsParams(sts="cross", hybrid=["sts"])
+    with pytest.raises(ValidationError, match="twice"):
+        HeadsParams(sts="cosine", hybrid=["sts", "sts"])
