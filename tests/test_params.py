@@ -83,6 +83,10 @@ def test_impossible_combinations():
     raw = with_(experiments__a={"finetune": {"tasks": ["sst", "para"], "smart": {"enabled": True, "tasks": ["sts"]}}})
     assert error_of(raw) == ("params.yaml: key 'experiments.a.finetune.smart.tasks': 'sts' is not trained by "
                              "this experiment (finetune.tasks: ['sst', 'para'])")
+    raw = with_(experiments__a={"finetune": {"heads": {"para": "cross", "hybrid": ["para"]}}})
+    assert error_of(raw) == ("params.yaml: key 'experiments.a.finetune.heads': hybrid lists para, whose head is "
+                             "already `cross`: give para a bi-encoder head (concat, concat_mult, concat_cos, "
+                             "cosine, cosine_linear)")
     raw = with_(experiments__a={"finetune": {"freeze_encoder": True}, "retrain_heads": {"enabled": True}})
     assert "key 'experiments.a.retrain_heads.enabled'" in error_of(raw)
     raw = with_(experiments__a={"finetune": {"tasks": ["sst"]}}, experiments__b={"finetune": {"tasks": ["sts"]}})
