@@ -19,7 +19,7 @@ import copy
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,6 +28,8 @@ from .errors import MinBertError
 
 TASKS = ("sst", "para", "sts")
 Task = Literal["sst", "para", "sts"]
+# pair heads: cross = cross-encoder "[CLS] a [SEP] b [SEP]"; the others embed each sentence
+PairHead = Literal["cross", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear"]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -63,9 +65,8 @@ class Downsample(Strict):
 
 class HeadsParams(Strict):
     pooling: Literal["cls", "mean", "pooler"] = "cls"
-    # pair heads: cross = cross-encoder "[CLS] a [SEP] b [SEP]"; the others embed each sentence
-    para: Literal["cross", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear"] = "cross"
-    sts: Literal["cross", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear"] = "cross"
+    para: PairHead = "cross"
+    sts: PairHead = "cross"
     sts_loss: Literal["mse", "pearson", "mse+pearson"] = "mse"
     cosine_target: Literal["0_1", "-1_1"] = "0_1"   # how STS 0-5 is scaled for cosine heads
     shared_layer: bool = False                  # one shared dense layer before the para/sts heads
@@ -83,8 +84,9 @@ class HeadsParams(Strict):
     def _hybrid_needs_bi_head(self):
         for task in self.hybrid:
             if getattr(self, task) == "cross":
+                bi_heads = ", ".join(k for k in get_args(PairHead) if k != "cross")
                 raise ValueError(f"hybrid lists {task}, whose head is already `cross`: give {task} a "
-                                 f"bi-encoder head (concat, concat_mult, concat_cos, cosine, cosine_linear)")
+                                 f"bi-encoder head ({bi_heads})")
         if len(set(self.hybrid)) != len(self.hybrid):
             raise ValueError("hybrid lists a task twice")
         return self
