@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from .errors import MinBertError
-from .evaluate import PROB_COLUMNS, SPLITS, TEXT_COLUMNS, prediction_file, read_predictions
+from .evaluate import prediction_file, read_predictions
 from .io import atomic_path
-from .params import TASKS
+from .layout import PREDICTED_SPLITS
+from .tasks import TASKS
 
 
 def mode_smallest(votes: np.ndarray) -> np.ndarray:
@@ -39,12 +40,12 @@ def combine(task: str, frames: list[pd.DataFrame], classification: str = "mode",
     first = frames[0]
     ids = first["id"]
     aligned = [first] + [f.set_index("id").loc[ids].reset_index() for f in frames[1:]]
-    out = first[["id", *TEXT_COLUMNS[task], "label"]].copy()
+    out = first[["id", *TASKS[task].text_columns, "label"]].copy()
     preds = np.stack([f["prediction"].to_numpy() for f in aligned], axis=1)   # [rows, members]
-    if task == "sts":
+    if TASKS[task].kind == "regression":
         out["prediction"] = np.median(preds, axis=1) if similarity == "median" else preds.mean(axis=1)
         return out
-    probs = PROB_COLUMNS[task]
+    probs = TASKS[task].prob_columns
     have_probs = all(c in f.columns for f in aligned for c in probs)
     mean_probs = (np.mean([f[probs].to_numpy(dtype=float) for f in aligned], axis=0)
                   if have_probs else None)                                     # [rows, len(probs)]
@@ -52,7 +53,7 @@ def combine(task: str, frames: list[pd.DataFrame], classification: str = "mode",
         if mean_probs is None:
             raise MinBertError(f"{task}: mean_prob needs the members' {', '.join(probs)} columns; "
                                f"use classification: mode")
-        pred = (mean_probs[:, 0] > 0.5).astype(int) if task == "para" else mean_probs.argmax(axis=1)
+        pred = (mean_probs[:, 0] > 0.5).astype(int) if TASKS[task].kind == "binary" else mean_probs.argmax(axis=1)
     else:
         pred = mode_smallest(np.rint(preds).astype(int))
     out["prediction"] = pred
@@ -64,7 +65,7 @@ def combine(task: str, frames: list[pd.DataFrame], classification: str = "mode",
 
 def _member_frame(folder: Path, member: str, task: str, split: str) -> pd.DataFrame | None:
     path = prediction_file(folder, task, split)
-    return read_predictions(path, task) if path.is_file() else None
+    return read_predictions(path, task) if path.exists() or path.is_symlink() else None
 
 
 def ensemble_folder(members: dict[str, Path], out_dir: str | Path, classification: str = "mode",
@@ -81,7 +82,7 @@ def ensemble_folder(members: dict[str, Path], out_dir: str | Path, classificatio
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         for task in TASKS:
-            for split in SPLITS:
+            for split in PREDICTED_SPLITS:
                 frames = {m: _member_frame(Path(f), m, task, split) for m, f in members.items()}
                 if any(f is None for f in frames.values()):
                     continue   # a task/split not every member predicted is left out
@@ -104,3 +105,10 @@ def _check_same_ids(frames: dict[str, pd.DataFrame], task: str, split: str) -> N
             diff = sorted(ids ^ ref)[0]
             raise MinBertError(f"{task}-{split}.csv: members '{names[0]}' and '{m}' predicted different "
                                f"rows (e.g. id '{diff}'); re-run their predict stages on the same data")
+        first = frames[names[0]].set_index("id")["label"]
+        other = frames[m].set_index("id")["label"].reindex(first.index)
+        differ = ~((first == other) | (first.isna() & other.isna()))
+        if differ.any():
+            rid = differ[differ].index[0]
+            raise MinBertError(f"{task}-{split}.csv: members '{names[0]}' and '{m}' give id '{rid}' different labels "
+                               f"({first[rid]!r} and {other[rid]!r}); re-run their predict stages on the same data")

@@ -1,4 +1,4 @@
-"""From resolved experiment params to trained models and prediction files.
+"""From a job's settings (minbert.settings) to trained models and prediction files.
 
 The stage CLIs (stages/finetune.py, retrain_heads.py, predict.py) are thin wrappers around these.
 """
@@ -15,8 +15,9 @@ from .errors import MinBertError
 from .io import atomic_path
 from .model import BertModel
 from .multitask import MultitaskModel, load_checkpoint, load_task_data, predict_task
-from .params import Downsample, ExperimentParams, FinetuneParams, PretrainParams, SmartParams
 from .runtime import autocast, pick_device, seed_everything, set_threads
+from .settings import FinetuneSettings, NetworkSettings, PredictSettings, RetrainSettings
+from .tasks import TASKS
 from .tokenizer import Tokenizer
 from .train import DistInfo, FitResult, fit, init_distributed
 from .weights import load_encoder
@@ -24,142 +25,146 @@ from .weights import load_encoder
 log = logging.getLogger("minbert.experiment")
 
 
-def with_dropout(encoder: BertModel, p: float | None) -> BertModel:
-    """Override the checkpoint's hidden/attention dropout (the papers' "BERT dropout probability")."""
-    if p is None:
-        return encoder
-    encoder.config.hidden_dropout_prob = p
-    encoder.config.attention_probs_dropout_prob = p
-    for m in encoder.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = p
-        if hasattr(m, "attn_dropout"):
-            m.attn_dropout = p
+def with_dropout(encoder: BertModel, hidden: float | None, attention: float | None = None) -> BertModel:
+    """Override the checkpoint's hidden dropout (the papers' "BERT dropout probability": embeddings
+    and every layer's outputs) and, separately, its attention dropout; None keeps the checkpoint's."""
+    if hidden is not None:
+        encoder.config.hidden_dropout_prob = hidden
+        for m in encoder.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = hidden
+    if attention is not None:
+        encoder.config.attention_probs_dropout_prob = attention
+        for m in encoder.modules():
+            if hasattr(m, "attn_dropout"):
+                m.attn_dropout = attention
     return encoder
 
 
-def runtime_setup(exp: ExperimentParams) -> tuple[torch.device, DistInfo]:
-    set_threads(exp.threads)
-    dist_info, dist_device = init_distributed(exp.device)
-    device = dist_device or pick_device(exp.device)
-    return device, dist_info
+def init_prototypes(model: MultitaskModel, train: dict, tokenizer: Tokenizer, device, seed: int, amp) -> None:
+    """Embed a prototypes head's training sentences (per label, seeded; drawn with replacement when a
+    label has fewer) with the frozen encoder, once, before the head trains."""
+    from .heads import PrototypeHead
+    from .multitask import collate, to_device
+
+    for task, head in model.heads.items():
+        if not isinstance(head, PrototypeHead) or task not in train:
+            continue
+        data, per = train[task], model.heads_cfg.prototypes_per_label
+        rng = np.random.default_rng([seed, 53])
+        picks = []
+        for label in TASKS[task].labels:
+            rows = np.flatnonzero(data.labels == label)
+            if len(rows) == 0:
+                raise MinBertError(f"the {task} training data has no example of label {label} for the prototypes head")
+            picks += rng.choice(rows, per, replace=len(rows) < per).tolist()
+        model.to(device).eval()
+        with torch.no_grad(), amp():
+            embs = [model.embed(to_device(collate(data, picks[i:i + 64], tokenizer), device), task=task).float()
+                    for i in range(0, len(picks), 64)]
+        head.set_prototypes(torch.cat(embs), torch.tensor(data.labels[picks], dtype=torch.float32))
 
 
-def finetune_experiment(exp: ExperimentParams, data_dir, out_dir, *, model_name: str | None = None,
-                        cache_dir=None, resume: bool = True, stop_after_epochs: int | None = None,
-                        experiment: str = "", evaluate_first: bool = False) -> FitResult:
-    """Multi-task fine-tuning of one experiment; writes out_dir/{model.pt,history.csv}."""
-    device, dist_info = runtime_setup(exp)
-    cfg = exp.finetune
-    encoder, _, folder = load_encoder(model_name or exp.model)
-    with_dropout(encoder, cfg.hidden_dropout)
+def runtime_setup(s: NetworkSettings) -> tuple[torch.device, DistInfo]:
+    set_threads(s.threads)
+    dist_info, dist_device = init_distributed(s.device)
+    return dist_device or pick_device(s.device), dist_info
+
+
+def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: str | None = None, state_dir=None,
+                        description: dict | None = None, cache_dir=None, resume: bool = True,
+                        stop_after_epochs: int | None = None, name: str = "", evaluate_first: bool = False,
+                        stage: str = "finetune") -> FitResult:
+    """Multi-task fine-tuning from `start_model` (default: the settings' model); writes
+    out_dir/{model.pt,history.csv} when finished (see minbert.train.fit for the state folder)."""
+    device, dist_info = runtime_setup(s)
+    cfg = s.finetune
+    encoder, _, folder = load_encoder(start_model or s.model)
+    with_dropout(encoder, cfg.hidden_dropout, cfg.attention_dropout)
     encoder.gradient_checkpointing = cfg.gradient_checkpointing
-    tokenizer = Tokenizer(folder, exp.max_length)
-    data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=exp.seed,
+    tokenizer = Tokenizer(folder, s.max_length)
+    data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
                           cache_dir=cache_dir)
-    seed_everything(exp.seed)  # the heads' initialisation and dropout depend on it
+    seed_everything(s.seed)  # the heads' initialisation and dropout depend on it
     model = MultitaskModel(encoder, cfg.heads, cfg.tasks)
+    if cfg.freeze_encoder:
+        init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, s.bf16))
     if dist_info.main:
-        log.info("fine-tuning %s on %s: %s", experiment or "experiment", device,
+        log.info("%s of %s on %s: %s", stage, name or "an experiment", device,
                  ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
-    return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=exp.seed,
-               device=device, bf16=exp.bf16, dist_info=dist_info, resume=resume, stop_after_epochs=stop_after_epochs,
-               checkpoint_extra={"experiment": experiment, "stage": "finetune"}, eval_batch_size=exp.predict_batch_size,
-               evaluate_first=evaluate_first)
+    return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed,
+               device=device, bf16=s.bf16, state_dir=state_dir, description=description, dist_info=dist_info,
+               resume=resume, stop_after_epochs=stop_after_epochs, evaluate_first=evaluate_first,
+               checkpoint_extra={"experiment": name, "stage": stage})
 
 
-def retrain_config(exp: ExperimentParams) -> FinetuneParams:
-    """Head retraining: the fine-tuned encoder frozen, fresh heads, every task's full data."""
-    rh = exp.retrain_heads
-    return exp.finetune.model_copy(update={
-        "schedule": "round_robin", "epoch_unit": "largest", "epochs": rh.epochs, "batch_size": rh.batch_size,
-        "lr": rh.lr, "head_lr": rh.lr, "freeze_encoder": True, "downsample": rh.downsample, "smart": SmartParams(),
-        "pcgrad": False, "max_steps_per_epoch": exp.finetune.max_steps_per_epoch,
-    })
-
-
-def retrain_heads_experiment(exp: ExperimentParams, finetuned: str | Path, data_dir, out_dir, *, cache_dir=None,
-                             experiment: str = "") -> FitResult:
-    device, dist_info = runtime_setup(exp)
+def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir, out_dir, *, state_dir=None,
+                             description: dict | None = None, cache_dir=None, resume: bool = True,
+                             name: str = "") -> FitResult:
+    """Head retraining: the fine-tuned encoder frozen, the heads of the retrained tasks
+    re-initialised (added when the fine-tuned model lacks them) and trained; the other heads kept
+    as they are, frozen."""
+    device, dist_info = runtime_setup(s)
     model, tokenizer, _ = load_checkpoint(finetuned)
-    cfg = retrain_config(exp)
-    data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=exp.seed,
+    cfg = s.train
+    data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
                           cache_dir=cache_dir)
-    seed_everything(exp.seed + 1)
-    model.reset_heads()
-    return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=exp.seed + 1,
-               device=device, bf16=exp.bf16, dist_info=dist_info,
-               checkpoint_extra={"experiment": experiment, "stage": "retrain_heads"},
-               eval_batch_size=exp.predict_batch_size)
+    seed_everything(s.seed + 1)
+    model.add_tasks(cfg.tasks)
+    model.reset_heads(cfg.tasks)
+    kept = [t for t in model.tasks if t not in cfg.tasks]
+    for task in kept:
+        for p in list(model.heads[task].parameters()) + (list(model.branches[task].parameters())
+                                                          if task in model.branches else []):
+            p.requires_grad_(False)
+    if model.shared is not None and set(model.heads_cfg.shared.tasks) & set(kept):
+        for p in model.shared.parameters():
+            p.requires_grad_(False)
+    init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, s.bf16))
+    return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed + 1,
+               device=device, bf16=s.bf16, state_dir=state_dir, description=description, dist_info=dist_info,
+               resume=resume, checkpoint_extra={"experiment": name, "stage": "retrain_heads"})
 
 
 # ---------------------------------------------------------------- predictions
 
-TEXT_COLUMNS = {"sst": ["sentence"], "cfimdb": ["sentence"], "para": ["sentence1", "sentence2"],
-                "sts": ["sentence1", "sentence2"]}
-
-
 def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
     """The predictions CSV of one task and split (docs/pipeline.md)."""
-    frame = data.frame
+    frame, spec = data.frame, TASKS[task]
     out = pd.DataFrame({"id": frame["id"].astype(str).to_numpy()})
-    for c in TEXT_COLUMNS[task]:
+    for c in spec.text_columns:
         out[c] = frame[c].to_numpy()
     out["label"] = frame["label"].to_numpy() if "label" in frame.columns else np.nan
     out["prediction"] = result["prediction"]
-    if task == "sst":
-        for k in range(result["probs"].shape[1]):
-            out[f"prob_{k}"] = result["probs"][:, k]
-    elif task == "para":
-        out["prob_1"] = result["probs"]
+    probs = np.asarray(result.get("probs", np.empty((len(out), 0))))
+    for k, col in enumerate(spec.prob_columns):
+        out[col] = probs[:, k] if probs.ndim == 2 else probs
     return out
 
 
-def predict_experiment(exp: ExperimentParams, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None) -> dict:
+def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None) -> dict:
     """Write <task>-<split>.csv for every trained task and each of its dev/test splits."""
-    set_threads(exp.threads)
-    device = pick_device(exp.device)
-    model, tokenizer, ckpt = load_checkpoint(checkpoint)
+    set_threads(s.threads)
+    device = pick_device(s.device)
+    model, tokenizer, _ = load_checkpoint(checkpoint)
     model.to(device)
     data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=("dev", "test"), cache_dir=cache_dir)
-    out_dir = Path(out_dir)
     written = {}
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
         for split, tasks in data.items():
             for task, td in tasks.items():
-                res = predict_task(model, td, tokenizer, exp.predict_batch_size, device, lambda: autocast(device, exp.bf16))
+                res = predict_task(model, td, tokenizer, s.batch_size, device, lambda: autocast(device, s.bf16))
                 frame = prediction_frame(task, td, res)
                 frame.to_csv(tmp / f"{task}-{split}.csv", index=False, float_format="%.6g")
                 written[f"{task}-{split}"] = len(frame)
-    if not written:
-        raise MinBertError(f"{data_dir}: no dev or test split for the tasks {model.tasks}; run the prepare stage")
+        if not written:
+            raise MinBertError(f"{data_dir}: no dev or test split for the tasks {model.tasks}; run the prepare stage")
     return written
 
 
-def model_for_pretraining(pretrain_dir: str | Path) -> str:
-    folder = Path(pretrain_dir) / "model"
-    if not (folder / "config.json").is_file():
+def model_for_pretraining(folder: str | Path) -> str:
+    """The pretrained model folder an experiment starts from, checked."""
+    if not (Path(folder) / "config.json").is_file():
         raise MinBertError(f"{folder}: pretrained model not found; run `python -m stages.pretrain` first")
     return str(folder)
-
-
-def pretrain_paraphrase_first(pparams: PretrainParams, exp_base: ExperimentParams, data_dir, model_name: str,
-                              out_model_folder, cache_dir=None, work_dir=None) -> FitResult:
-    """Paraphrase-first pretraining: train on the whole Quora training set (paraphrase task only),
-    then save the encoder as a Hugging Face folder for the multi-task stage to start from."""
-    from .weights import save_hf_folder
-
-    exp = exp_base.model_copy(update={"finetune": exp_base.finetune.model_copy(update={
-        "tasks": ["para"], "schedule": "round_robin", "epochs": pparams.epochs, "batch_size": pparams.batch_size,
-        "lr": pparams.lr, "weight_decay": pparams.weight_decay, "warmup_ratio": pparams.warmup_ratio,
-        "downsample": Downsample(mode="none"), "max_steps_per_epoch": pparams.max_steps_per_epoch,
-        "smart": SmartParams(), "pcgrad": False, "freeze_encoder": False})})
-    work_dir = Path(work_dir or Path(out_model_folder).parent / "para_first")
-    result = finetune_experiment(exp, data_dir, work_dir, model_name=model_name, cache_dir=cache_dir,
-                                 experiment="para_first", evaluate_first=True)
-    model, _, _ = load_checkpoint(work_dir / "model.pt")
-    _, _, source_folder = load_encoder(model_name)
-    with atomic_path(out_model_folder) as tmp:
-        save_hf_folder(tmp, model.encoder, tokenizer_folder=source_folder)
-    return result

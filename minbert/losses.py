@@ -1,5 +1,8 @@
 """Losses and output divergences shared by the heads and the regularisers.
 
+- `task_loss`: each task's training loss by its kind (minbert.tasks): softmax cross-entropy,
+  sigmoid binary cross-entropy, or for a regression task MSE and/or the correlation loss on labels
+  scaled into the head's target space (`regression_target`; `regression_prediction` maps back);
 - `pearson_loss`: 1 - Pearson r over a batch, the "correlation loss" some STS heads train with.
 - `symmetric_kl` / `divergence`: the ℓ_s of SMART (Jiang et al. 2020), used by the smoothness
   term and the Bregman proximal point term: symmetric KL between the predicted distributions for
@@ -13,7 +16,59 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .tasks import TASKS
+
 DIVERGENCE_KINDS = ("classification", "binary", "regression")
+
+
+# ---------------------------------------------------------------- task losses
+
+def _signed_cosine_target(heads, task: str) -> bool:
+    """A cosine head may predict the labels scaled to [-1, 1] (`cosine_target: -1_1`)."""
+    return getattr(heads, task) == "cosine" and heads.cosine_target == "-1_1"
+
+
+def regression_target(task: str, heads, label: Tensor) -> Tensor:
+    """Labels (e.g. STS 0-5) scaled into the space the head predicts in: [0, 1], or [-1, 1]."""
+    lo, hi = TASKS[task].label_range
+    unit = (label - lo) / (hi - lo)
+    return unit * 2.0 - 1.0 if _signed_cosine_target(heads, task) else unit
+
+
+def correlation_only(heads) -> bool:
+    """A head trained with the correlation loss alone: its outputs have no fixed scale or shift."""
+    return heads.sts_loss == "pearson"
+
+
+def regression_prediction(task: str, heads, output: Tensor, calibration=None) -> Tensor:
+    """The head's output mapped back onto the label scale, clipped to the label range.
+
+    A head trained with the correlation loss alone predicts on a scale of its own: clipping would
+    change its correlation (the metric it was trained for), so its output is left unclipped, mapped
+    by `calibration` = (scale, shift), an affine fit to the training labels made when training
+    ends (minbert.train), when there is one."""
+    lo, hi = TASKS[task].label_range
+    unit = (output + 1.0) / 2.0 if _signed_cosine_target(heads, task) else output
+    out = unit * (hi - lo) + lo
+    if correlation_only(heads):
+        return out * calibration[0] + calibration[1] if calibration is not None else out
+    return out.clamp(lo, hi)
+
+
+def task_loss(task: str, heads, output: Tensor, labels: Tensor) -> Tensor:
+    """The training loss of `task` for a batch of head outputs (any float dtype; computed in fp32)."""
+    output = output.float()
+    kind = TASKS[task].kind
+    if kind == "classification":
+        return F.cross_entropy(output, labels.long())
+    if kind == "binary":
+        return F.binary_cross_entropy_with_logits(output, labels.float())
+    target = regression_target(task, heads, labels.float())
+    if heads.sts_loss == "mse":
+        return F.mse_loss(output, target)
+    if heads.sts_loss == "pearson":
+        return pearson_loss(output, target)
+    return F.mse_loss(output, target) + pearson_loss(output, target)
 
 
 def _at_least_float32(x: Tensor) -> Tensor:

@@ -1,11 +1,20 @@
-"""Task metrics and the overall score."""
+"""Task metrics, the overall score and the selection score.
+
+- `task_metric`: accuracy, or Pearson r for a regression task (minbert.tasks says which);
+- `overall_score`: the course leaderboard's (sst_acc + para_acc + (sts_r + 1) / 2) / 3;
+- `selection_score`: what picks the best epoch, the best model and the best ensemble member: the
+  mean over the tasks present of accuracy, or (r + 1) / 2 for a correlation. Over SST, Quora and
+  STS it is the leaderboard score; over any other set of tasks it stays on the same 0-1 scale.
+"""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score
 
-METRIC_OF_TASK = {"sst": "sst_acc", "para": "para_acc", "sts": "sts_pearson", "cfimdb": "cfimdb_acc"}
+from .tasks import LEADERBOARD_TASKS, TASKS
 
 
 def accuracy(pred, true) -> float:
@@ -20,7 +29,7 @@ def pearson(pred, true) -> float:
 
 
 def task_metric(task: str, pred, true) -> float:
-    return pearson(pred, true) if task == "sts" else accuracy(pred, true)
+    return pearson(pred, true) if TASKS[task].metric == "pearson" else accuracy(pred, true)
 
 
 def overall_score(sst_acc: float, para_acc: float, sts_pearson: float) -> float:
@@ -28,11 +37,25 @@ def overall_score(sst_acc: float, para_acc: float, sts_pearson: float) -> float:
     return (sst_acc + para_acc + (sts_pearson + 1.0) / 2.0) / 3.0
 
 
+def selection_score(metrics: dict, tasks=None) -> float | None:
+    """Mean over `tasks` (default: every task with a metric in `metrics`) of the task's metric on a
+    0-1 scale (accuracy; (r + 1) / 2 for Pearson r). None when no task has a finite metric."""
+    names = TASKS if tasks is None else tasks
+    values = [TASKS[t].score(metrics[TASKS[t].metric_key]) for t in names
+              if _finite(metrics.get(TASKS[t].metric_key))]
+    return float(np.mean(values)) if values else None
+
+
 def summarise(metrics: dict[str, float]) -> dict[str, float]:
-    """Add `overall` (leaderboard formula) and `mean` (plain mean) when all three tasks are present."""
+    """Add `overall` (leaderboard formula) and `mean` (plain mean) when the leaderboard's three
+    tasks are present."""
     out = dict(metrics)
-    keys = ("sst_acc", "para_acc", "sts_pearson")
-    if all(k in metrics and metrics[k] is not None for k in keys):
+    keys = [TASKS[t].metric_key for t in LEADERBOARD_TASKS]
+    if all(_finite(metrics.get(k)) for k in keys):
         out["overall"] = overall_score(*(metrics[k] for k in keys))
         out["mean"] = float(np.mean([metrics[k] for k in keys]))
     return out
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

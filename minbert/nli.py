@@ -21,7 +21,6 @@ from .errors import MinBertError
 from .model import BertModel, mean_pool
 
 LABEL_TARGET = {"entailment": 1.0, "neutral": 0.5, "contradiction": 0.0}
-OBJECTIVES = ("regression", "contrastive", "triplet")
 
 
 # ---------------------------------------------------------------- data

@@ -19,22 +19,27 @@ import copy
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import MinBertError
+from .schedules import SCHEDULES
+from .tasks import DEFAULT_TASKS, PAIR_TASKS, TASK_NAMES, TaskName
+from .views import BI_ENCODER_HEADS, PAIR_HEADS
 
-TASKS = ("sst", "para", "sts")
-Task = Literal["sst", "para", "sts"]
+Task = TaskName
 # pair heads: cross = cross-encoder "[CLS] a [SEP] b [SEP]"; the others embed each sentence
-PairHead = Literal["cross", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear"]
+PairHead = Literal[PAIR_HEADS]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME_MAX = 100                                  # names become file names (and Slurm job names)
+SEED_MAX = 2**32 - 1                            # what every RNG in the pipeline accepts
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- data (prepare)
@@ -45,14 +50,14 @@ class DataParams(Strict):
     include_cfimdb: bool = False               # also prepare ids-cfimdb-* (binary sentiment)
     on_bad_rows: Literal["error", "drop"] = "error"
     nli_dev_fraction: float = Field(0.1, gt=0, lt=1)
-    seed: int = 11711                          # seeds the NLI train/dev split by premise group
+    seed: Seed = 11711                         # seeds the NLI train/dev split by premise group
 
 
 class Downsample(Strict):
     """How a stage subsamples its training data (seeded and stable: same seed, same rows)."""
     mode: Literal["none", "smallest", "fixed"] = "none"
     size: int | None = Field(None, gt=0)       # rows per task, for mode=fixed
-    caps: dict[Task, int] = {}                 # per-task upper bounds applied after `mode`
+    caps: dict[Task, Annotated[int, Field(ge=0)]] = {}   # per-task upper bounds applied after `mode`
 
     @model_validator(mode="after")
     def _size_for_fixed(self):
@@ -63,14 +68,42 @@ class Downsample(Strict):
 
 # ---------------------------------------------------------------- model heads
 
+class SharedParams(Strict):
+    """Dense layers shared by some tasks between the encoder and their heads (000: all tasks,
+    768 -> 384, leaky ReLU; 003: Para and STS, two ReLU layers)."""
+    tasks: list[Task] = list(PAIR_TASKS)
+    sizes: list[Annotated[int, Field(ge=1)]] = []   # layer widths; [] = one layer of the encoder's width
+    activation: Literal["leaky_relu", "relu", "gelu", "tanh"] = "leaky_relu"
+
+    @field_validator("tasks")
+    @classmethod
+    def _some_tasks(cls, v):
+        if not v or len(set(v)) != len(v):
+            raise ValueError("needs at least one task, each once")
+        return v
+
+
+Pooling = Literal["cls", "mean", "pooler"]
+
+
 class HeadsParams(Strict):
-    pooling: Literal["cls", "mean", "pooler"] = "cls"
+    pooling: Pooling = "cls"
+    task_pooling: dict[Task, Pooling] = {}      # another pooling for some tasks (004: STS mean-pooled)
     para: PairHead = "cross"
     sts: PairHead = "cross"
+    # sst: a classifier on the sentence vector, or 003's SST_TO_STS: the cosines of the sentence to
+    # `prototypes_per_label` training sentences of each label (and their labels) -> a linear layer;
+    # the prototypes are embedded once, so the encoder must be frozen while this head trains
+    sst: Literal["classifier", "prototypes"] = "classifier"
+    prototypes_per_label: int = Field(100, ge=1, le=1000)
     sts_loss: Literal["mse", "pearson", "mse+pearson"] = "mse"
     cosine_target: Literal["0_1", "-1_1"] = "0_1"   # how STS 0-5 is scaled for cosine heads
-    shared_layer: bool = False                  # one shared dense layer before the para/sts heads
-    hidden_layers: int = Field(0, ge=0, le=4)   # extra hidden layers in each head
+    cosine_affine: bool = True                  # cosine heads learn a scale and shift (false: the plain cosine)
+    shared: SharedParams | None = None          # dense layers shared by some tasks
+    hidden_layers: Annotated[int, Field(ge=0, le=4)] | dict[Task, Annotated[int, Field(ge=0, le=4)]] = 0
+    # transformer layers a one-sentence task's branch adds on top of the encoder (003's FREEZE_SST:
+    # 4), initialised as copies of the encoder's top layers; trained with the task's head
+    extra_layers: dict[Task, Annotated[int, Field(ge=1, le=12)]] = {}
     dropout: float = Field(0.1, ge=0, lt=1)
     # pair tasks see both sentence orders: each training pair is read as (a, b) or (b, a) at
     # random (seeded), and a prediction is the mean of the outputs for (a, b) and (b, a)
@@ -78,18 +111,29 @@ class HeadsParams(Strict):
     # pair tasks whose bi-encoder head gets a cross-encoder term as well: the encoder also reads
     # "[CLS] a [SEP] b [SEP]", and the output is the bi-encoder head's plus a linear map of that
     # pooled vector (one model, both views of the pair)
-    hybrid: list[Literal["para", "sts"]] = []
+    hybrid: list[Literal[PAIR_TASKS]] = []
 
     @model_validator(mode="after")
     def _hybrid_needs_bi_head(self):
         for task in self.hybrid:
             if getattr(self, task) == "cross":
-                bi_heads = ", ".join(k for k in get_args(PairHead) if k != "cross")
+                bi_heads = ", ".join(BI_ENCODER_HEADS)
                 raise ValueError(f"hybrid lists {task}, whose head is already `cross`: give {task} a "
                                  f"bi-encoder head ({bi_heads})")
         if len(set(self.hybrid)) != len(self.hybrid):
             raise ValueError("hybrid lists a task twice")
+        paired = [t for t in self.extra_layers if t in PAIR_TASKS]
+        if paired:
+            raise ValueError(f"extra_layers lists {paired[0]}: extra transformer layers are for one-sentence tasks "
+                             f"({', '.join(t for t in TASK_NAMES if t not in PAIR_TASKS)})")
         return self
+
+    def pooling_of(self, task: str) -> str:
+        return self.task_pooling.get(task, self.pooling)
+
+    def depth(self, task: str) -> int:
+        """Hidden layers of `task`'s head."""
+        return self.hidden_layers.get(task, 0) if isinstance(self.hidden_layers, dict) else self.hidden_layers
 
 
 class SmartParams(Strict):
@@ -105,12 +149,11 @@ class SmartParams(Strict):
 
 
 class FinetuneParams(Strict):
-    tasks: list[Task] = list(TASKS)
-    schedule: Literal["round_robin", "drop_round_robin", "simultaneous", "task_by_task",
-                      "sequential", "proportional", "temperature"] = "round_robin"
+    tasks: list[Task] = list(DEFAULT_TASKS)
+    schedule: Literal[SCHEDULES] = "round_robin"
     epoch_unit: str = "smallest"                # smallest | largest | <task>: one epoch = one pass over it
     temperature: float = Field(2.0, gt=0)       # for schedule=temperature
-    task_weights: dict[Task, float] = {}
+    task_weights: dict[Task, Annotated[float, Field(ge=0)]] = {}
     epochs: int = Field(3, ge=1)
     batch_size: int = Field(32, ge=1)
     lr: float = Field(2e-5, gt=0)
@@ -119,14 +162,17 @@ class FinetuneParams(Strict):
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     lr_schedule: Literal["linear", "cosine", "constant"] = "linear"
     grad_clip: float | None = Field(1.0, gt=0)
-    hidden_dropout: float | None = Field(None, ge=0, lt=1)  # overrides the checkpoint's dropout
+    hidden_dropout: float | None = Field(None, ge=0, lt=1)     # overrides the checkpoint's hidden dropout
+    attention_dropout: float | None = Field(None, ge=0, lt=1)  # overrides its attention dropout
     freeze_encoder: bool = False                # the frozen-encoder baseline
     gradient_checkpointing: bool = False
     heads: HeadsParams = HeadsParams()
     smart: SmartParams = SmartParams()
     pcgrad: bool = False
     downsample: Downsample = Downsample(mode="smallest")
-    eval_every_epoch: bool = True
+    # tasks whose batches continue across epochs instead of restarting each epoch: with a smaller
+    # task as the epoch unit, one pass over such a task spans several epochs (002: all of Quora)
+    walk_through: list[Task] = []
     max_steps_per_epoch: int | None = Field(None, ge=1)
 
     @field_validator("tasks")
@@ -140,7 +186,12 @@ class FinetuneParams(Strict):
 
 
 class RetrainHeadsParams(Strict):
+    """A second stage with the fine-tuned encoder frozen: the heads of `tasks` are (re)initialised
+    and trained; the other heads are kept as they are (003 trains SST this way over a model
+    fine-tuned on Para and STS)."""
     enabled: bool = False
+    tasks: list[Task] | None = None             # the heads to train; None: every fine-tuned task's
+    schedule: Literal[SCHEDULES] = "round_robin"
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(32, ge=1)
     lr: float = Field(1e-3, gt=0)
@@ -150,7 +201,7 @@ class RetrainHeadsParams(Strict):
 # ---------------------------------------------------------------- pretraining
 
 class MlmParams(Strict):
-    tasks: list[Literal["sst", "para", "sts", "cfimdb", "nli"]] = ["sst", "para", "sts"]
+    tasks: list[Literal[TASK_NAMES + ("nli",)]] = list(DEFAULT_TASKS)
     mask_prob: float = Field(0.15, gt=0, lt=1)
     downsample: Downsample = Downsample(mode="smallest")
 
@@ -170,9 +221,14 @@ class PretrainParams(Strict):
     lr: float = Field(5e-5, gt=0)
     weight_decay: float = Field(0.01, ge=0)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    lr_schedule: Literal["linear", "cosine", "constant"] = "linear"
+    grad_clip: float | None = Field(1.0, gt=0)  # global gradient-norm clip (MLM, NLI), as in BERT's pretraining
     max_steps_per_epoch: int | None = Field(None, ge=1)
     dev_size: int | None = Field(None, ge=1)    # cap on dev examples (a seeded subset), for quick runs
     bf16: bool | None = None                    # bf16 autocast; None: the base's `bf16`
+    # para_first: what it changes in base.finetune, whose heads, dropout and optimiser it trains
+    # with (e.g. {hidden_dropout: 0.3, heads: {para: cross}})
+    finetune: dict[str, Any] = {}
     mlm: MlmParams = MlmParams()
     nli: NliParams = NliParams()
 
@@ -182,16 +238,20 @@ class PretrainParams(Strict):
 class ExperimentParams(Strict):
     """One experiment = base deep-merged with its overrides."""
     model: str = "all-MiniLM-L6-v2"
-    seed: int = 11711
+    seed: Seed = 11711
+    # run the experiment with several seeds, each a job of its own named <name>.seed<seed>: N seeds
+    # (seed, seed + 1, ...) or the list of seeds; studies show the mean and spread over them
+    repeats: Annotated[int, Field(ge=1, le=100)] | list[Seed] = 1
     device: Literal["auto", "cpu", "cuda"] = "auto"
     bf16: bool = False                          # bf16 autocast on CPU; always on for CUDA
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=1024)
     max_length: int = Field(128, ge=8, le=512)
     pretrain: str | None = None                 # name in `pretrainings`
     finetune: FinetuneParams = FinetuneParams()
     retrain_heads: RetrainHeadsParams = RetrainHeadsParams()
     predict_batch_size: int = Field(128, ge=1)
     description: str = ""
+    template: bool = False                      # only the base of a study's grid: not run itself
 
 
 class EnsembleParams(Strict):
@@ -202,16 +262,43 @@ class EnsembleParams(Strict):
 
     @field_validator("members")
     @classmethod
-    def _two_or_more(cls, v):
-        if len(v) < 2:
-            raise ValueError("an ensemble needs at least two members")
+    def _some(cls, v):
+        if not v:
+            raise ValueError("an ensemble needs members (two or more experiments, or one repeated experiment)")
         return v
+
+
+class GridAxis(Strict):
+    key: str                                    # an experiment setting, dotted: finetune.hidden_dropout
+    values: list[Any]
+    label: str = ""                             # short name in the experiment names and the report; default: the key's last part
+
+    @field_validator("values")
+    @classmethod
+    def _some_values(cls, v):
+        if not v or len(v) != len({repr(x) for x in v}):
+            raise ValueError("needs values, each once")
+        return v
+
+    @property
+    def name(self) -> str:
+        return self.label or self.key.rsplit(".", 1)[-1]
+
+
+class GridParams(Strict):
+    """A study's grid: every combination of the axes' values applied to one experiment, each an
+    experiment of its own named <study>.<label><value>[.<label><value>] (e.g. dropout x lambda)."""
+    experiment: str                             # the experiment each cell changes
+    axes: list[GridAxis] = Field(min_length=1, max_length=2)
 
 
 class StudyParams(Strict):
     name: str
     title: str
-    experiments: list[str]
+    experiments: list[str] = []
+    grid: GridParams | None = None              # more rows: the grid's cells
+    summary: list[Literal["mean", "std"]] = []  # rows under the table: the mean / spread of each column
+    repeats: Annotated[int, Field(ge=1, le=100)] | None = None   # seeds for every row that sets none
     baseline: str | None = None                 # None: the first row
     splits: list[Literal["dev", "test"]] = ["dev", "test"]
     source: str = ""                            # which paper table it reproduces
@@ -286,14 +373,55 @@ def resolve_experiment(raw_base: dict, overrides: dict, name: str, where: str = 
         _raise_validation(err, ExperimentParams, where, prefix=f"experiments.{name}.")
 
 
-def load_params(path: str | Path = "params.yaml") -> "LoadedParams":
+class _StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (YAML itself would keep the last one)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":   # `<<: *anchor`: the keys after it override
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key, first: int, second: int):
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+def read_yaml(path: str | Path):
+    """A YAML file's content; a one-line error for a missing or unreadable file, a syntax error
+    (with its line) or a duplicate key (with both lines)."""
+    from .io import read_input
+
     path = Path(path)
-    if not path.is_file():
-        raise MinBertError(f"{path}: parameter file not found")
+    data = read_input(path, "parameter file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MinBertError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)   # noqa: S506 (a SafeLoader subclass)
+    except _DuplicateKey as e:
+        raise MinBertError(f"{path} line {e.second}: key '{e.key}' is given twice in one mapping (first on line "
+                           f"{e.first}); keep one") from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise MinBertError(f"{path}{where}: not valid YAML ({e.problem or e.context}); fix the syntax") from None
     except yaml.YAMLError as e:
         raise MinBertError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+
+
+def load_params(path: str | Path = "params.yaml") -> "LoadedParams":
+    path = Path(path)
+    raw = read_yaml(path)
     raw, source = _with_catalogue(raw, path)
     loaded = validate_params(raw, str(source))
     loaded.path, loaded.source = path, source
@@ -320,10 +448,7 @@ def _with_catalogue(raw: Any, path: Path) -> tuple[Any, Path]:
     if not cat_path.is_file():
         known = ["demo"] + sorted(p.stem for p in cat_path.parent.glob("*.yaml"))
         raise MinBertError(f"{path}: key 'catalogue': no catalogue file {cat_path}{_close(name, known)}")
-    try:
-        cat = yaml.safe_load(cat_path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise MinBertError(f"{cat_path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    cat = read_yaml(cat_path)
     if not isinstance(cat, dict):
         raise MinBertError(f"{cat_path}: expected a mapping at the top level")
     extra = sorted(set(cat) - set(CATALOGUE_SECTIONS))
@@ -333,6 +458,82 @@ def _with_catalogue(raw: Any, path: Path) -> tuple[Any, Path]:
     merged = {k: v for k, v in raw.items() if k not in CATALOGUE_SECTIONS}
     merged.update(cat)
     return merged, cat_path
+
+
+def _check_name(name, where: str, what: str) -> None:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise MinBertError(f"{where}: {what} name {name!r} must be letters, digits, '_', '-', '.' "
+                           f"(starting with a letter or digit)")
+    if len(name) > NAME_MAX:
+        raise MinBertError(f"{where}: {what} name '{name[:40]}...' has {len(name)} characters; names become file "
+                           f"names, keep them to {NAME_MAX}")
+
+
+def seeds_of(exp: ExperimentParams, study_repeats: int | None = None) -> list[int] | None:
+    """The seeds of a repeated experiment (its own `repeats`, else its studies'); None when it runs once."""
+    rep = exp.repeats if exp.repeats != 1 else (study_repeats or 1)
+    if isinstance(rep, list):
+        return list(dict.fromkeys(rep))
+    return [exp.seed + k for k in range(rep)] if rep > 1 else None
+
+
+def seed_name(name: str, seed: int) -> str:
+    return f"{name}.seed{seed}"
+
+
+def _value_name(v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _nested(key: str, value) -> dict:
+    out: Any = value
+    for part in reversed(key.split(".")):
+        out = {part: out}
+    return out
+
+
+def grid_cells(study: StudyParams) -> list[tuple[str, dict[str, Any]]]:
+    """A grid's cells: (experiment name, {axis name: value}), the first axis varying slowest."""
+    import itertools
+
+    axes = study.grid.axes
+    return [(study.name + "".join(f".{a.name}{_value_name(v)}" for a, v in zip(axes, values)),
+             {a.name: v for a, v in zip(axes, values)}) for values in itertools.product(*(a.values for a in axes))]
+
+
+def _expand_grids(params: Params, where: str) -> dict[str, list]:
+    """Add every grid cell to the experiments (the grid's experiment with the cell's settings) and
+    to its study's rows; returns {study: cells}."""
+    grids = {}
+    for i, st in enumerate(params.studies):
+        if st.grid is None:
+            continue
+        template = st.grid.experiment
+        if template not in params.experiments:
+            raise MinBertError(f"{where}: key 'studies[{i}].grid.experiment' (study '{st.name}'): unknown experiment "
+                               f"'{template}'{_close(template, params.experiments)}")
+        cells = grid_cells(st)
+        labels = [a.name for a in st.grid.axes]
+        if len(set(labels)) != len(labels):
+            raise MinBertError(f"{where}: key 'studies[{i}].grid.axes' (study '{st.name}'): two axes are named "
+                               f"'{labels[0]}'; give them labels")
+        for name, values in cells:
+            _check_name(name, where, f"grid cell (study '{st.name}')")
+            if name in params.experiments:
+                raise MinBertError(f"{where}: key 'studies[{i}].grid' (study '{st.name}'): its cell '{name}' is also "
+                                   f"an experiment of params.yaml; rename one of them")
+            overrides = copy.deepcopy(params.experiments[template] or {})
+            for axis in st.grid.axes:
+                overrides = deep_merge(overrides, _nested(axis.key, values[axis.name]))
+            what = ", ".join(f"{k} {_value_name(v)}" for k, v in values.items())
+            overrides["description"] = f"{overrides.get('description') or template} ({what})"
+            overrides["template"] = False
+            params.experiments[name] = overrides
+        st.experiments = list(st.experiments) + [n for n, _ in cells if n not in st.experiments]
+        grids[st.name] = cells
+    return grids
 
 
 def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
@@ -346,10 +547,14 @@ def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
         ExperimentParams.model_validate(params.base)
     except ValidationError as err:
         _raise_validation(err, ExperimentParams, where, prefix="base.")
-    experiments = {}
+    grids = _expand_grids(params, where)
+    study_repeats: dict[str, int] = {}
+    for st in params.studies:
+        for e in st.experiments if st.repeats else ():
+            study_repeats[e] = max(study_repeats.get(e, 1), st.repeats)
+    experiments, groups = {}, {}
     for name, ov in params.experiments.items():
-        if not NAME_RE.match(name):
-            raise MinBertError(f"{where}: experiment name '{name}' must be letters, digits, '_', '-', '.'")
+        _check_name(name, where, "experiment")
         if ov is None:
             ov = {}
         if not isinstance(ov, dict):
@@ -366,20 +571,40 @@ def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
         if unit not in ("smallest", "largest") and unit not in exp.finetune.tasks:
             raise MinBertError(f"{where}: key 'experiments.{name}.finetune.epoch_unit': '{unit}' is "
                                f"not smallest, largest or one of the experiment's tasks")
-        experiments[name] = exp
-    for name in list(params.pretrainings) + list(params.ensembles):
-        if not NAME_RE.match(name):
-            raise MinBertError(f"{where}: name '{name}' must be letters, digits, '_', '-', '.'")
-    clash = set(params.ensembles) & set(params.experiments)
+        if exp.template:
+            continue
+        seeds = seeds_of(exp, study_repeats.get(name))
+        if seeds is None:
+            experiments[name] = exp
+            continue
+        groups[name] = []
+        for seed in seeds:
+            member = seed_name(name, seed)
+            _check_name(member, where, "experiment")
+            if member in params.experiments:
+                raise MinBertError(f"{where}: key 'experiments.{name}.repeats': seed {seed} would be experiment "
+                                   f"'{member}', which params.yaml already defines; rename one of them")
+            experiments[member] = exp.model_copy(update={"seed": seed, "repeats": 1})
+            groups[name].append(member)
+    for kind, names in (("pretraining", params.pretrainings), ("ensemble", params.ensembles)):
+        for name in names:
+            _check_name(name, where, kind)
+    clash = set(params.ensembles) & (set(experiments) | set(groups))
     if clash:
         raise MinBertError(f"{where}: '{sorted(clash)[0]}' names both an experiment and an ensemble")
+    known = set(experiments) | set(groups)
     for ens_name, ens in params.ensembles.items():
         for m in ens.members:
-            if m not in experiments:
+            if m not in known:
                 raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': unknown experiment "
-                                   f"'{m}'{_close(m, experiments)}")
+                                   f"'{m}'{_close(m, known)}")
+        # a repeated experiment stands for its seeds: the seed ensemble is one entry
+        ens.members = [x for m in ens.members for x in groups.get(m, [m])]
+        if len(ens.members) < 2:
+            raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': an ensemble needs at least two "
+                               f"members (got {ens.members})")
     _check_combinations(params, experiments, where)
-    runnable = set(experiments) | set(params.ensembles)
+    runnable = known | set(params.ensembles)
     seen_studies = set()
     for i, st in enumerate(params.studies):
         if st.name in seen_studies:
@@ -392,12 +617,26 @@ def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
         if st.baseline is not None and st.baseline not in st.experiments:
             raise MinBertError(f"{where}: key 'studies[{i}].baseline' (study '{st.name}'): "
                                f"'{st.baseline}' is not one of the study's experiments")
-    return LoadedParams(params=params, experiments=experiments, raw=raw)
+    for i, st in enumerate(params.studies):
+        if not st.experiments:
+            raise MinBertError(f"{where}: key 'studies[{i}]' (study '{st.name}'): no rows; list experiments or a grid")
+    return LoadedParams(params=params, experiments=experiments, raw=raw, groups=groups, grids=grids)
+
+
+MULTI_TASK_UPDATES = ("simultaneous",)          # the schedules whose updates sum several tasks' losses
+
+
+def model_tasks(exp: ExperimentParams) -> list[str]:
+    """Every task an experiment's final model has: the fine-tuned ones, then those head retraining adds."""
+    extra = [t for t in (exp.retrain_heads.tasks or []) if t not in exp.finetune.tasks] \
+        if exp.retrain_heads.enabled else []
+    return list(exp.finetune.tasks) + extra
 
 
 def _check_combinations(params: Params, experiments: dict[str, ExperimentParams], where: str) -> None:
     """Settings that validate one by one but cannot run together."""
     data = params.data
+    base_finetune = ExperimentParams.model_validate(params.base).finetune
     for name, pre in params.pretrainings.items():
         if pre.kind == "nli" and data.nli_file is None:
             raise MinBertError(f"{where}: key 'pretrainings.{name}.kind': NLI pretraining needs NLI data; "
@@ -408,22 +647,49 @@ def _check_combinations(params: Params, experiments: dict[str, ExperimentParams]
             if "cfimdb" in pre.mlm.tasks and not data.include_cfimdb:
                 raise MinBertError(f"{where}: key 'pretrainings.{name}.mlm.tasks': 'cfimdb' needs "
                                    f"'data.include_cfimdb: true'")
+        if pre.finetune and pre.kind != "para_first":
+            raise MinBertError(f"{where}: key 'pretrainings.{name}.finetune': only a para_first pretraining trains "
+                               f"with the fine-tuning settings (this one is {pre.kind}); remove it")
+        if pre.finetune:
+            try:
+                FinetuneParams.model_validate(deep_merge(base_finetune.model_dump(), pre.finetune))
+            except ValidationError as err:
+                _raise_validation(err, FinetuneParams, where, prefix=f"pretrainings.{name}.finetune.")
     for name, exp in experiments.items():
-        ft = exp.finetune
+        ft, key = exp.finetune, f"experiments.{name}"
         if ft.pcgrad and len(ft.tasks) < 2:
-            raise MinBertError(f"{where}: key 'experiments.{name}.finetune.pcgrad': PCGrad needs at least "
+            raise MinBertError(f"{where}: key '{key}.finetune.pcgrad': PCGrad needs at least "
                                f"two tasks (got {ft.tasks})")
+        if ft.pcgrad and ft.schedule not in MULTI_TASK_UPDATES:
+            raise MinBertError(f"{where}: key '{key}.finetune.pcgrad': PCGrad projects the gradients of the tasks "
+                               f"of one update, and under schedule '{ft.schedule}' every update trains one task, so it "
+                               f"would do nothing; use schedule: simultaneous")
         unknown = [t for t in (ft.smart.tasks or []) if t not in ft.tasks]
         if ft.smart.enabled and unknown:
-            raise MinBertError(f"{where}: key 'experiments.{name}.finetune.smart.tasks': '{unknown[0]}' is not "
+            raise MinBertError(f"{where}: key '{key}.finetune.smart.tasks': '{unknown[0]}' is not "
                                f"trained by this experiment (finetune.tasks: {ft.tasks})")
+        untrained = [t for t in ft.walk_through if t not in ft.tasks]
+        if untrained:
+            raise MinBertError(f"{where}: key '{key}.finetune.walk_through': '{untrained[0]}' is not trained by this "
+                               f"experiment (finetune.tasks: {ft.tasks})")
         if ft.freeze_encoder and exp.retrain_heads.enabled:
-            raise MinBertError(f"{where}: key 'experiments.{name}.retrain_heads.enabled': the encoder is "
+            raise MinBertError(f"{where}: key '{key}.retrain_heads.enabled': the encoder is "
                                f"already frozen in finetune (finetune.freeze_encoder); drop one of them")
+        if ft.heads.sst == "prototypes" and "sst" in ft.tasks and not ft.freeze_encoder:
+            raise MinBertError(f"{where}: key '{key}.finetune.heads.sst': a prototypes head compares sentences with "
+                               f"prototypes embedded once, so it trains over a frozen encoder: train sst in "
+                               f"retrain_heads (retrain_heads.tasks: [sst]) or set finetune.freeze_encoder")
+        if exp.pretrain is not None:
+            pre = params.pretrainings[exp.pretrain]
+            if pre.kind == "nli" and pre.nli.pooling != ft.heads.pooling:   # the pooling every task reads by default
+                raise MinBertError(f"{where}: key '{key}.finetune.heads.pooling': the NLI pretraining "
+                                   f"'{exp.pretrain}' trains {pre.nli.pooling}-pooled sentence embeddings but this "
+                                   f"experiment reads '{ft.heads.pooling}'; set the same pooling in both "
+                                   f"(pretrainings.{exp.pretrain}.nli.pooling)")
     for ens_name, ens in params.ensembles.items():
         if len(set(ens.members)) != len(ens.members):
             raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': lists a member twice")
-        common = set.intersection(*(set(experiments[m].finetune.tasks) for m in ens.members
+        common = set.intersection(*(set(model_tasks(experiments[m])) for m in ens.members
                                     if m in experiments)) if ens.members else set()
         if not common and all(m in experiments for m in ens.members):
             raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': the members share no task")
@@ -437,14 +703,20 @@ def _close(word, choices) -> str:
 class LoadedParams:
     """Validated params with each experiment resolved (base deep-merged with its overrides)."""
 
-    def __init__(self, params: Params, experiments: dict[str, ExperimentParams], raw: dict):
+    def __init__(self, params: Params, experiments: dict[str, ExperimentParams], raw: dict,
+                 groups: dict[str, list[str]] | None = None, grids: dict[str, list] | None = None):
         self.params = params
-        self.experiments = experiments
+        self.experiments = experiments      # every experiment that runs (a repeated one as its seeds)
         self.raw = raw
+        self.groups = groups or {}          # repeated experiment -> its seeds' experiments
+        self.grids = grids or {}            # study -> its grid's cells: [(experiment, {axis: value})]
         self.path: Path | None = None     # params.yaml as given to load_params
         self.source: Path | None = None   # the file the sections come from (params.yaml or a catalogue)
 
     def experiment(self, name: str) -> ExperimentParams:
+        if name in self.groups:
+            raise MinBertError(f"params.yaml: experiment '{name}' runs as {len(self.groups[name])} seeds; name one "
+                               f"of them ({', '.join(self.groups[name])})")
         if name not in self.experiments:
             raise MinBertError(f"params.yaml: unknown experiment '{name}'{_close(name, self.experiments)}")
         return self.experiments[name]
@@ -459,15 +731,14 @@ class LoadedParams:
             raise MinBertError(f"params.yaml: unknown ensemble '{name}'{_close(name, self.params.ensembles)}")
         return self.params.ensembles[name]
 
-    def pretrain_model(self, name: str) -> str:
-        """The model a pretraining starts from: its own `model`, else the base model."""
-        p = self.pretraining(name)
-        return p.model or ExperimentParams.model_validate(self.params.base).model
+    @property
+    def base(self) -> ExperimentParams:
+        """`base` on its own, with the defaults filled in."""
+        return ExperimentParams.model_validate(self.params.base)
 
     def overrides(self, name: str) -> dict:
         """The parameters of experiment `name` that differ from the base (for the report)."""
-        base = ExperimentParams.model_validate(self.params.base).model_dump()
-        return _diff(base, self.experiment(name).model_dump())
+        return _diff(self.base.model_dump(), self.experiment(name).model_dump())
 
 
 def _diff(a: dict, b: dict, prefix: str = "") -> dict:

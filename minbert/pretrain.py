@@ -1,8 +1,12 @@
-"""Further pretraining before multi-task fine-tuning: masked-LM on task texts, or NLI sentence embeddings.
+"""Further pretraining before multi-task fine-tuning: masked-LM on task texts, NLI sentence
+embeddings, or paraphrase-first (the paraphrase task alone, on all its data).
 
-One explicit training loop (`train`) drives an objective object that knows its data and its
-loss: `MlmObjective` (BERT masking, loss per chosen token) or `NliObjective` (regression,
-contrastive or triplet loss per example). Each epoch records the mean train loss and the dev
+`pretrain` runs a job of any kind and writes its three outputs: the model folder (Hugging Face
+layout, tokenizer files included; for MLM also the MLM head), history.csv (epoch, train_loss,
+dev_loss) and metrics.json. Masked-LM and NLI use one explicit training loop (`train`) that drives
+an objective object knowing its data and its loss: `MlmObjective` (BERT masking, loss per chosen
+token) or `NliObjective` (regression, contrastive or triplet loss per example); paraphrase-first
+is multi-task fine-tuning of the one task (minbert.train) whose encoder is then saved. Each epoch records the mean train loss and the dev
 loss; the dev loss of the starting model is measured before the first step, so a run shows
 whether it lowered its own objective.
 
@@ -29,29 +33,36 @@ from .errors import MinBertError
 from .mlm import build_mlm_head, mask_tokens, mlm_loss_sum
 from .model import BertModel
 from .optim import build_adamw, set_lr
-from .params import ExperimentParams, PretrainParams
+from .io import atomic_path, write_json
+from .params import PretrainParams
 from .runtime import autocast, pick_device, seed_everything, set_threads
+from .settings import PretrainSettings, pretrain_splits
+from .tasks import TASKS
 from .tokenizer import Tokenizer
-from .weights import load_encoder
+from .weights import load_encoder, resolve_model, save_hf_folder
 
 log = logging.getLogger(__name__)
 
-GRAD_CLIP = 1.0              # global gradient-norm clip, as in BERT's own pretraining
-SINGLE_TEXT_TASKS = ("sst", "cfimdb")
+HISTORY_COLUMNS = ["epoch", "train_loss", "dev_loss"]
 
 Encoded = list[tuple[list[int], list[int]]]
 
 
 # ---------------------------------------------------------------- masked LM
 
-def mlm_frames(data_dir, pparams: PretrainParams, seed: int, split: str) -> dict[str, pd.DataFrame]:
-    """The `split` of each MLM task, downsampled per `mlm.downsample` (smallest by default)."""
-    frames = {}
-    for task in pparams.mlm.tasks:
-        splits = load_splits(data_dir, task)
-        if split not in splits:
+def read_pretraining_data(data_dir, s: PretrainSettings) -> dict[str, dict[str, pd.DataFrame]]:
+    """{split: {task: frame}} of exactly the prepared files the job reads (settings.pretrain_splits)."""
+    out: dict[str, dict[str, pd.DataFrame]] = {}
+    for task, split in pretrain_splits(s):
+        frames = load_splits(data_dir, task, (split,))
+        if split not in frames:
             raise MinBertError(f"{data_dir}: no {task}-{split}.tsv; run the prepare stage first")
-        frames[task] = splits[split]
+        out.setdefault(split, {})[task] = frames[split]
+    return out
+
+
+def mlm_frames(frames: dict[str, pd.DataFrame], pparams: PretrainParams, seed: int) -> dict[str, pd.DataFrame]:
+    """Each MLM task's frame, downsampled per `mlm.downsample` (smallest by default)."""
     return downsample(frames, pparams.mlm.downsample, seed)
 
 
@@ -60,11 +71,11 @@ def encode_texts(tok: Tokenizer, frames: dict[str, pd.DataFrame], cache_dir=None
     a cross-encoder sees in fine-tuning."""
     encoded: Encoded = []
     for task, frame in frames.items():
-        if task in SINGLE_TEXT_TASKS:
-            encoded += encode_cached(tok, frame["sentence"].tolist(), cache_dir=cache_dir)
-        else:
+        if task == "nli" or TASKS[task].pair:
             encoded += encode_cached(tok, frame["sentence1"].tolist(), frame["sentence2"].tolist(),
                                      cache_dir=cache_dir)
+        else:
+            encoded += encode_cached(tok, frame["sentence"].tolist(), cache_dir=cache_dir)
     return encoded
 
 
@@ -210,14 +221,15 @@ def _named_parameters(modules) -> list[tuple[str, torch.nn.Parameter]]:
     return named
 
 
-def train(objective, pparams: PretrainParams, exp: ExperimentParams, device, desc: str) -> tuple[list[dict], float]:
-    """Train `objective` for `pparams.epochs`; returns (history rows, dev loss before training)."""
+def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc: str) -> tuple[list[dict], float]:
+    """Train `objective` for `pparams.epochs` and keep the epoch with the lowest dev loss (the
+    modules end with its weights); returns (history rows, dev loss before training)."""
     modules = objective.modules()
     for m in modules:
         m.to(device)
     params = _named_parameters(modules)
     optimizer = build_adamw([(params, pparams.lr)], pparams.weight_decay)
-    sampler = BucketBatchSampler(objective.lengths("train"), pparams.batch_size, shuffle=True, seed=exp.seed)
+    sampler = BucketBatchSampler(objective.lengths("train"), pparams.batch_size, shuffle=True, seed=s.seed)
     steps_per_epoch = len(sampler) if pparams.max_steps_per_epoch is None \
         else min(len(sampler), pparams.max_steps_per_epoch)
     if steps_per_epoch == 0:
@@ -225,9 +237,9 @@ def train(objective, pparams: PretrainParams, exp: ExperimentParams, device, des
     total_steps = pparams.epochs * steps_per_epoch
     warmup = int(pparams.warmup_ratio * total_steps)
 
-    dev_before = evaluate(objective, device, exp.bf16, pparams.batch_size)
+    dev_before = evaluate(objective, device, s.bf16, pparams.batch_size)
     log.info("%s: dev loss before training %.4f", desc, dev_before)
-    history, step = [], 0
+    history, step, best = [], 0, (math.inf, None)
     for epoch in range(1, pparams.epochs + 1):
         for m in modules:
             m.train()
@@ -237,13 +249,14 @@ def train(objective, pparams: PretrainParams, exp: ExperimentParams, device, des
         bar = tqdm(total=sum(len(b) for b in batches), desc=f"{desc} epoch {epoch}/{pparams.epochs}",
                    unit="ex", dynamic_ncols=True, mininterval=1.0)
         for indices in batches:
-            lr = set_lr(optimizer, step, total_steps, warmup, "linear")
-            with autocast(device, exp.bf16):
+            lr = set_lr(optimizer, step, total_steps, warmup, pparams.lr_schedule)
+            with autocast(device, s.bf16):
                 loss_sum, n = objective.loss_sum("train", indices, device)
             loss = loss_sum / max(n, 1)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_([p for _, p in params], GRAD_CLIP)
+            if pparams.grad_clip:
+                torch.nn.utils.clip_grad_norm_([p for _, p in params], pparams.grad_clip)
             optimizer.step()
             step += 1
             total, count = total + loss_sum.item(), count + n
@@ -251,62 +264,124 @@ def train(objective, pparams: PretrainParams, exp: ExperimentParams, device, des
             bar.set_postfix(loss=f"{total / max(count, 1):.4f}", lr=f"{lr:.2e}", refresh=False)
         bar.close()
         train_loss = total / max(count, 1)
-        if not math.isfinite(train_loss):
-            raise MinBertError(f"{desc}: the training loss became {train_loss} in epoch {epoch}; "
-                               "lower `lr` or switch off bf16")
-        dev_loss = evaluate(objective, device, exp.bf16, pparams.batch_size)
+        dev_loss = evaluate(objective, device, s.bf16, pparams.batch_size)
+        if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
+            raise MinBertError(f"{desc}: the {'training' if not math.isfinite(train_loss) else 'dev'} loss became "
+                               f"non-finite in epoch {epoch}; lower `lr` or switch off bf16")
         history.append({"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss})
         log.info("%s epoch %d: train loss %.4f, dev loss %.4f (%.1fs, %d steps)", desc, epoch, train_loss,
                  dev_loss, time.perf_counter() - t0, len(batches))
+        if dev_loss < best[0]:
+            best = (dev_loss, [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules])
+    for m, state in zip(modules, best[1]):
+        m.load_state_dict(state)
     return history, dev_before
 
 
-def _setup(pparams: PretrainParams, exp: ExperimentParams, model_name: str):
-    set_threads(exp.threads)
-    seed_everything(exp.seed)
-    device = pick_device(exp.device)
+def _setup(s: PretrainSettings, model_name: str):
+    set_threads(s.threads)
+    seed_everything(s.seed)
+    device = pick_device(s.device)
     encoder, mlm_tensors, folder = load_encoder(model_name)
-    tok = Tokenizer(folder, exp.max_length)
+    tok = Tokenizer(folder, s.max_length)
     return device, encoder, mlm_tensors, folder, tok
 
 
-def pretrain_mlm(pparams: PretrainParams, exp: ExperimentParams, data_dir, model_name: str,
-                 cache_dir=None) -> PretrainResult:
-    """Masked-LM further pretraining on the texts of `pparams.mlm.tasks`."""
-    device, encoder, mlm_tensors, folder, tok = _setup(pparams, exp, model_name)
+def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=None) -> PretrainResult:
+    """Masked-LM further pretraining on the texts of the pretraining's `mlm.tasks`."""
+    pparams = s.pretraining
+    device, encoder, mlm_tensors, folder, tok = _setup(s, model_name)
     head, loaded = build_mlm_head(encoder, mlm_tensors, str(folder))
     log.info("MLM head %s", "loaded from the checkpoint" if loaded else "freshly initialised (the checkpoint has none)")
-    train_frames = mlm_frames(data_dir, pparams, exp.seed, "train")
-    dev_frames = mlm_frames(data_dir, pparams, exp.seed, "dev")
+    train_frames = mlm_frames(data["train"], pparams, s.seed)
+    dev_frames = mlm_frames(data["dev"], pparams, s.seed)
     train_set = encode_texts(tok, train_frames, cache_dir)
-    dev_set = _cap(encode_texts(tok, dev_frames, cache_dir), pparams.dev_size, exp.seed)
-    objective = MlmObjective(encoder, head, tok, train_set, dev_set, pparams.mlm.mask_prob, exp.seed)
-    history, before = train(objective, pparams, exp, device, "mlm")
+    dev_set = _cap(encode_texts(tok, dev_frames, cache_dir), pparams.dev_size, s.seed)
+    objective = MlmObjective(encoder, head, tok, train_set, dev_set, pparams.mlm.mask_prob, s.seed)
+    history, before = train(objective, pparams, s, device, "mlm")
     metrics = {"mlm_head_loaded": loaded, "tasks": list(pparams.mlm.tasks),
                "train_examples": {t: len(f) for t, f in train_frames.items()}, "dev_examples": len(dev_set)}
     return PretrainResult(encoder.cpu(), head.cpu(), history, _loss_summary(history, before) | metrics)
 
 
-def pretrain_nli(pparams: PretrainParams, exp: ExperimentParams, data_dir, model_name: str,
-                 cache_dir=None) -> PretrainResult:
-    """NLI pretraining of sentence embeddings with `pparams.nli.objective`."""
-    device, encoder, _, folder, tok = _setup(pparams, exp, model_name)
-    splits = load_splits(data_dir, "nli")
-    if "dev" not in splits:
-        raise MinBertError(f"{data_dir}: no nli-dev.tsv; run the prepare stage with data.nli_file set")
+def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, data_dir="results/data") -> PretrainResult:
+    """NLI pretraining of sentence embeddings with the pretraining's `nli.objective`."""
+    pparams = s.pretraining
+    device, encoder, _, folder, tok = _setup(s, model_name)
     objective_name = pparams.nli.objective
-    data = {s: nli_examples(tok, splits[s], objective_name, str(Path(data_dir) / f"nli-{s}.tsv"), cache_dir)
-            for s in ("train", "dev")}
-    data["dev"] = _subset(data["dev"], pparams.dev_size, exp.seed)
-    objective = NliObjective(encoder, tok, objective_name, data["train"], data["dev"],
+    examples = {split: nli_examples(tok, data[split]["nli"], objective_name, str(Path(data_dir) / f"nli-{split}.tsv"),
+                                    cache_dir)
+                for split in ("train", "dev")}
+    examples["dev"] = _subset(examples["dev"], pparams.dev_size, s.seed)
+    objective = NliObjective(encoder, tok, objective_name, examples["train"], examples["dev"],
                              pparams.nli.temperature, pparams.nli.margin, pparams.nli.pooling)
-    history, before = train(objective, pparams, exp, device, f"nli-{objective_name}")
+    history, before = train(objective, pparams, s, device, f"nli-{objective_name}")
     metrics = {"objective": objective_name, "pooling": pparams.nli.pooling,
-               "train_examples": len(data["train"]["parts"][0]), "dev_examples": len(data["dev"]["parts"][0])}
+               "train_examples": len(examples["train"]["parts"][0]), "dev_examples": len(examples["dev"]["parts"][0])}
     return PretrainResult(encoder.cpu(), None, history, _loss_summary(history, before) | metrics)
 
 
 def _loss_summary(history: list[dict], before: float) -> dict:
+    best = min(history, key=lambda r: r["dev_loss"])
     return {"dev_loss_before": before, "dev_loss_first": history[0]["dev_loss"],
             "dev_loss_last": history[-1]["dev_loss"], "train_loss_last": history[-1]["train_loss"],
-            "epochs": len(history)}
+            "dev_loss_best": best["dev_loss"], "best_epoch": best["epoch"], "epochs": len(history)}
+
+
+# ---------------------------------------------------------------- a pretraining job
+
+def pretrain(s: PretrainSettings, data_dir, model_dir, history_path, metrics_path, *, start_model: str,
+             cache_dir=None, state_dir=None, description: dict | None = None, name: str = "") -> dict:
+    """Run a pretraining of any kind from `start_model`; write the model folder, history.csv and
+    metrics.json (each atomically); return the metrics."""
+    kind = s.pretraining.kind
+    if kind == "para_first":
+        history, metrics, encoder, head = _paraphrase_first(s, data_dir, start_model, cache_dir, state_dir,
+                                                            description, name)
+    else:
+        data = read_pretraining_data(data_dir, s)
+        result = (pretrain_mlm(s, data, start_model, cache_dir) if kind == "mlm"
+                  else pretrain_nli(s, data, start_model, cache_dir, data_dir))
+        history, metrics, encoder = result.history, {"kind": kind, **result.metrics}, result.encoder
+        head = result.mlm_head.checkpoint_tensors() if result.mlm_head is not None else None
+    with atomic_path(model_dir) as tmp:
+        save_hf_folder(tmp, encoder, tokenizer_folder=resolve_model(start_model), mlm_head=head)
+    write_history(history_path, history)
+    write_json(metrics_path, metrics)
+    return metrics
+
+
+def _paraphrase_first(s: PretrainSettings, data_dir, start_model: str, cache_dir, state_dir, description, name):
+    """The paraphrase task alone on all of Quora's training data (minbert.settings.para_first_config),
+    as resumable multi-task fine-tuning; its best encoder is the pretrained model."""
+    import tempfile
+
+    from .experiment import finetune_experiment
+    from .multitask import load_checkpoint
+    from .settings import FinetuneSettings, para_first_config
+
+    ft = FinetuneSettings(model=start_model, seed=s.seed, max_length=s.max_length, finetune=para_first_config(s),
+                          device=s.device, bf16=s.bf16, threads=s.threads)
+    with tempfile.TemporaryDirectory(prefix="para_first.") as work:
+        result = finetune_experiment(ft, data_dir, work, state_dir=state_dir, description=description,
+                                     cache_dir=cache_dir, name=name or "para_first", evaluate_first=True,
+                                     stage="pretrain")
+        model, _, _ = load_checkpoint(Path(work) / "model.pt")
+    rows = result.history.to_dict("records")
+    history = [{"epoch": int(r["epoch"]), "train_loss": r.get("train_para_loss"), "dev_loss": r.get("dev_para_loss")}
+               for r in rows]
+    metrics = {"kind": "para_first", "dev_loss_before": (result.dev_before or {}).get("para_loss"),
+               "dev_loss_first": history[0]["dev_loss"] if history else None,
+               "dev_loss_last": history[-1]["dev_loss"] if history else None,
+               "dev_para_acc_best": result.best_dev.get("para_acc"), "best_epoch": result.best_epoch,
+               "epochs": len(history)}
+    return history, metrics, model.encoder, None
+
+
+def write_history(path, rows: list[dict]) -> None:
+    frame = pd.DataFrame(rows)
+    for col in HISTORY_COLUMNS:
+        if col not in frame.columns:
+            frame[col] = pd.Series(dtype=float)
+    with atomic_path(path) as tmp:
+        frame[HISTORY_COLUMNS].to_csv(tmp, index=False)

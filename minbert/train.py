@@ -1,21 +1,30 @@
 """The multi-task training loop: explicit, resumable, data-parallel under torchrun.
 
-One call of `fit` trains a MultitaskModel on a schedule (minbert.schedules), evaluates on dev
-after every epoch, writes history.csv, keeps the best checkpoint by dev score (model.pt) and a
-resumable state (last.pt) after every epoch. Multi-process data parallel: launched with torchrun,
-every rank takes its slice of each global batch and gradients are averaged across ranks before
-the update (an explicit all-reduce, which also works with PCGrad and SMART's extra gradients).
+Reads like nanoGPT's train.py, in plain parts:
+- `Plan`: every epoch's updates, computed up front (minbert.schedules), hence the lr schedule;
+- `TrainState`: where the run is (stage, epoch, update, history, best so far), saved with the
+  model, optimiser and RNG states as `last.pt` in the run's state folder after every epoch;
+- `run_epoch`: one epoch's updates (task losses, SMART, PCGrad, all-reduce, clip, step);
+- `end_of_epoch`: dev evaluation, the best model (`best.pt`, beside `last.pt`), the state.
+The declared outputs (`model.pt`, `history.csv` in `out_dir`) are written only when the run has
+finished, from the best model; the state folder is then removed. The state folder is not a
+declared output, so an engine that cleans up an interrupted job's outputs leaves it alone and the
+next run resumes from the last finished epoch, if the job's fingerprint (minbert.jobs) is the one
+the state was written for; otherwise it starts fresh and says what changed.
+
+Multi-process data parallel: launched with torchrun, every rank takes its slice of each global
+batch and gradients are averaged across ranks before the update (an explicit all-reduce, which
+also works with PCGrad and SMART's extra gradients).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,18 +34,22 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from .errors import MinBertError
-from .io import atomic_path, torch_save
-from .metrics import METRIC_OF_TASK, overall_score, task_metric
-from .multitask import (OUTPUT_KIND, MultitaskModel, TaskData, collate, encoder_parameters, head_parameters,
-                        predict_task, predictions, save_checkpoint, task_loss, to_device)
+from .io import atomic_path, clean_stale_temporaries, torch_save, write_json
+from .jobs import describe_change, fingerprint_of
+from .losses import task_loss
+from .metrics import selection_score, summarise, task_metric
+from .multitask import (MultitaskModel, TaskData, checkpoint_dict, collate, encoder_parameters, head_parameters,
+                        predict_task, predictions, to_device)
 from .optim import build_adamw, set_lr
 from .params import FinetuneParams
 from .runtime import autocast
-from .schedules import epoch_plan
+from .schedules import epoch_plan, sequential_stages
+from .tasks import TASKS
 from .tokenizer import Tokenizer
 
 log = logging.getLogger("minbert.train")
-SHORT_METRIC = {"sst": "acc", "para": "acc", "sts": "pearson", "cfimdb": "acc"}
+EVAL_BATCH_SIZE = 128          # dev evaluation during training (prediction speed lives in predict)
+STATE_FORMAT = "minbert-train-state-2"
 
 
 # ---------------------------------------------------------------- distributed helpers
@@ -83,25 +96,39 @@ def average_gradients(params: list[torch.nn.Parameter], world: int) -> None:
         offset += n
 
 
+def barrier(dist_info: DistInfo) -> None:
+    if dist_info.world > 1:
+        dist.barrier()
+
+
 # ---------------------------------------------------------------- batches
 
 class TaskStream:
     """Endless length-bucketed batches of one task for one epoch; cycles (reshuffled) when the
     plan asks for more batches than the task has. Under data parallelism, each rank takes its
-    slice of every global batch, so N processes see exactly the batches one process would."""
+    slice of every global batch, so N processes see exactly the batches one process would.
+
+    A task walked through (`walked`: the number of its batches earlier epochs drew) does not
+    restart each epoch: it continues where the last epoch stopped, in passes over all its data."""
 
     def __init__(self, data: TaskData, tokenizer: Tokenizer, batch_size: int, seed: int, epoch: int,
-                 dist_info: DistInfo):
+                 dist_info: DistInfo, walked: int | None = None):
         from .batching import BucketBatchSampler
 
         self.data, self.tokenizer, self.dist = data, tokenizer, dist_info
         self.sampler = BucketBatchSampler(data.lengths(), batch_size, shuffle=True, seed=seed)
-        self.epoch, self.cycle = epoch, 0
+        self.epoch, self.cycle, self.walking = epoch, 0, walked is not None
         self.seed, self.batches = seed, 0
+        skip = 0
+        if self.walking:
+            self.cycle, skip = divmod(walked, max(1, len(self.sampler)))
         self._it = self._start()
+        for _ in range(skip):
+            next(self._it)
 
     def _start(self):
-        self.sampler.set_epoch(self.epoch * 1000 + self.cycle)
+        # a walked task's passes are numbered across epochs, an epoch's cycles within it
+        self.sampler.set_epoch(10**6 + self.cycle if self.walking else self.epoch * 1000 + self.cycle)
         return iter(self.sampler)
 
     def next(self) -> dict:
@@ -123,33 +150,286 @@ class TaskStream:
 
 # ---------------------------------------------------------------- evaluation
 
-def selection_score(metrics: dict[str, float], tasks: list[str]) -> float:
-    """Model-selection score: the leaderboard formula generalised to any subset of tasks
-    (accuracies as they are, Pearson r as (r + 1) / 2, averaged)."""
-    vals = []
-    for t in tasks:
-        m = metrics.get(METRIC_OF_TASK[t])
-        if m is None:
-            continue
-        vals.append((m + 1.0) / 2.0 if t == "sts" else m)
-    return float(np.mean(vals)) if vals else float("nan")
-
-
 def evaluate(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, batch_size: int,
              device, bf16: bool) -> dict[str, float]:
+    """Dev metrics and losses of every labelled task, plus overall/mean when they apply."""
     out: dict[str, float] = {}
     for task, data in dev.items():
         if data.labels is None or len(data) == 0:
             continue
         res = predict_task(model, data, tokenizer, batch_size, device, lambda: autocast(device, bf16))
-        out[METRIC_OF_TASK[task]] = task_metric(task, res["prediction"], data.labels)
+        out[TASKS[task].metric_key] = task_metric(task, res["prediction"], data.labels)
         out[f"{task}_loss"] = res["loss"]
-    if all(k in out for k in ("sst_acc", "para_acc", "sts_pearson")):
-        out["overall"] = overall_score(out["sst_acc"], out["para_acc"], out["sts_pearson"])
-    return out
+    return summarise(out)
 
 
-# ---------------------------------------------------------------- the loop
+# ---------------------------------------------------------------- the plan
+
+@dataclass
+class Plan:
+    """Every epoch's updates, fixed before the first step (so the lr schedule knows its length).
+
+    `stages` are the task groups trained one after another: one group of all tasks, or one task
+    per group for sequential fine-tuning."""
+    stages: list[list[str]]
+    epochs: dict[tuple[int, int], list[tuple[str, ...]]]     # (stage, epoch) -> updates
+    total_updates: int
+    warmup: int
+
+    @classmethod
+    def build(cls, cfg: FinetuneParams, tasks: list[str], sizes: dict[str, int], seed: int) -> "Plan":
+        sequential = cfg.schedule == "sequential"
+        stages = sequential_stages(tasks) if sequential else [tasks]
+        epochs = {}
+        for si, stage_tasks in enumerate(stages):
+            unit = cfg.epoch_unit if cfg.epoch_unit in ("smallest", "largest") or cfg.epoch_unit in stage_tasks \
+                else "smallest"
+            for epoch in range(cfg.epochs):
+                epochs[(si, epoch)] = epoch_plan("task_by_task" if sequential else cfg.schedule, stage_tasks, sizes,
+                                                 cfg.batch_size, unit, seed, epoch, cfg.temperature,
+                                                 cfg.max_steps_per_epoch)
+        total = sum(len(p) for p in epochs.values())
+        return cls(stages, epochs, total, int(cfg.warmup_ratio * total))
+
+    def walked(self, stage: int, epoch: int, task: str) -> int:
+        """How many batches of `task` the stage's epochs before `epoch` drew."""
+        return sum(task in update for e in range(epoch) for update in self.epochs[(stage, e)])
+
+
+# ---------------------------------------------------------------- the state
+
+@dataclass
+class TrainState:
+    """Where a run is; saved after every epoch (with the model, optimiser and RNGs) as last.pt."""
+    stage: int = 0
+    epoch: int = 0                    # within the stage
+    update: int = 0                   # global, across epochs and stages
+    history: list = field(default_factory=list)
+    best_score: float = -math.inf
+    best_epoch: int = -1
+    best_dev: dict = field(default_factory=dict)
+    stage_best: float = -math.inf     # sequential: each stage keeps its own best
+    seconds: float = 0.0
+    examples: int = 0
+    dev_before: dict | None = None
+
+
+@dataclass
+class Run:
+    """What one `fit` call works with (fixed for the run)."""
+    model: MultitaskModel
+    tokenizer: Tokenizer
+    train: dict[str, TaskData]
+    dev: dict[str, TaskData]
+    cfg: FinetuneParams
+    seed: int
+    device: torch.device
+    bf16: bool
+    dist: DistInfo
+    optimizer: torch.optim.Optimizer
+    params: list
+    teacher: object | None
+    generators: dict[str, torch.Generator]
+    state_dir: Path
+    fingerprint: str
+    description: dict
+    checkpoint_extra: dict
+    progress: bool
+
+    @property
+    def last_path(self) -> Path:
+        return self.state_dir / "last.pt"
+
+    @property
+    def best_path(self) -> Path:
+        return self.state_dir / "best.pt"
+
+    def amp(self):
+        return autocast(self.device, self.bf16)
+
+
+def save_state(run: Run, state: TrainState) -> None:
+    torch_save({"format": STATE_FORMAT, "fingerprint": run.fingerprint, "description": run.description,
+                "state": asdict(state), "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+                "teacher": run.teacher.module.state_dict() if run.teacher is not None else None,
+                "torch_rng": torch.get_rng_state(),
+                "generators": {k: g.get_state() for k, g in run.generators.items()}}, run.last_path)
+
+
+def resume_state(run: Run) -> TrainState | None:
+    """The saved state when it belongs to this job; None (with a one-line notice) otherwise."""
+    path = run.last_path
+    if not path.is_file():
+        return None
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(ck, dict) or ck.get("format") != STATE_FORMAT:
+            raise ValueError("not a training state")
+    except Exception as e:   # truncated, corrupt or foreign: never resume from it
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+        log.warning("%s cannot be resumed (%s); starting fresh", path, reason)
+        return None
+    if ck.get("fingerprint") != run.fingerprint:
+        log.warning("%s was saved for another configuration (%s); starting fresh", path,
+                    describe_change(ck.get("description") or {}, run.description))
+        return None
+    run.model.load_state_dict(ck["model"])
+    run.optimizer.load_state_dict(ck["optimizer"])
+    if run.teacher is not None and ck.get("teacher") is not None:
+        run.teacher.module.load_state_dict(ck["teacher"])
+    torch.set_rng_state(ck["torch_rng"])
+    for k, g in run.generators.items():
+        g.set_state(ck["generators"][k])
+    state = TrainState(**ck["state"])
+    log.info("resuming from %s at stage %d epoch %d", path, state.stage, state.epoch)
+    return state
+
+
+# ---------------------------------------------------------------- one epoch
+
+def run_epoch(run: Run, state: TrainState, plan: Plan) -> dict:
+    """Train the updates of the state's current epoch; returns the epoch's history row (train part)."""
+    cfg, si = run.cfg, state.stage
+    stage_tasks = plan.stages[si]
+    streams = {t: TaskStream(run.train[t], run.tokenizer, cfg.batch_size, run.seed + 101 * (i + 1), state.epoch,
+                             run.dist, plan.walked(si, state.epoch, t) if t in cfg.walk_through else None)
+               for i, t in enumerate(stage_tasks)}
+    sums = {t: {"loss": 0.0, "n": 0, "pred": [], "true": []} for t in stage_tasks}
+    run.model.train()
+    if cfg.freeze_encoder:
+        run.model.encoder.eval()
+    t0, n_examples, lr = time.perf_counter(), 0, 0.0
+    desc = (f"{'+'.join(stage_tasks)} " if len(plan.stages) > 1 else "") + f"epoch {state.epoch + 1}/{cfg.epochs}"
+    bar = tqdm(plan.epochs[(si, state.epoch)], desc=desc, unit="upd", leave=False, dynamic_ncols=True,
+               disable=not (run.progress and run.dist.main), mininterval=1.0 if sys.stderr.isatty() else 15.0)
+    for update_tasks in bar:
+        lr = set_lr(run.optimizer, state.update, plan.total_updates, plan.warmup, cfg.lr_schedule)
+        run.optimizer.zero_grad(set_to_none=True)
+        pc_losses = []
+        for task in update_tasks:
+            batch = to_device(streams[task].next(), run.device)
+            loss, out = task_objective(run, task, batch)
+            if not torch.isfinite(loss):
+                diverged(run, f"non-finite {task} loss at stage {si} epoch {state.epoch + 1} update {state.update}")
+            weighted = cfg.task_weights.get(task, 1.0) * loss
+            if cfg.pcgrad and len(update_tasks) > 1:
+                pc_losses.append(weighted)
+            else:
+                weighted.backward()
+            n = len(batch["labels"])
+            n_examples += n * run.dist.world
+            s = sums[task]
+            s["loss"] += float(loss.detach()) * n
+            s["n"] += n
+            s["pred"].append(predictions(task, run.model.heads_cfg, out)["prediction"])
+            s["true"].append(batch["labels"].cpu().numpy())
+        if pc_losses:
+            from .regularisers import pcgrad_backward
+
+            pcgrad_backward(pc_losses, run.params, generator=run.generators["pcgrad"])
+        average_gradients(run.params, run.dist.world)
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
+        run.optimizer.step()
+        if run.teacher is not None:
+            run.teacher.update(run.model)
+        state.update += 1
+        bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
+    bar.close()
+    seconds = time.perf_counter() - t0
+    state.examples += n_examples
+    row = {"epoch": len(state.history) + 1, "stage": "+".join(stage_tasks), "lr": lr,
+           "seconds": round(seconds, 2), "examples_per_second": round(n_examples / max(seconds, 1e-9), 1)}
+    for t, s in sums.items():
+        if s["n"]:   # drop round-robin / sampling may skip a task in a short epoch
+            short = TASKS[t].metric
+            row[f"train_{t}_loss"] = s["loss"] / s["n"]
+            row[f"train_{t}_{short}"] = task_metric(t, np.concatenate(s["pred"]), np.concatenate(s["true"]))
+    return row
+
+
+def task_objective(run: Run, task: str, batch: dict):
+    """Task loss, plus SMART's adversarial and Bregman terms when enabled. Returns (loss, output)."""
+    cfg, model = run.cfg, run.model
+    labels = batch["labels"]
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    with run.amp():
+        if not cfg.smart.enabled or (cfg.smart.tasks is not None and task not in cfg.smart.tasks):
+            out = model(task, inputs)
+            return task_loss(task, model.heads_cfg, out, labels), out
+        from .regularisers import bregman_term, smart_adversarial_loss
+
+        out, word = model(task, inputs, return_embeddings=True)
+        loss = task_loss(task, model.heads_cfg, out, labels)
+        kind = TASKS[task].kind
+        sm = cfg.smart
+        if sm.lambda_s > 0:
+            adv = smart_adversarial_loss(lambda e: model(task, inputs, inputs_embeds=e), word, out, kind,
+                                         step_size=sm.step_size, epsilon=sm.epsilon, noise_var=sm.noise_var,
+                                         steps=sm.steps, generator=run.generators["smart"])
+            loss = loss + sm.lambda_s * adv
+        if run.teacher is not None:
+            with torch.no_grad():
+                teacher_out = run.teacher.module(task, inputs)
+            loss = loss + sm.mu * bregman_term(out, teacher_out, kind)
+    return loss, out
+
+
+def diverged(run: Run, what: str) -> None:
+    """Stop a run whose numbers went non-finite. Its state goes too: resumed with the same settings
+    it would diverge again, and with other settings it would not be resumed."""
+    if run.dist.main:
+        shutil.rmtree(run.state_dir, ignore_errors=True)
+    raise MinBertError(f"training diverged: {what}; lower the learning rate, enable grad_clip or disable bf16, "
+                       f"then run again (nothing was written)")
+
+
+# ---------------------------------------------------------------- end of an epoch
+
+def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: float) -> None:
+    """Evaluate on dev, keep the best model, save the resumable state (main rank only)."""
+    state.epoch += 1
+    state.seconds = time.perf_counter() - t_start
+    if not run.dist.main:
+        return
+    dev = evaluate(run.model, run.dev, run.tokenizer, EVAL_BATCH_SIZE, run.device, run.bf16)
+    bad = [f"dev {k}" for k, v in dev.items() if not math.isfinite(v)] or \
+        ([] if all(torch.isfinite(p).all() for p in run.model.parameters()) else ["weights"])
+    if bad:
+        diverged(run, f"non-finite {', '.join(bad[:3])} after the last update of epoch {row['epoch']}")
+    for t in run.dev:
+        if f"{t}_loss" in dev:
+            row[f"dev_{t}_loss"] = dev[f"{t}_loss"]
+            row[f"dev_{t}_{TASKS[t].metric}"] = dev[TASKS[t].metric_key]
+    if "overall" in dev:
+        row["dev_overall"] = dev["overall"]
+    stage_tasks = plan.stages[state.stage]
+    score = selection_score(dev, stage_tasks if run.cfg.schedule == "sequential" else list(run.train))
+    row["dev_score"] = score if score is not None else math.nan
+    state.history.append(row)
+    log.info("epoch %d (%s): %s", row["epoch"], row["stage"],
+             ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("dev_")))
+    if score is not None and score > state.stage_best:
+        state.stage_best = state.best_score = score
+        state.best_epoch = row["epoch"]
+        state.best_dev = {k: v for k, v in dev.items() if not k.endswith("_loss")}
+        torch_save(checkpoint_dict(run.model, run.tokenizer, epoch=row["epoch"], dev_metrics=state.best_dev,
+                                   **run.checkpoint_extra), run.best_path)
+    save_state(run, state)
+
+
+def end_of_stage(run: Run, state: TrainState, plan: Plan) -> None:
+    """Sequential fine-tuning: the next task starts from this stage's best weights."""
+    if run.cfg.schedule == "sequential" and state.stage + 1 < len(plan.stages):
+        barrier(run.dist)
+        best = torch.load(run.best_path, map_location="cpu", weights_only=True)
+        run.model.load_state_dict(best["state_dict"])
+        state.stage_best = -math.inf
+    state.stage += 1
+    state.epoch = 0
+
+
+# ---------------------------------------------------------------- fit
 
 @dataclass
 class FitResult:
@@ -162,232 +442,111 @@ class FitResult:
     dev_before: dict | None = None    # dev metrics of the starting model, when asked for
 
 
-def config_fingerprint(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData], dev: dict[str, TaskData],
         cfg: FinetuneParams, *, out_dir: str | Path, seed: int, device: torch.device, bf16: bool = False,
-        dist_info: DistInfo | None = None, resume: bool = True, stop_after_epochs: int | None = None,
-        checkpoint_extra: dict | None = None, eval_batch_size: int = 128, progress: bool = True,
-        evaluate_first: bool = False) -> FitResult:
-    """Train `model` per `cfg`; writes out_dir/{model.pt,last.pt,history.csv}. See module docstring."""
+        state_dir: str | Path | None = None, description: dict | None = None, dist_info: DistInfo | None = None,
+        resume: bool = True, stop_after_epochs: int | None = None, checkpoint_extra: dict | None = None,
+        progress: bool = True, evaluate_first: bool = False) -> FitResult:
+    """Train `model` per `cfg`; at the end writes out_dir/{model.pt,history.csv}. See the module docstring.
+
+    `description` is the job's resolved description (minbert.jobs): the state is resumed only when
+    it was saved under the same one. Without it, the settings, seed and data sizes describe the run.
+    `state_dir` defaults to `<out_dir>.state`."""
     dist_info = dist_info or DistInfo()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    state_dir = Path(state_dir) if state_dir is not None else out_dir.with_name(out_dir.name + ".state")
     tasks = [t for t in cfg.tasks if t in train]
     missing = [t for t in tasks if train[t].labels is None or len(train[t]) == 0]
     if missing:
         raise MinBertError(f"training split of task '{missing[0]}' is empty or unlabelled; check the prepared data")
     sizes = {t: len(train[t]) for t in tasks}
+    if description is None:
+        description = {"settings": {"finetune": cfg.model_dump(), "seed": seed, "bf16": bf16}, "sizes": sizes}
+    description = {**description, "world": dist_info.world}
     model.to(device)
-
     if cfg.freeze_encoder:
         model.encoder.freeze(True)
-    params = [p for p in model.parameters() if p.requires_grad]
-    head_lr = cfg.head_lr or cfg.lr
-    optimizer = build_adamw([(encoder_parameters(model), cfg.lr), (head_parameters(model), head_lr)],
+    optimizer = build_adamw([(encoder_parameters(model), cfg.lr), (head_parameters(model), cfg.head_lr or cfg.lr)],
                             cfg.weight_decay)
-
-    stages = [[t] for t in tasks] if cfg.schedule == "sequential" else [tasks]
-    plans_per_epoch = {}
-    total_updates = 0
-    for si, stage_tasks in enumerate(stages):
-        for epoch in range(cfg.epochs):
-            plan = epoch_plan("task_by_task" if cfg.schedule == "sequential" else cfg.schedule, stage_tasks,
-                              sizes, cfg.batch_size, _epoch_unit(cfg, stage_tasks), seed, epoch,
-                              cfg.temperature, cfg.max_steps_per_epoch)
-            plans_per_epoch[(si, epoch)] = plan
-            total_updates += len(plan)
-    warmup = int(cfg.warmup_ratio * total_updates)
-
     teacher = None
     if cfg.smart.enabled and cfg.smart.mu > 0:
         from .regularisers import MomentumTeacher
 
         teacher = MomentumTeacher(model, cfg.smart.beta)
-    smart_gen = torch.Generator(device="cpu")
-    smart_gen.manual_seed(seed + 17)
-    pc_gen = torch.Generator(device="cpu")
-    pc_gen.manual_seed(seed + 29)
+        teacher.module.eval()   # the Bregman term compares with the teacher's deterministic output
+    generators = {"smart": torch.Generator(device="cpu").manual_seed(seed + 17),
+                  "pcgrad": torch.Generator(device="cpu").manual_seed(seed + 29)}
+    run = Run(model, tokenizer, {t: train[t] for t in tasks}, dev, cfg, seed, device, bf16, dist_info, optimizer,
+              [p for p in model.parameters() if p.requires_grad], teacher, generators, state_dir,
+              fingerprint_of(description), description, checkpoint_extra or {}, progress)
+    plan = Plan.build(cfg, tasks, sizes, seed)
 
-    fingerprint = config_fingerprint({"cfg": cfg.model_dump(), "seed": seed, "sizes": sizes,
-                                      "world": dist_info.world, "tasks": tasks})
-    state = {"stage": 0, "epoch": 0, "update": 0, "history": [], "best_score": -math.inf, "best_epoch": -1,
-             "best_dev": {}, "stage_best": -math.inf, "seconds": 0.0, "examples": 0}
-    last_path, best_path = out_dir / "last.pt", out_dir / "model.pt"
-    if resume and last_path.is_file():
-        ck = torch.load(last_path, map_location="cpu", weights_only=True)
-        if ck.get("fingerprint") == fingerprint:
-            model.load_state_dict(ck["model"])
-            optimizer.load_state_dict(ck["optimizer"])
-            if teacher is not None and ck.get("teacher") is not None:
-                teacher.module.load_state_dict(ck["teacher"])
-            torch.set_rng_state(ck["torch_rng"])
-            smart_gen.set_state(ck["smart_rng"])
-            pc_gen.set_state(ck["pc_rng"])
-            state = ck["state"]
-            if dist_info.main:
-                log.info("resuming from %s at stage %d epoch %d", last_path, state["stage"], state["epoch"])
-        elif dist_info.main:
-            log.info("%s belongs to another configuration; starting afresh", last_path)
-
-    if evaluate_first and "dev_before" not in state and dist_info.main:
-        state["dev_before"] = evaluate(model, dev, tokenizer, eval_batch_size, device, bf16)
-    amp = lambda: autocast(device, bf16)  # noqa: E731
+    if dist_info.main:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(state_dir)
+    state = (resume_state(run) if resume else None) or TrainState()
+    if evaluate_first and state.dev_before is None and dist_info.main:
+        state.dev_before = evaluate(model, dev, tokenizer, EVAL_BATCH_SIZE, device, bf16)
+    t_start = time.perf_counter() - state.seconds
     epochs_run = 0
-    t_start = time.perf_counter() - state["seconds"]
-    while state["stage"] < len(stages):
-        si = state["stage"]
-        stage_tasks = stages[si]
-        while state["epoch"] < cfg.epochs:
-            epoch = state["epoch"]
+    while state.stage < len(plan.stages):
+        while state.epoch < cfg.epochs:
             if stop_after_epochs is not None and epochs_run >= stop_after_epochs:
                 return _result(state, t_start)
-            plan = plans_per_epoch[(si, epoch)]
-            streams = {t: TaskStream(train[t], tokenizer, cfg.batch_size, seed + 101 * (i + 1), epoch, dist_info)
-                       for i, t in enumerate(stage_tasks)}
-            t0 = time.perf_counter()
-            n_examples = 0
-            sums = {t: {"loss": 0.0, "n": 0, "pred": [], "true": []} for t in stage_tasks}
-            model.train()
-            if cfg.freeze_encoder:
-                model.encoder.eval()
-            bar = tqdm(plan, desc=_desc(stages, si, epoch, cfg.epochs), unit="upd", disable=not (progress and dist_info.main),
-                       mininterval=1.0 if sys.stderr.isatty() else 15.0, dynamic_ncols=True, leave=False)
-            for update_tasks in bar:
-                lr = set_lr(optimizer, state["update"], total_updates, warmup, cfg.lr_schedule)
-                optimizer.zero_grad(set_to_none=True)
-                losses = []
-                for task in update_tasks:
-                    batch = to_device(streams[task].next(), device)
-                    loss, out = _task_objective(model, task, batch, cfg, amp, teacher, smart_gen)
-                    if not torch.isfinite(loss):
-                        raise MinBertError(
-                            f"non-finite {task} loss at stage {si} epoch {epoch} update {state['update']}; "
-                            f"the last good checkpoint is {last_path if last_path.exists() else 'none (first epoch)'}; "
-                            "lower the learning rate, enable grad_clip or disable bf16")
-                    weight = cfg.task_weights.get(task, 1.0)
-                    if cfg.pcgrad and len(update_tasks) > 1:
-                        losses.append(weight * loss)
-                    else:
-                        (weight * loss).backward()
-                    n = len(batch["labels"])
-                    n_examples += n * dist_info.world
-                    s = sums[task]
-                    s["loss"] += float(loss.detach()) * n
-                    s["n"] += n
-                    s["pred"].append(predictions(task, model.heads_cfg, out)["prediction"])
-                    s["true"].append(batch["labels"].cpu().numpy())
-                if losses:
-                    from .regularisers import pcgrad_backward
-
-                    pcgrad_backward(losses, params, generator=pc_gen)
-                average_gradients(params, dist_info.world)
-                if cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                optimizer.step()
-                if teacher is not None:
-                    teacher.update(model)
-                state["update"] += 1
-                elapsed = time.perf_counter() - t0
-                bar.set_postfix(ex_s=f"{n_examples / max(elapsed, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
-            bar.close()
-            epoch_seconds = time.perf_counter() - t0
-            state["examples"] += n_examples
-
-            row = {"epoch": len(state["history"]) + 1, "stage": "+".join(stage_tasks), "lr": lr,
-                   "seconds": round(epoch_seconds, 2), "examples_per_second": round(n_examples / epoch_seconds, 1)}
-            for t, s in sums.items():
-                if s["n"] == 0:  # drop round-robin / sampling may skip a task in a short epoch
-                    continue
-                row[f"train_{t}_loss"] = s["loss"] / max(1, s["n"])
-                row[f"train_{t}_{SHORT_METRIC[t]}"] = task_metric(t, np.concatenate(s["pred"]), np.concatenate(s["true"]))
-            state["epoch"] += 1
-            state["seconds"] = time.perf_counter() - t_start
-            if dist_info.main:
-                dev_metrics = evaluate(model, dev, tokenizer, eval_batch_size, device, bf16)
-                for t in dev:
-                    if f"{t}_loss" in dev_metrics:
-                        row[f"dev_{t}_loss"] = dev_metrics[f"{t}_loss"]
-                        row[f"dev_{t}_{SHORT_METRIC[t]}"] = dev_metrics[METRIC_OF_TASK[t]]
-                if "overall" in dev_metrics:
-                    row["dev_overall"] = dev_metrics["overall"]
-                score = selection_score(dev_metrics, stage_tasks if cfg.schedule == "sequential" else tasks)
-                row["dev_score"] = score
-                state["history"].append(row)
-                log.info("epoch %d (%s): %s", row["epoch"], row["stage"],
-                         ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("dev_")))
-                if score > state["stage_best"]:
-                    state["stage_best"] = score
-                    state["best_score"], state["best_epoch"] = score, row["epoch"]
-                    state["best_dev"] = {k: v for k, v in dev_metrics.items() if not k.endswith("_loss")}
-                    save_checkpoint(best_path, model, tokenizer, epoch=row["epoch"], dev_metrics=state["best_dev"],
-                                    **(checkpoint_extra or {}))
-                _write_history(out_dir / "history.csv", state["history"])
-                torch_save({"fingerprint": fingerprint, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                            "teacher": teacher.module.state_dict() if teacher is not None else None,
-                            "torch_rng": torch.get_rng_state(), "smart_rng": smart_gen.get_state(),
-                            "pc_rng": pc_gen.get_state(), "state": state}, last_path)
-            if dist_info.world > 1:
-                dist.barrier()
+            row = run_epoch(run, state, plan)
+            end_of_epoch(run, state, plan, row, t_start)
+            barrier(dist_info)
             epochs_run += 1
-        # sequential fine-tuning: the next task starts from this stage's best weights
-        if cfg.schedule == "sequential" and state["stage"] + 1 < len(stages):
-            if dist_info.world > 1:
-                dist.barrier()
-            best = torch.load(best_path, map_location="cpu", weights_only=True)
-            model.load_state_dict(best["state_dict"])
-            state["stage_best"] = -math.inf
-        state["stage"] += 1
-        state["epoch"] = 0
-    if dist_info.main and last_path.exists():
-        last_path.unlink()  # finished: the resumable state is no longer needed
+        end_of_stage(run, state, plan)
+    if dist_info.main:
+        finish(run, state, out_dir)
     return _result(state, t_start)
 
 
-def _epoch_unit(cfg: FinetuneParams, stage_tasks: list[str]) -> str:
-    return cfg.epoch_unit if cfg.epoch_unit in ("smallest", "largest") or cfg.epoch_unit in stage_tasks else "smallest"
+def finish(run: Run, state: TrainState, out_dir: Path) -> None:
+    """The declared outputs from the finished run's best model, then the state folder goes."""
+    if not run.best_path.is_file():
+        raise MinBertError(f"no epoch produced a dev score to select a model by; check that the prepared data "
+                           f"has labelled dev splits for {', '.join(run.train)}")
+    best = torch.load(run.best_path, map_location="cpu", weights_only=True)
+    calibrate(run, best)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch_save(best, out_dir / "model.pt")
+    write_history(out_dir / "history.csv", state.history)
+    shutil.rmtree(run.state_dir, ignore_errors=True)
 
 
-def _desc(stages, si, epoch, epochs) -> str:
-    prefix = f"{'+'.join(stages[si])} " if len(stages) > 1 else ""
-    return f"{prefix}epoch {epoch + 1}/{epochs}"
+def calibrate(run: Run, best: dict) -> None:
+    """A regression head trained with the correlation loss alone predicts on a scale of its own:
+    fit scale and shift of its predictions to the training labels (least squares), kept in the
+    checkpoint, so predictions land on the label scale without clipping that would change their
+    correlation (minbert.losses.regression_prediction)."""
+    from .losses import correlation_only
+
+    tasks = [t for t in run.train if TASKS[t].kind == "regression" and correlation_only(run.model.heads_cfg)]
+    if not tasks:
+        return
+    run.model.load_state_dict(best["state_dict"])
+    calibration = dict(best.get("calibration") or {})
+    for task in tasks:
+        run.model.calibration.pop(task, None)
+        res = predict_task(run.model, run.train[task], run.tokenizer, EVAL_BATCH_SIZE, run.device, run.amp)
+        x, y = res["prediction"].astype(np.float64), run.train[task].labels.astype(np.float64)
+        # outputs that hardly vary carry no ranking to calibrate: predict the mean label then
+        flat = np.std(x) <= 1e-6 * max(1.0, float(np.abs(x).mean()))
+        scale, shift = (0.0, float(np.mean(y))) if flat else np.polyfit(x, y, 1)
+        calibration[task] = [float(scale), float(shift)]
+        log.info("%s: predictions calibrated to the training labels (scale %.4g, shift %.4g)", task, scale, shift)
+    best["calibration"] = calibration
+    run.model.calibration = calibration
 
 
-def _task_objective(model, task, batch, cfg: FinetuneParams, amp, teacher, smart_gen):
-    """Task loss, plus SMART's adversarial and Bregman terms when enabled. Returns (loss, output)."""
-    labels = batch["labels"]
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
-    with amp():
-        if not cfg.smart.enabled or (cfg.smart.tasks is not None and task not in cfg.smart.tasks):
-            out = model(task, inputs)
-            return task_loss(task, model.heads_cfg, out, labels), out
-        from .regularisers import bregman_term, smart_adversarial_loss
-
-        out, word = model(task, inputs, return_embeddings=True)
-        loss = task_loss(task, model.heads_cfg, out, labels)
-        kind = OUTPUT_KIND[task]
-        sm = cfg.smart
-        if sm.lambda_s > 0:
-            adv = smart_adversarial_loss(lambda e: model(task, inputs, inputs_embeds=e), word, out, kind,
-                                         step_size=sm.step_size, epsilon=sm.epsilon, noise_var=sm.noise_var,
-                                         steps=sm.steps, generator=smart_gen)
-            loss = loss + sm.lambda_s * adv
-        if teacher is not None:
-            with torch.no_grad():
-                teacher_out = teacher.module(task, inputs)
-            loss = loss + sm.mu * bregman_term(out, teacher_out, kind)
-    return loss, out
-
-
-def _write_history(path: Path, rows: list[dict]) -> None:
+def write_history(path: Path, rows: list[dict]) -> None:
     with atomic_path(path) as tmp:
         pd.DataFrame(rows).to_csv(tmp, index=False, float_format="%.6g")
 
 
-def _result(state, t_start) -> FitResult:
+def _result(state: TrainState, t_start: float) -> FitResult:
     seconds = time.perf_counter() - t_start
-    return FitResult(state["best_score"], state["best_epoch"], state["best_dev"], pd.DataFrame(state["history"]),
-                     seconds, state["examples"] / max(seconds, 1e-9), state.get("dev_before"))
-
+    return FitResult(state.best_score, state.best_epoch, state.best_dev, pd.DataFrame(state.history),
+                     seconds, state.examples / max(seconds, 1e-9), state.dev_before)

@@ -1,0 +1,1 @@
+"""The pipeline's stages, one thin command line each: python -m stages.<name> --help."""

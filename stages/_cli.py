@@ -1,7 +1,10 @@
-"""What every stage CLI shares: argument parsing basics and one-line user errors."""
+"""What every stage CLI shares: its arguments, its job, and one-line user errors."""
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import signal
 import sys
 from typing import Callable
 
@@ -11,11 +14,44 @@ from minbert.errors import MinBertError
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--params", default="params.yaml", help="the parameter file (default: params.yaml)")
+    p.add_argument("--results", default="results", help="the results folder (default: results)")
     return p
 
 
+def experiment_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of a per-experiment stage: --params, --results, --experiment."""
+    p = parser(description)
+    p.add_argument("--experiment", required=True, help="the experiment name in params.yaml")
+    return p
+
+
+def job(args, stage: str, name: str | None = None):
+    """The stage's job in the pipeline of `args.params` (its settings, inputs and outputs)."""
+    from minbert.jobs import job_for
+    from minbert.layout import Layout
+
+    layout = Layout(args.results)
+    return job_for(args.params, stage, name, layout), layout
+
+
+# what the file system says about a path the stage writes (a file where a folder should be, no permission)
+PATH_ERRORS = (errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG)
+
+
+def main_process() -> bool:
+    """False in the other ranks of a torchrun launch (only rank 0 writes outputs)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)   # unwinds like an exception: temporaries are removed, state kept
+
+
 def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
-    """Call `main`; a MinBertError (bad input) prints one line and exits 2, with no traceback."""
+    """Call `main`; bad input (a MinBertError), a full disk or an interruption print one line
+    (no traceback) and exit with 2, 2 or 128 + the signal. SIGTERM (what Slurm and the engines send)
+    stops the stage as Ctrl-C does."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         main(argv)
     except MinBertError as e:
@@ -24,12 +60,14 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
-
-
-def experiment_parser(description: str) -> argparse.ArgumentParser:
-    """The arguments of a per-experiment stage: --params, --experiment, --data, --results."""
-    p = parser(description)
-    p.add_argument("--experiment", required=True, help="the experiment name in params.yaml")
-    p.add_argument("--data", default="results/data", help="the prepared data (default: results/data)")
-    p.add_argument("--results", default="results", help="the results folder (default: results)")
-    return p
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = e.filename or "the disk"
+            print(f"error: no space left on {where}; free some space (or point --results elsewhere) and run "
+                  f"again", file=sys.stderr)
+            sys.exit(2)
+        if e.errno in PATH_ERRORS and e.filename:
+            print(f"error: cannot write {e.filename}: {e.strerror}; check the path (--results, --out) and its "
+                  f"permissions", file=sys.stderr)
+            sys.exit(2)
+        raise

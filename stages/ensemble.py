@@ -1,37 +1,30 @@
-"""Combine member experiments' predictions: results/ensembles/N/{predictions/, metrics.json, run.json}.
+"""Combine member experiments' predictions: results/ensembles/N/{predictions/, metrics.json}.
 
     python -m stages.ensemble --name N [--params params.yaml]
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from minbert.ensemble import ensemble_folder
 from minbert.evaluate import evaluate_folder, summary_line
 from minbert.io import write_json
-from minbert.params import load_params
-from minbert.runinfo import recorded_run
+from minbert.runinfo import running
+from minbert.settings import EnsembleSettings
 
-from ._cli import parser, run
-
-RESULTS = Path("results")
+from ._cli import job, parser, run
 
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--name", required=True, help="the ensemble name in params.yaml")
-    p.add_argument("--results", default=str(RESULTS), help="the results folder (default: results)")
-    a = p.parse_args(argv)
-    ens = load_params(a.params).ensemble(a.name)
-    results = Path(a.results)
-    out = results / "ensembles" / a.name
-    members = {m: results / "experiments" / m / "predictions" for m in ens.members}
-    with recorded_run(out / "run.json", "ensemble", a.name, members=ens.members,
-                      classification=ens.classification, similarity=ens.similarity) as info:
-        info["files"] = ensemble_folder(members, out / "predictions", ens.classification, ens.similarity)
-        metrics = evaluate_folder(out / "predictions")
-        write_json(out / "metrics.json", metrics)
-    print(summary_line(a.name, metrics))
+    args = p.parse_args(argv)
+    the_job, L = job(args, "ensemble", args.name)
+    s = EnsembleSettings(**the_job.settings)
+    with running(the_job) as r:
+        members = {m: L.predictions(m) for m in s.members}
+        r.fields["files"] = ensemble_folder(members, L.ensemble_predictions(args.name), s.classification, s.similarity)
+        metrics = evaluate_folder(L.ensemble_predictions(args.name))
+        write_json(L.ensemble_metrics(args.name), metrics)
+    print(summary_line(args.name, metrics))
 
 
 if __name__ == "__main__":

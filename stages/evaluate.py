@@ -4,27 +4,20 @@
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from minbert.evaluate import evaluate_folder, summary_line
 from minbert.io import write_json
-from minbert.params import load_params
+from minbert.runinfo import running
 
-from ._cli import parser, run
-
-RESULTS = Path("results")
+from ._cli import experiment_parser, job, run
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--experiment", required=True, help="the experiment name in params.yaml")
-    p.add_argument("--results", default=str(RESULTS), help="the results folder (default: results)")
-    a = p.parse_args(argv)
-    load_params(a.params).experiment(a.experiment)   # fails early on an unknown name
-    folder = Path(a.results) / "experiments" / a.experiment
-    metrics = evaluate_folder(folder / "predictions")
-    write_json(folder / "metrics.json", metrics)
-    print(summary_line(a.experiment, metrics))
+    args = experiment_parser(__doc__.splitlines()[0]).parse_args(argv)
+    the_job, L = job(args, "evaluate", args.experiment)
+    with running(the_job):
+        metrics = evaluate_folder(L.predictions(args.experiment))
+        write_json(L.metrics(args.experiment), metrics)
+    print(summary_line(args.experiment, metrics))
 
 
 if __name__ == "__main__":

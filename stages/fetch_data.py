@@ -19,6 +19,8 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,13 +72,30 @@ def download(repo_id: str, patterns: tuple, cache_dir: str | None = None) -> Pat
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix in (".jsonl", ".json"):
-        return pd.read_json(path, lines=True)
-    if path.suffix in (".csv", ".tsv"):
+    if path.suffix not in (".parquet", ".jsonl", ".json", ".csv", ".tsv"):
+        raise MinBertError(f"{path}: unsupported file type (expected parquet, jsonl or csv)")
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        if path.suffix in (".jsonl", ".json"):
+            return pd.read_json(path, lines=True)
         return pd.read_csv(path, sep="\t" if path.suffix == ".tsv" else ",", keep_default_na=False)
-    raise MinBertError(f"{path}: unsupported file type (expected parquet, jsonl or csv)")
+    except Exception as e:   # truncated download, HTML error page, wrong format: the same advice
+        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise MinBertError(f"{path}: the downloaded file cannot be read ({type(e).__name__}: {reason}); delete it "
+                           f"from the Hugging Face cache and run fetch_data again") from None
+
+
+_LINE_BREAKS = re.compile(r"[\t\r\n]+")
+
+
+def clean_text(value) -> str:
+    """A Hub text as one CS224N field: tabs and line breaks become spaces (a BERT tokenizer reads them
+    as spaces anyway; in the file they would split the row), a missing text becomes empty (the
+    prepare stage then reports the row as empty_text)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    return _LINE_BREAKS.sub(" ", str(value))
 
 
 def split_files(folder: Path, patterns: tuple = ("*",)) -> dict[str, list[Path]]:
@@ -119,6 +138,9 @@ def convert(name: str, folder: Path, out: Path) -> list[Path]:
             continue
         table = frame[list(src.columns)].rename(columns=src.columns)
         label = src.columns["label"]
+        for column in table.columns:
+            if column != label:
+                table[column] = table[column].map(clean_text)
         ids = frame["idx"] if "idx" in frame.columns else pd.Series(range(len(frame)))
         table.insert(0, "id", [_stable_id(name, split, i) for i in ids])
         if split == "test-student":
@@ -134,14 +156,15 @@ def convert(name: str, folder: Path, out: Path) -> list[Path]:
 def _write_nli(name: str, frame: pd.DataFrame, path: Path) -> Path:
     # SNLI on the Hub has no captionID: the premise text identifies the premise group
     group = frame["promptID"].astype(str) if "promptID" in frame.columns else \
-        frame["premise"].map(lambda s: "p" + hashlib.sha1(s.encode()).hexdigest()[:12])
+        frame["premise"].map(lambda s: "p" + hashlib.sha1(clean_text(s).encode()).hexdigest()[:12])
     pair = frame["pairID"].astype(str) if "pairID" in frame.columns else \
         pd.Series([f"{name}-{i}" for i in range(len(frame))])
     key = "promptID" if name == "mnli" else "captionID"
     lines = []
     for g, p, s1, s2, lab in zip(group, pair, frame["premise"], frame["hypothesis"], frame["label"]):
-        lines.append(json.dumps({key: g, "pairID": p, "sentence1": s1, "sentence2": s2,
-                                 "gold_label": NLI_LABELS.get(int(lab), "-")}))
+        lab = NLI_LABELS.get(int(lab), "-") if isinstance(lab, (int, float)) and lab == lab else "-"
+        lines.append(json.dumps({key: g, "pairID": p, "sentence1": clean_text(s1), "sentence2": clean_text(s2),
+                                 "gold_label": lab}))
     write_text(path, "\n".join(lines) + "\n")
     return path
 
@@ -161,6 +184,14 @@ def main(argv=None) -> None:
         raise MinBertError(f"--datasets: unknown dataset '{unknown[0] if unknown else ''}' "
                            f"(choose from {', '.join(SOURCES)})")
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise MinBertError(f"--out: {out} is a file; give a folder (it is created when missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (PermissionError, NotADirectoryError, FileExistsError) as e:
+        raise MinBertError(f"--out: cannot create the folder {out} ({e.strerror}); choose another --out") from None
+    if not os.access(out, os.W_OK):
+        raise MinBertError(f"--out: the folder {out} is not writable; choose another --out")
     for name in names:
         src = SOURCES[name]
         folder = download(src.repo_id, src.patterns, args.cache_dir)

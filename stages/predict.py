@@ -3,29 +3,27 @@
     python -m stages.predict --experiment E [--params params.yaml]
 
 Uses the experiment's last model (retrain_heads/model.pt when head retraining is enabled, else
-finetune/model.pt); writes results/experiments/E/predictions/<task>-<split>.csv and run.json.
+finetune/model.pt); writes results/experiments/E/predictions/<task>-<split>.csv.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from minbert.experiment import predict_experiment
-from minbert.params import load_params
-from minbert.runinfo import recorded_run
+from minbert.runinfo import running
 from minbert.runtime import pick_device, setup_logging
-from stages._cli import experiment_parser, run
+from minbert.settings import PredictSettings
+
+from ._cli import experiment_parser, job, run
 
 
 def main(argv=None):
-    p = experiment_parser(__doc__.splitlines()[0])
-    args = p.parse_args(argv)
-    exp = load_params(args.params).experiment(args.experiment)
-    base = Path(args.results) / "experiments" / args.experiment
-    checkpoint = base / ("retrain_heads" if exp.retrain_heads.enabled else "finetune") / "model.pt"
+    args = experiment_parser(__doc__.splitlines()[0]).parse_args(argv)
+    name = args.experiment
+    the_job, L = job(args, "predict", name)
+    s = PredictSettings(**the_job.settings)
     setup_logging()
-    with recorded_run(base / "predictions" / "run.json", "predict", args.experiment, device=pick_device(exp.device)) as info:
-        info["files"] = predict_experiment(exp, checkpoint, args.data, base / "predictions",
-                                           cache_dir=Path(args.results) / "cache" / "tokens")
+    with running(the_job, pick_device(s.device)) as r:
+        r.fields["files"] = predict_experiment(s, L.model(name, s.model_stage), L.data, L.predictions(name),
+                                               cache_dir=L.token_cache)
 
 
 if __name__ == "__main__":

@@ -5,25 +5,26 @@ model's error analysis, how the results were produced) and reports/experiments/<
 """
 from __future__ import annotations
 
-from stages import _cli
+from minbert.runinfo import running
+
+from ._cli import parser, run
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = _cli.parser(__doc__.splitlines()[0])
-    p.add_argument("--results", default="results", help="the results folder (default: results)")
+    p = parser(__doc__.splitlines()[0])
     p.add_argument("--out", default="reports", help="where the HTML goes (default: reports)")
-    p.add_argument("--list-inputs", action="store_true",
-                   help="print every file the report reads, one per line, and exit")
     args = p.parse_args(argv)
+    from minbert.jobs import job_for
+    from minbert.layout import Layout
+    from minbert.params import load_params
+    from minbert.report import render_reports
 
-    from minbert.report import render_reports, report_inputs
-
-    if args.list_inputs:
-        print("\n".join(str(path) for path in report_inputs(args.params, args.results)))
-        return
-    written = render_reports(args.params, args.results, args.out)
-    print(f"wrote {written[-1]} and {len(written) - 1} experiment page(s) in {args.out}/experiments")
+    layout = Layout(args.results, args.out)
+    the_job = job_for(args.params, "report", None, layout)
+    with running(the_job):
+        written = render_reports(load_params(args.params), layout)
+    print(f"wrote {written[-1]} and {len(written) - 1} experiment page(s) in {layout.experiment_reports}")
 
 
 if __name__ == "__main__":
-    _cli.run(main)
+    run(main)

@@ -6,29 +6,25 @@ Reads results/experiments/E/finetune/model.pt; writes results/experiments/E/retr
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from minbert.errors import MinBertError
 from minbert.experiment import retrain_heads_experiment
-from minbert.params import load_params
-from minbert.runinfo import recorded_run
+from minbert.runinfo import running
 from minbert.runtime import pick_device, setup_logging
-from stages._cli import experiment_parser, run
+from minbert.settings import RetrainSettings
+
+from ._cli import experiment_parser, job, main_process, run
 
 
 def main(argv=None):
-    p = experiment_parser(__doc__.splitlines()[0])
-    args = p.parse_args(argv)
-    exp = load_params(args.params).experiment(args.experiment)
-    if not exp.retrain_heads.enabled:
-        raise MinBertError(f"params.yaml: experiment '{args.experiment}' has retrain_heads.enabled: false")
-    base = Path(args.results) / "experiments" / args.experiment
-    out = base / "retrain_heads"
-    setup_logging(out / "train.log")
-    with recorded_run(out / "run.json", "retrain_heads", args.experiment, device=pick_device(exp.device)) as info:
-        res = retrain_heads_experiment(exp, base / "finetune" / "model.pt", args.data, out,
-                                       cache_dir=Path(args.results) / "cache" / "tokens", experiment=args.experiment)
-        info.update(best_epoch=res.best_epoch, best_dev=res.best_dev, train_seconds=round(res.seconds, 1))
+    args = experiment_parser(__doc__.splitlines()[0]).parse_args(argv)
+    name = args.experiment
+    the_job, L = job(args, "retrain_heads", name)
+    s = RetrainSettings(**the_job.settings)
+    setup_logging()
+    with running(the_job, pick_device(s.device), main_process=main_process()) as r:
+        res = retrain_heads_experiment(s, L.model(name, "finetune"), L.data, L.training(name, "retrain_heads"),
+                                       state_dir=L.state("retrain_heads", name), description=r.description,
+                                       cache_dir=L.token_cache, name=name)
+        r.fields.update(best_epoch=res.best_epoch, best_dev=res.best_dev, train_seconds=round(res.seconds, 1))
 
 
 if __name__ == "__main__":

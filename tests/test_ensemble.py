@@ -93,6 +93,7 @@ def test_stage_cli(tmp_path, repo_root):
     out = tmp_path / "results" / "ensembles" / "abc"
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["dev"]) >= {"sst_acc", "para_acc", "sts_pearson", "overall"} and metrics["test"] is None
-    assert json.loads((out / "run.json").read_text())["members"] == ["a", "b", "c"]
+    record = json.loads((tmp_path / "results" / "runs" / "ensemble" / "abc.json").read_text())
+    assert record["description"]["settings"]["members"] == ["a", "b", "c"] and record["fingerprint"]
     r = subprocess.run(cmd + ["--name", "abd"], cwd=repo_root, capture_output=True, text=True)
     assert r.returncode == 2 and "unknown ensemble 'abd' (did you mean 'abc'?)" in r.stderr

@@ -18,22 +18,22 @@ rng = np.random.default_rng(0)
 
 
 def write_predictions(folder, n=40, test_labels=False, seed=0):
-    """A predictions folder in the docs/pipeline.md format, with known labels and predictions."""
+    """A predictions folder in the docs/pipeline.md format, with known labels and predictions. The
+    labels are the same for every `seed` (the data); the predictions differ (another model)."""
     r = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     truth = {}
-    for split in ("dev", "test"):
+    for k, split in enumerate(("dev", "test")):
         lab = split == "dev" or test_labels
-        y = r.integers(0, 5, n)
+        data = np.random.default_rng(1000 + k)
+        y, y2, y3 = data.integers(0, 5, n), data.integers(0, 2, n), data.uniform(0, 5, n)
         p = np.where(r.random(n) < 0.6, y, r.integers(0, 5, n))
         probs = r.dirichlet(np.ones(5), n)
         sst = pd.DataFrame({"id": [f"s{i}" for i in range(n)], "sentence": "x", "label": y if lab else None,
                             "prediction": p, **{f"prob_{k}": probs[:, k] for k in range(5)}})
-        y2 = r.integers(0, 2, n)
         p2 = np.where(r.random(n) < 0.7, y2, 1 - y2)
         para = pd.DataFrame({"id": [f"q{i}" for i in range(n)], "sentence1": "a", "sentence2": "b",
                              "label": y2 if lab else None, "prediction": p2, "prob_1": r.random(n)})
-        y3 = r.uniform(0, 5, n)
         p3 = y3 + r.normal(0, 1, n)
         sts = pd.DataFrame({"id": [f"t{i}" for i in range(n)], "sentence1": "a", "sentence2": "b",
                             "label": y3 if lab else None, "prediction": p3})
@@ -79,7 +79,7 @@ def test_bad_inputs_name_the_file(tmp_path):
     df["prediction"] = df["prediction"].astype(object)
     df.loc[3, "prediction"] = "oops"
     df.to_csv(tmp_path / "p" / "sst-dev.csv", index=False)
-    with pytest.raises(MinBertError, match=r"sst-dev.csv: row 5: prediction 'oops' is not a number"):
+    with pytest.raises(MinBertError, match=r"sst-dev.csv: line 5: prediction 'oops' is not a finite number"):
         evaluate_folder(tmp_path / "p")
     df = pd.read_csv(tmp_path / "p" / "para-dev.csv")
     df.loc[2, "label"] = None

@@ -3,6 +3,7 @@ and their one-line errors (exit status 2) on bad input."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -62,16 +63,27 @@ def cli(main, argv, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_finetune_retrain_predict_write_the_file_contract(params_file, prepared, tmp_path, capsys):
+def results_with(prepared, tmp_path):
+    """A results folder holding the prepared data, as the prepare stage leaves it."""
     results = tmp_path / "results"
-    common = ["--params", str(params_file), "--data", str(prepared), "--results", str(results)]
+    shutil.copytree(prepared, results / "data")
+    return results
+
+
+def test_finetune_retrain_predict_write_the_file_contract(params_file, prepared, tmp_path, capsys):
+    results = results_with(prepared, tmp_path)
+    common = ["--params", str(params_file), "--results", str(results)]
     assert cli(finetune.main, ["--experiment", "with_heads", *common], capsys)[0] == 0
     base = results / "experiments" / "with_heads"
     ft = base / "finetune"
-    assert {"model.pt", "history.csv", "run.json", "train.log"} <= {p.name for p in ft.iterdir()}
-    assert not (ft / "last.pt").exists()
-    run_info = json.loads((ft / "run.json").read_text())
+    assert {p.name for p in ft.iterdir()} == {"model.pt", "history.csv"}
+    assert not (results / "state" / "finetune" / "with_heads").exists()     # finished: no resumable state
+    run_info = json.loads((results / "runs" / "finetune" / "with_heads.json").read_text())
     assert run_info["stage"] == "finetune" and run_info["best_epoch"] == 1 and "sst_acc" in run_info["best_dev"]
+    # provenance: the resolved description and its fingerprint
+    assert run_info["description"]["settings"]["finetune"]["epochs"] == 1 and len(run_info["fingerprint"]) == 16
+    assert "minbert/train.py" in run_info["description"]["code"] and "minbert/report/render.py" not in \
+        run_info["description"]["code"]
     ckpt = torch.load(ft / "model.pt", map_location="cpu", weights_only=True)
     assert {"encoder_config", "heads", "tasks", "state_dict", "tokenizer_json", "max_length", "epoch",
             "dev_metrics", "experiment"} <= set(ckpt)
@@ -79,7 +91,7 @@ def test_finetune_retrain_predict_write_the_file_contract(params_file, prepared,
 
     assert cli(retrain_heads.main, ["--experiment", "with_heads", *common], capsys)[0] == 0
     rh = base / "retrain_heads"
-    assert {"model.pt", "history.csv", "run.json"} <= {p.name for p in rh.iterdir()}
+    assert {p.name for p in rh.iterdir()} == {"model.pt", "history.csv"}
     rh_ckpt = torch.load(rh / "model.pt", map_location="cpu", weights_only=True)
     enc = [k for k in ckpt["state_dict"] if k.startswith("encoder.")]
     assert all(torch.equal(ckpt["state_dict"][k], rh_ckpt["state_dict"][k]) for k in enc)
@@ -88,11 +100,11 @@ def test_finetune_retrain_predict_write_the_file_contract(params_file, prepared,
     pred = base / "predictions"
     assert sorted(p.name for p in pred.glob("*.csv")) == sorted(
         f"{t}-{s}.csv" for t in ("sst", "para", "sts") for s in ("dev", "test"))
-    assert json.loads((pred / "run.json").read_text())["stage"] == "predict"
+    assert json.loads((results / "runs" / "predict" / "with_heads.json").read_text())["stage"] == "predict"
     for task, columns in PRED_COLUMNS.items():
         for split in ("dev", "test"):
             frame = pd.read_csv(pred / f"{task}-{split}.csv", dtype={"id": str})
-            source = read_split(prepared / f"{task}-{split}.tsv")
+            source = read_split(results / "data" / f"{task}-{split}.tsv")
             assert list(frame.columns) == columns, (task, split)
             assert frame["id"].tolist() == source["id"].tolist(), (task, split)
             if split == "test":
@@ -110,8 +122,8 @@ def test_finetune_retrain_predict_write_the_file_contract(params_file, prepared,
 
 
 def test_predict_uses_finetune_model_without_head_retraining(params_file, prepared, tmp_path, capsys):
-    results = tmp_path / "results"
-    common = ["--params", str(params_file), "--data", str(prepared), "--results", str(results)]
+    results = results_with(prepared, tmp_path)
+    common = ["--params", str(params_file), "--results", str(results)]
     assert cli(finetune.main, ["--experiment", "plain", *common], capsys)[0] == 0
     assert cli(predict.main, ["--experiment", "plain", *common], capsys)[0] == 0
     dev = pd.read_csv(results / "experiments" / "plain" / "predictions" / "sst-dev.csv")
@@ -125,18 +137,18 @@ def test_predict_uses_finetune_model_without_head_retraining(params_file, prepar
     (finetune, ["--experiment", "nope"], "unknown experiment 'nope'"),
     (retrain_heads, ["--experiment", "nope"], "unknown experiment 'nope'"),
     (predict, ["--experiment", "nope"], "unknown experiment 'nope'"),
-    (finetune, ["--experiment", "plain", "--data", "{empty}"], "no prepared sst data"),
+    (finetune, ["--experiment", "plain", "--results", "{empty}"], "no prepared sst data"),
     (finetune, ["--experiment", "missing_model"], "model './no/such/model-folder': folder not found"),
-    (retrain_heads, ["--experiment", "plain"], "retrain_heads.enabled: false"),
+    (retrain_heads, ["--experiment", "plain"], "has no retrain_heads job; set retrain_heads.enabled: true"),
     (retrain_heads, ["--experiment", "with_heads"], "checkpoint not found"),
     (predict, ["--experiment", "plain"], "checkpoint not found"),
 ])
 def test_stage_errors_are_one_line_with_exit_status_2(stage, argv, message, params_file, prepared, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     argv = [a.replace("{empty}", str(tmp_path / "empty")) for a in argv]
-    if "--data" not in argv:
-        argv += ["--data", str(prepared)]
-    code, err = cli(stage.main, ["--params", str(params_file), "--results", str(tmp_path / "results"), *argv], capsys)
+    if "--results" not in argv:
+        argv += ["--results", str(results_with(prepared, tmp_path))]
+    code, err = cli(stage.main, ["--params", str(params_file), *argv], capsys)
     assert code == 2
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and message in lines[0], err

@@ -1,4 +1,5 @@
-"""Task heads, the multi-task model's outputs, STS target scaling, batches, predictions and checkpoints."""
+"""Task heads, the multi-task model's outputs, STS target scaling, the input views, batches,
+predictions and checkpoints."""
 from __future__ import annotations
 
 import math
@@ -10,10 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from minbert.errors import MinBertError
-from minbert.heads import BI_ENCODER_HEADS, BiPairHead, CrossPairHead, SentimentHead, SharedLayer
+from minbert.heads import BiPairHead, ClassifierHead, CrossPairHead, PrototypeHead, SharedBlock
+from minbert.losses import regression_prediction, regression_target, task_loss
 from minbert.multitask import (MultitaskModel, build_task_data, collate, load_checkpoint, predict_task, predictions,
-                               save_checkpoint, sts_prediction, sts_target, task_loss)
+                               save_checkpoint)
 from minbert.params import HeadsParams
+from minbert.views import BI_ENCODER_HEADS, VIEWS, view_of
 from minbert.runtime import autocast
 from minbert.tokenizer import Tokenizer
 from minbert.weights import load_encoder
@@ -38,15 +41,16 @@ def test_bi_pair_head_shapes_and_gradients(kind, hidden_layers):
 def test_sentiment_and_cross_heads_shapes():
     torch.manual_seed(0)
     emb = torch.randn(4, H, requires_grad=True)
-    sst = SentimentHead(H, 1, 0.0)
+    sst = ClassifierHead(H, 5, 1, 0.0)
     assert sst(emb).shape == (4, 5)
+    assert ClassifierHead(H, 1, 0, 0.0)(emb).shape == (4,)          # a binary one-sentence task
     cross = CrossPairHead(H, 0, 0.0)
     out = cross(emb)
     assert out.shape == (4,)
     (out.sum() + sst(emb).sum()).backward()
     assert emb.grad.shape == (4, H)
-    shared = SharedLayer(H, 0.0)
-    assert shared(emb).shape == (4, H)
+    shared = SharedBlock(H, [H // 2, 3], "relu", 0.0)
+    assert shared(emb).shape == (4, 3) and shared.out_dim == 3
 
 
 def test_cosine_head_gives_cosine_on_known_vectors():
@@ -82,12 +86,12 @@ def test_concat_heads_read_the_documented_features():
 def test_sts_target_prediction_round_trip(sts_head, target):
     heads = HeadsParams(sts=sts_head, cosine_target=target)
     labels = torch.tensor([0.0, 1.2, 2.5, 4.0, 5.0])
-    t = sts_target(heads, labels)
+    t = regression_target("sts", heads, labels)
     lo = -1.0 if (sts_head == "cosine" and target == "-1_1") else 0.0   # only cosine heads use [-1, 1]
     assert float(t.min()) == pytest.approx(lo) and float(t.max()) == pytest.approx(1.0)
-    torch.testing.assert_close(sts_prediction(heads, t), labels)
+    torch.testing.assert_close(regression_prediction("sts", heads, t), labels)
     # predictions out of range are clipped to the 0-5 scale
-    assert sts_prediction(heads, torch.tensor([-5.0, 5.0])).tolist() == [0.0, 5.0]
+    assert regression_prediction("sts", heads, torch.tensor([-5.0, 5.0])).tolist() == [0.0, 5.0]
 
 
 def test_task_losses_match_torch_references():
@@ -138,7 +142,8 @@ def _model(tiny_model_dir, heads: HeadsParams, tasks=("sst", "para", "sts"), see
 @pytest.mark.parametrize("pooling,shared", [("cls", False), ("mean", True)])
 def test_model_outputs_and_backward_for_every_head(tiny, kind, pooling, shared):
     folder, tok = tiny
-    heads = HeadsParams(para=kind, sts=kind, pooling=pooling, shared_layer=shared, dropout=0.0)
+    heads = HeadsParams(para=kind, sts=kind, pooling=pooling, dropout=0.0,
+                        shared={"tasks": ["sst", "para", "sts"], "sizes": [H // 2]} if shared else None)
     model = _model(folder, heads)
     for task, frame, shape in (("sst", SST, (3, 5)), ("para", PARA, (3,)), ("sts", STS, (3,))):
         data = build_task_data(task, frame, tok, heads)
@@ -150,6 +155,31 @@ def test_model_outputs_and_backward_for_every_head(tiny, kind, pooling, shared):
         task_loss(task, heads, out, labels).backward()
         assert model.encoder.embeddings.word.weight.grad.abs().sum() > 0
         assert all(p.grad is not None for p in model.heads[task].parameters())
+
+
+def test_each_task_reads_its_view():
+    heads = HeadsParams(para="cross", sts="cosine", hybrid=["sts"])
+    assert view_of("sst", heads) is VIEWS["single"] and view_of("cfimdb", heads) is VIEWS["single"]
+    assert view_of("para", heads) is VIEWS["cross"] and view_of("sts", heads) is VIEWS["hybrid"]
+    assert view_of("sts", HeadsParams(sts="concat")) is VIEWS["bi"]
+    assert VIEWS["hybrid"].encodings(symmetric=True) == ("a", "b", "ab", "ba")
+    assert VIEWS["bi"].encodings(symmetric=True) == ("a", "b")      # a swap reorders a and b
+
+
+def test_cfimdb_is_a_binary_one_sentence_task(tiny):
+    folder, tok = tiny
+    heads = HeadsParams(dropout=0.0)
+    model = _model(folder, heads, tasks=("cfimdb", "sts"))
+    frame = SST.assign(label=[1, 0, 1])
+    data = build_task_data("cfimdb", frame, tok, heads)
+    batch = collate(data, [0, 1, 2], tok)
+    labels = batch.pop("labels")
+    out = model("cfimdb", batch)
+    assert out.shape == (3,) and labels.dtype == torch.int64
+    torch.testing.assert_close(task_loss("cfimdb", heads, out, labels),
+                               F.binary_cross_entropy_with_logits(out, labels.float()))
+    p = predictions("cfimdb", heads, out)
+    assert set(p) == {"prediction", "probs"} and p["probs"].shape == (3,)
 
 
 def test_bi_encoder_batch_stacks_first_then_second_sentences(tiny):
@@ -176,13 +206,13 @@ def test_predict_task_returns_input_order_and_matches_single_examples(tiny):
     for i in range(len(STS)):
         with torch.no_grad():
             one = model("sts", {k: v for k, v in collate(data, [i], tok).items() if k != "labels"})
-        assert res["prediction"][i] == pytest.approx(float(sts_prediction(heads, one)[0]), abs=1e-5)
+        assert res["prediction"][i] == pytest.approx(float(regression_prediction("sts", heads, one)[0]), abs=1e-5)
     assert "loss" in res
 
 
 def test_checkpoint_round_trip_gives_identical_predictions(tiny, tmp_path):
     folder, tok = tiny
-    heads = HeadsParams(para="concat_cos", sts="cosine_linear", shared_layer=True, hidden_layers=1)
+    heads = HeadsParams(para="concat_cos", sts="cosine_linear", shared={}, hidden_layers=1)
     model = _model(folder, heads, seed=4).eval()
     path = tmp_path / "model.pt"
     save_checkpoint(path, model, tok, epoch=2, dev_metrics={"sst_acc": 0.5})
@@ -201,7 +231,7 @@ def test_checkpoint_round_trip_gives_identical_predictions(tiny, tmp_path):
 
 def test_reset_heads_reinitialises_heads_only(tiny):
     folder, _ = tiny
-    model = _model(folder, HeadsParams(shared_layer=True))
+    model = _model(folder, HeadsParams(shared={}))
     enc_before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
     with torch.no_grad():
         for p in list(model.heads.parameters()) + list(model.shared.parameters()):
@@ -210,7 +240,7 @@ def test_reset_heads_reinitialises_heads_only(tiny):
     assert all(torch.equal(v, model.encoder.state_dict()[k]) for k, v in enc_before.items())
     w = model.heads["sst"].net[-1].weight.detach()
     assert not torch.all(w == 0.123) and 0.005 < float(w.std()) < 0.05   # std-0.02 initialisation
-    assert not torch.all(model.shared.dense.weight == 0.123)
+    assert not torch.all(model.shared.net[0].weight == 0.123)
 
 
 def test_load_checkpoint_errors(tmp_path):
@@ -258,7 +288,7 @@ def test_symmetric_pairs_read_both_orders(tiny, kind):
 
     ab, ba = raw(forward), raw(reference)
     assert not torch.allclose(ab, ba)                          # the order matters to these heads
-    expected = sts_prediction(plain, (ab + ba) / 2)
+    expected = regression_prediction("sts", plain, (ab + ba) / 2)
     np.testing.assert_allclose(both["prediction"], expected.numpy(), atol=1e-5)
     assert both["loss"] == pytest.approx(float(task_loss("sts", plain, (ab + ba) / 2, torch.tensor(STS.label.values))),
                                          rel=1e-5)
@@ -310,7 +340,8 @@ def test_hybrid_symmetric_pairs_swap_all_three_views(tiny):
             assert int(mixed["attention_mask"][row].sum()) == n
             assert mixed["input_ids"][row, :n].tolist() == one["input_ids"][r, :n].tolist()
             assert mixed["token_type_ids"][row, :n].tolist() == one["token_type_ids"][r, :n].tolist()
-    assert not build_task_data("para", PARA, tok, heads).encoded_cross        # only the listed tasks
+    assert build_task_data("para", PARA, tok, heads).view is VIEWS["bi"]        # only the listed tasks
+    assert "ab" not in build_task_data("para", PARA, tok, heads).enc
 
 
 def test_hybrid_needs_a_bi_encoder_head():

@@ -85,12 +85,54 @@ def test_impossible_combinations():
                              "this experiment (finetune.tasks: ['sst', 'para'])")
     raw = with_(experiments__a={"finetune": {"heads": {"para": "cross", "hybrid": ["para"]}}})
     assert error_of(raw) == ("params.yaml: key 'experiments.a.finetune.heads': hybrid lists para, whose head is "
-                             "already `cross`: give para a bi-encoder head (concat, concat_mult, concat_cos, "
+                             "already `cross`: give para a bi-encoder head (concat_uv, concat, concat_mult, concat_cos, "
                              "cosine, cosine_linear)")
     raw = with_(experiments__a={"finetune": {"freeze_encoder": True}, "retrain_heads": {"enabled": True}})
     assert "key 'experiments.a.retrain_heads.enabled'" in error_of(raw)
     raw = with_(experiments__a={"finetune": {"tasks": ["sst"]}}, experiments__b={"finetune": {"tasks": ["sts"]}})
     assert "the members share no task" in error_of(raw)
+
+
+def test_settings_that_would_do_nothing_or_disagree_are_refused():
+    # PCGrad projects the gradients of one update's tasks: under round-robin there is one
+    raw = with_(experiments__a={"finetune": {"pcgrad": True}})
+    assert error_of(raw).startswith("params.yaml: key 'experiments.a.finetune.pcgrad': PCGrad projects the "
+                                    "gradients of the tasks of one update, and under schedule 'round_robin'")
+    validate_params(with_(experiments__a={"finetune": {"pcgrad": True, "schedule": "simultaneous"}}))
+    # NLI pretraining trains the pooled embedding fine-tuning must read
+    raw = with_(pretrainings={"mlm_a": {"kind": "mlm"}, "nli_a": {"kind": "nli", "nli": {"pooling": "mean"}}},
+                experiments__a={"pretrain": "nli_a", "finetune": {"heads": {"pooling": "cls"}}})
+    assert "the NLI pretraining 'nli_a' trains mean-pooled sentence embeddings but this experiment reads 'cls'" \
+        in error_of(raw)
+    # a prototypes head needs the encoder frozen while it trains
+    raw = with_(experiments__a={"finetune": {"heads": {"sst": "prototypes"}}})
+    assert "key 'experiments.a.finetune.heads.sst': a prototypes head" in error_of(raw)
+    validate_params(with_(experiments__a={"finetune": {"tasks": ["para", "sts"], "heads": {"sst": "prototypes"}},
+                                          "retrain_heads": {"enabled": True, "tasks": ["sst"]}}))
+    # extra transformer layers are for one-sentence tasks; walked tasks must be trained
+    assert "extra_layers lists sts" in error_of(with_(experiments__a={"finetune": {"heads": {"extra_layers": {"sts": 2}}}}))
+    raw = with_(experiments__a={"finetune": {"tasks": ["sst", "sts"], "walk_through": ["para"]}})
+    assert "key 'experiments.a.finetune.walk_through': 'para' is not trained" in error_of(raw)
+    # a paraphrase-first pretraining's own fine-tuning settings are checked where they are written
+    raw = with_(pretrainings={"mlm_a": {"kind": "mlm"}, "pf": {"kind": "para_first", "finetune": {"hidden_dropout": 2}}})
+    assert error_of(raw).startswith("params.yaml: key 'pretrainings.pf.finetune.hidden_dropout'")
+    raw = with_(pretrainings={"mlm_a": {"kind": "mlm", "finetune": {"hidden_dropout": 0.3}}})
+    assert "only a para_first pretraining trains with the fine-tuning settings" in error_of(raw)
+
+
+def test_repeats_expand_into_seed_experiments():
+    lp = validate_params({"experiments": {"a": {"repeats": 3}, "b": {"repeats": [5, 7]}, "c": {}},
+                          "ensembles": {"e": {"members": ["a"]}},
+                          "studies": [{"name": "s", "title": "t", "experiments": ["a", "c"], "repeats": 2}]})
+    assert list(lp.experiments) == ["a.seed11711", "a.seed11712", "a.seed11713", "b.seed5", "b.seed7",
+                                    "c.seed11711", "c.seed11712"]
+    assert lp.groups["a"] == ["a.seed11711", "a.seed11712", "a.seed11713"]
+    assert lp.params.ensembles["e"].members == lp.groups["a"]            # the seed ensemble: one entry
+    assert {lp.experiments[m].seed for m in lp.groups["b"]} == {5, 7}
+    with pytest.raises(MinBertError, match="runs as 3 seeds; name one of them"):
+        lp.experiment("a")
+    raw = {"experiments": {"a": {"repeats": 2}, "a.seed11712": {}}}
+    assert "would be experiment 'a.seed11712', which params.yaml already defines" in error_of(raw)
 
 
 def test_shipped_params_and_full_catalogue_are_valid(repo_root, tmp_path):

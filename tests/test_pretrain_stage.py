@@ -3,6 +3,7 @@ its own dev loss, writes the file contract, and shares one output per pretrainin
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from minbert.data import read_cs224n, read_nli, split_by_group, write_split
+from minbert.data import read_cs224n, read_nli, read_split, split_by_group, write_split
 from minbert.mlm import build_mlm_head
 from minbert.params import ExperimentParams, PretrainParams
 from minbert.pretrain import MlmObjective, encode_texts, evaluate, mlm_frames
@@ -57,26 +58,34 @@ def params_file(tmp_path_factory, tiny_model_dir):
     return path
 
 
-def _run(params_file, prepared, out, name, cache):
-    stage.main(["--params", str(params_file), "--data", str(prepared), "--out", str(out), "--name", name,
-                "--cache", str(cache)])
-    return json.loads((out / "metrics.json").read_text())
+def results_with(prepared, results):
+    """A results folder holding the prepared data (as the prepare stage leaves it)."""
+    if not (results / "data").exists():
+        shutil.copytree(prepared, results / "data")
+    return results
+
+
+def _run(params_file, prepared, results, name):
+    """Run the stage; its outputs are results/pretrain/<name>/."""
+    stage.main(["--params", str(params_file), "--results", str(results_with(prepared, results)), "--name", name])
+    return json.loads((results / "pretrain" / name / "metrics.json").read_text())
 
 
 @pytest.mark.slow
 def test_mlm_stage_lowers_dev_loss_and_keeps_its_head(params_file, prepared, tmp_path):
-    out = tmp_path / "mlm"
-    m = _run(params_file, prepared, out, "mlm", tmp_path / "cache")
+    m = _run(params_file, prepared, tmp_path, "mlm")
+    out = tmp_path / "pretrain" / "mlm"
     assert m["kind"] == "mlm" and m["mlm_head_loaded"] is False
     assert m["dev_loss_last"] < m["dev_loss_before"] - 0.3, m
     assert m["train_examples"] == {"sst": 240, "para": 240, "sts": 240}   # downsampled to the smallest
     hist = pd.read_csv(out / "history.csv")
     assert list(hist.columns) == ["epoch", "train_loss", "dev_loss"] and hist["epoch"].tolist() == [1, 2]
     assert hist["dev_loss"].iloc[-1] == pytest.approx(m["dev_loss_last"])
-    run = json.loads((out / "run.json").read_text())
+    run = json.loads((tmp_path / "runs" / "pretrain" / "mlm.json").read_text())
     assert run["stage"] == "pretrain" and run["name"] == "mlm" and run["wall_seconds"] > 0
-    assert (out / "pretrain.log").read_text().count("dev loss") >= 3
-    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "temporary folder left behind"
+    assert run["description"]["settings"]["pretraining"]["kind"] == "mlm"
+    assert run["description"]["settings"]["finetune"] is None          # MLM does not read base.finetune
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "temporary folder left behind"
 
     # the saved folder carries the trained MLM head, tied to the word embeddings again on load
     enc, tensors, folder = load_encoder(out / "model")
@@ -88,7 +97,8 @@ def test_mlm_stage_lowers_dev_loss_and_keeps_its_head(params_file, prepared, tmp
     pp = PretrainParams.model_validate({"kind": "mlm", **FAST})
     exp = ExperimentParams(model=str(out / "model"), max_length=32, seed=3)
     tok = Tokenizer(folder, 32)
-    dev = encode_texts(tok, mlm_frames(prepared, pp, exp.seed, "dev"))[:64]
+    dev_frames = {t: read_split(prepared / f"{t}-dev.tsv") for t in pp.mlm.tasks}
+    dev = encode_texts(tok, mlm_frames(dev_frames, pp, exp.seed))[:64]
     fresh, _ = build_mlm_head(enc, None)
     torch.manual_seed(0)
     with_head = evaluate(MlmObjective(enc, head, tok, dev, dev, 0.15, 3), torch.device("cpu"), False, 16)
@@ -100,13 +110,13 @@ def test_mlm_stage_lowers_dev_loss_and_keeps_its_head(params_file, prepared, tmp
 def test_mlm_from_a_checkpoint_with_a_head_starts_where_the_last_run_ended(params_file, prepared, tmp_path):
     """Pretraining again from an MLM output loads its head: the starting dev loss equals the
     previous run's final dev loss (same dev texts, same dev masks)."""
-    first = _run(params_file, prepared, tmp_path / "one", "mlm", tmp_path / "cache")
+    first = _run(params_file, prepared, tmp_path, "mlm")
     raw = yaml.safe_load(params_file.read_text())
-    raw["pretrainings"]["again"] = {**raw["pretrainings"]["mlm"], "model": str(tmp_path / "one" / "model"),
+    raw["pretrainings"]["again"] = {**raw["pretrainings"]["mlm"], "model": str(tmp_path / "pretrain" / "mlm" / "model"),
                                     "epochs": 1, "max_steps_per_epoch": 2}
     again_params = tmp_path / "params.yaml"
     again_params.write_text(yaml.safe_dump(raw))
-    second = _run(again_params, prepared, tmp_path / "two", "again", tmp_path / "cache")
+    second = _run(again_params, prepared, tmp_path, "again")
     assert second["mlm_head_loaded"] is True
     assert second["dev_loss_before"] == pytest.approx(first["dev_loss_last"], abs=1e-4)
 
@@ -114,8 +124,8 @@ def test_mlm_from_a_checkpoint_with_a_head_starts_where_the_last_run_ended(param
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", ["regression", "contrastive", "triplet"])
 def test_nli_stage_lowers_its_dev_loss(params_file, prepared, tmp_path, objective):
-    out = tmp_path / objective
-    m = _run(params_file, prepared, out, f"nli_{objective}", tmp_path / "cache")
+    m = _run(params_file, prepared, tmp_path, f"nli_{objective}")
+    out = tmp_path / "pretrain" / f"nli_{objective}"
     assert m["kind"] == "nli" and m["objective"] == objective and m["pooling"] == "mean"
     assert m["dev_loss_last"] < m["dev_loss_before"], m
     assert m["train_examples"] > 100 and m["dev_examples"] == 64
@@ -126,8 +136,8 @@ def test_nli_stage_lowers_its_dev_loss(params_file, prepared, tmp_path, objectiv
 @pytest.mark.slow
 def test_para_first_trains_the_paraphrase_task_and_saves_the_encoder(params_file, prepared, tmp_path, tiny_model_dir):
     """kind=para_first fine-tunes on the whole Quora training split and saves the encoder."""
-    out = tmp_path / "para"
-    m = _run(params_file, prepared, out, "para", tmp_path / "cache")
+    m = _run(params_file, prepared, tmp_path, "para")
+    out = tmp_path / "pretrain" / "para"
     assert m["kind"] == "para_first" and m["epochs"] == 2
     assert m["dev_loss_last"] < m["dev_loss_before"], m
     hist = pd.read_csv(out / "history.csv")
@@ -137,6 +147,9 @@ def test_para_first_trains_the_paraphrase_task_and_saves_the_encoder(params_file
     assert tensors == {} and (folder / "tokenizer.json").is_file()
     moved = [k for k, v in enc.state_dict().items() if not torch.equal(v, start.state_dict()[k])]
     assert moved, "the saved encoder is the starting one"
+    # paraphrase-first reads base.finetune (its heads, dropout, clipping): its description says so
+    run = json.loads((tmp_path / "runs" / "pretrain" / "para.json").read_text())
+    assert run["description"]["settings"]["finetune"]["heads"]["para"] == "cross"
 
 
 def test_bad_input_is_one_line_with_exit_2(params_file, prepared, tmp_path, repo_root):
@@ -144,21 +157,22 @@ def test_bad_input_is_one_line_with_exit_2(params_file, prepared, tmp_path, repo
         return subprocess.run([sys.executable, "-m", "stages.pretrain", "--params", str(params_file), *args],
                               cwd=repo_root, capture_output=True, text=True, timeout=120)
 
-    r = cli("--name", "mlmm", "--data", str(prepared), "--out", str(tmp_path / "x"))
+    results = results_with(prepared, tmp_path / "results")
+    r = cli("--name", "mlmm", "--results", str(results))
     assert r.returncode == 2 and "unknown pretraining 'mlmm' (did you mean 'mlm'?)" in r.stderr
     assert "Traceback" not in r.stderr
-    r = cli("--name", "mlm", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x"))
+    r = cli("--name", "mlm", "--results", str(tmp_path / "nowhere"))
     assert r.returncode == 2 and "stages.prepare" in r.stderr
     # NLI data in which no premise has both an entailment and a contradiction
     bad = tmp_path / "bad"
     bad.mkdir()
     frame = pd.DataFrame({"id": ["1", "2"], "group": ["g1", "g2"], "sentence1": ["p1", "p2"],
                           "sentence2": ["h1", "h2"], "label": ["entailment", "contradiction"]})
-    write_split(frame, bad / "nli-train.tsv")
-    write_split(frame, bad / "nli-dev.tsv")
-    r = cli("--name", "nli_triplet", "--data", str(bad), "--out", str(tmp_path / "x"))
+    write_split(frame, bad / "data" / "nli-train.tsv")
+    write_split(frame, bad / "data" / "nli-dev.tsv")
+    r = cli("--name", "nli_triplet", "--results", str(bad))
     assert r.returncode == 2 and "nli-train.tsv: no (premise, entailment, contradiction) triplet" in r.stderr
-    assert not (tmp_path / "x").exists()
+    assert not (bad / "pretrain").exists() or not any((bad / "pretrain").rglob("*.*"))
 
 
 def test_a_pretraining_may_set_its_own_precision(tiny_model_dir, prepared, tmp_path, monkeypatch):
@@ -173,9 +187,8 @@ def test_a_pretraining_may_set_its_own_precision(tiny_model_dir, prepared, tmp_p
         "base": {"model": str(tiny_model_dir), "max_length": 32, "device": "cpu", "bf16": True},
         "pretrainings": {"inherits": {"kind": "nli", **quick},
                          "fp32": {"kind": "nli", **quick, "bf16": False}},
-        "experiments": {"a": {"pretrain": "fp32"}}}), encoding="utf-8")
+        "experiments": {"a": {"pretrain": "fp32", "finetune": {"heads": {"pooling": "mean"}}}}}), encoding="utf-8")
     for name, expected in (("inherits", {True}), ("fp32", {False})):
         seen.clear()
-        stage.main(["--params", str(path), "--data", str(prepared), "--out", str(tmp_path / name), "--name", name,
-                    "--cache", str(tmp_path / "cache")])
+        stage.main(["--params", str(path), "--results", str(results_with(prepared, tmp_path)), "--name", name])
         assert seen and set(seen) == expected, name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +20,11 @@ import minbert.experiment as experiment
 import minbert.train as train
 from minbert.data import read_cs224n, write_split
 from minbert.errors import MinBertError
-from minbert.experiment import finetune_experiment, retrain_heads_experiment
+from minbert.experiment import retrain_heads_experiment
 from minbert.multitask import MultitaskModel, _EncoderStub
 from minbert.params import ExperimentParams
 from minbert.runtime import seed_everything
+from minbert.settings import finetune_settings, retrain_settings
 
 from conftest import REPO, shared_data_dir
 
@@ -66,6 +68,15 @@ def make_exp(tiny_model_dir, **finetune) -> ExperimentParams:
                                            "threads": 1, "max_length": 32, "predict_batch_size": 64, "finetune": ft})
 
 
+def finetune_experiment(exp: ExperimentParams, data, out: Path, **kw):
+    """Fine-tune with the settings the finetune stage gives (state folder: <out>.state)."""
+    return experiment.finetune_experiment(finetune_settings(exp), data, out, **kw)
+
+
+def last_state(out: Path) -> Path:
+    return out.with_name(out.name + ".state") / "last.pt"
+
+
 def state_dict(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
 
@@ -97,7 +108,7 @@ def test_same_seed_twice_gives_identical_metrics_and_weights(tiny_model_dir, pre
     for col in ("lr", "train_sst_loss", "train_sst_acc", "dev_para_acc", "dev_sts_pearson", "dev_overall", "dev_score"):
         assert col in h.columns and h[col].notna().all(), col
     # finished runs leave no resumable state behind
-    assert not (tmp_path / "a" / "last.pt").exists()
+    assert not last_state(tmp_path / "a").exists() and not last_state(tmp_path / "a").parent.exists()
     # a different seed gives a different run
     c = finetune_experiment(exp.model_copy(update={"seed": 8}), prepared, tmp_path / "c")
     assert not history(tmp_path / "c").equals(history(tmp_path / "a")) or c.best_dev != a.best_dev
@@ -110,26 +121,56 @@ def test_interrupted_run_resumes_to_the_same_result(tiny_model_dir, prepared, tm
     full = finetune_experiment(exp, prepared, tmp_path / "full")
     part = tmp_path / "part"
     first = finetune_experiment(exp, prepared, part, stop_after_epochs=1)
-    assert len(first.history) == 1 and (part / "last.pt").is_file()
-    assert len(pd.read_csv(part / "history.csv")) == 1
+    assert len(first.history) == 1 and last_state(part).is_file()
+    # the declared outputs appear only when the run has finished
+    assert not (part / "model.pt").exists() and not (part / "history.csv").exists()
     resumed = finetune_experiment(exp, prepared, part, resume=True)
     assert resumed.best_dev == full.best_dev and resumed.best_epoch == full.best_epoch
     pd.testing.assert_frame_equal(history(part), history(tmp_path / "full"))
     assert_same_weights(state_dict(part / "model.pt"), state_dict(tmp_path / "full" / "model.pt"))
 
 
-def test_resume_ignores_state_of_another_configuration(tiny_model_dir, prepared, tmp_path):
+def test_resume_ignores_state_of_another_configuration(tiny_model_dir, prepared, tmp_path, caplog):
     out = tmp_path / "run"
     finetune_experiment(make_exp(tiny_model_dir, lr=5e-4), prepared, out, stop_after_epochs=1)
     exp = make_exp(tiny_model_dir)
-    res = finetune_experiment(exp, prepared, out, resume=True)
+    with caplog.at_level("WARNING", logger="minbert.train"):
+        res = finetune_experiment(exp, prepared, out, resume=True)
     ref = finetune_experiment(exp, prepared, tmp_path / "ref")
     assert res.best_dev == ref.best_dev and len(res.history) == 2
+    # one line saying what changed, old and new value
+    notice = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]
+    assert len(notice) == 1 and "settings.finetune.lr: 0.0005 -> 0.001" in notice[0] and "\n" not in notice[0]
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00garbage, not a checkpoint", "foreign"])
+def test_a_corrupt_or_foreign_state_is_not_resumed(tiny_model_dir, prepared, tmp_path, caplog, content):
+    exp = make_exp(tiny_model_dir, epochs=1)
+    out = tmp_path / "run"
+    last_state(out).parent.mkdir(parents=True)
+    if content == "foreign":
+        torch.save({"state_dict": {}, "epoch": 3}, last_state(out))
+    else:
+        last_state(out).write_bytes(content)
+    with caplog.at_level("WARNING", logger="minbert.train"):
+        res = finetune_experiment(exp, prepared, out)
+    ref = finetune_experiment(exp, prepared, tmp_path / "ref")
+    assert res.best_dev == ref.best_dev
+    assert any("cannot be resumed" in r.getMessage() and "starting fresh" in r.getMessage() for r in caplog.records)
+
+
+def test_stale_temporaries_of_a_killed_write_are_cleaned(tiny_model_dir, prepared, tmp_path):
+    out = tmp_path / "run"
+    state = last_state(out).parent
+    state.mkdir(parents=True)
+    (state / ".last.pt.abc123.tmp").write_bytes(b"x" * 1000)     # what a kill during torch.save leaves
+    finetune_experiment(make_exp(tiny_model_dir, epochs=1), prepared, out, stop_after_epochs=0)
+    assert not list(state.glob(".*.tmp"))
 
 
 # ---------------------------------------------------------------- non-finite losses
 
-def test_nan_loss_names_the_task_and_keeps_last_checkpoint(tiny_model_dir, prepared, tmp_path, monkeypatch):
+def test_nan_loss_names_the_task_and_writes_nothing(tiny_model_dir, prepared, tmp_path, monkeypatch):
     exp = make_exp(tiny_model_dir, max_steps_per_epoch=3)   # epoch 1: updates sst, para, sts
     real_loss = train.task_loss
     calls = {"n": 0}
@@ -141,19 +182,41 @@ def test_nan_loss_names_the_task_and_keeps_last_checkpoint(tiny_model_dir, prepa
 
     monkeypatch.setattr(train, "task_loss", loss_nan_in_second_epoch)
     out = tmp_path / "run"
-    with pytest.raises(MinBertError, match=r"non-finite para loss at stage 0 epoch 1 .*last\.pt") as err:
+    with pytest.raises(MinBertError, match=r"training diverged: non-finite para loss at stage 0 epoch 2 update 4; "
+                                           r"lower the learning rate") as err:
         finetune_experiment(exp, prepared, out)
-    assert "\n" not in str(err.value)
-    last = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
-    assert last["state"]["epoch"] == 1 and len(last["state"]["history"]) == 1
-    # last.pt holds the weights after the first (good) epoch, the ones model.pt kept
-    assert_same_weights(last["model"], state_dict(out / "model.pt"))
-    assert len(pd.read_csv(out / "history.csv")) == 1
+    assert "\n" not in str(err.value) and "good checkpoint" not in str(err.value)
+    # no output, and no state a re-run with the same settings would diverge from again
+    assert not (out / "model.pt").exists() and not (out / "history.csv").exists()
+    assert not last_state(out).parent.exists()
+
+
+def test_nan_weights_after_the_last_update_are_an_error_not_a_missing_model(tiny_model_dir, prepared, tmp_path,
+                                                                            monkeypatch):
+    exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=3)
+    real_step = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def step_then_nan(self, *a, **kw):
+        out = real_step(self, *a, **kw)
+        calls["n"] += 1
+        if calls["n"] == 3:                       # the last update: every loss so far was finite
+            with torch.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        p.fill_(float("nan"))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step_then_nan)
+    out = tmp_path / "run"
+    with pytest.raises(MinBertError, match=r"training diverged: non-finite dev \w+_loss.* after the last update of epoch 1"):
+        finetune_experiment(exp, prepared, out)
+    assert not (out / "model.pt").exists() and not last_state(out).parent.exists()
 
 
 def test_diverging_learning_rate_stops_in_the_first_epoch(tiny_model_dir, prepared, tmp_path):
     exp = make_exp(tiny_model_dir, lr=1e30, head_lr=1e30, grad_clip=None)
-    with pytest.raises(MinBertError, match=r"non-finite (sst|para|sts) loss at stage 0 epoch 0 .*none \(first epoch\)"):
+    with pytest.raises(MinBertError, match=r"non-finite (sst|para|sts) loss at stage 0 epoch 1 "):
         finetune_experiment(exp, prepared, tmp_path / "run")
     assert not (tmp_path / "run" / "model.pt").exists()
 
@@ -197,7 +260,7 @@ def test_retrain_heads_reinitialises_heads_and_keeps_the_encoder(tiny_model_dir,
         return real_fit(model, *args, **kw)
 
     monkeypatch.setattr(experiment, "fit", recording_fit)
-    res = retrain_heads_experiment(exp, tmp_path / "ft" / "model.pt", prepared, tmp_path / "rh")
+    res = retrain_heads_experiment(retrain_settings(exp), tmp_path / "ft" / "model.pt", prepared, tmp_path / "rh")
     # the heads start afresh: what a new model seeded with seed + 1 initialises
     seed_everything(exp.seed + 1)
     fresh = MultitaskModel(_EncoderStub(tiny_config(tuned)), exp.finetune.heads, exp.finetune.tasks)
@@ -215,7 +278,7 @@ def tiny_config(sd):
     from minbert.model import BertConfig
 
     return BertConfig(vocab_size=sd["encoder.embeddings.word.weight"].shape[0],
-                      hidden_size=sd["encoder.embeddings.word.weight"].shape[1])
+                      hidden_size=sd["encoder.embeddings.word.weight"].shape[1], num_attention_heads=1)
 
 
 def test_sequential_trains_tasks_one_after_another(tiny_model_dir, prepared, tmp_path):
@@ -305,14 +368,17 @@ def test_torchrun_two_processes_match_one(tiny_model_dir, tmp_path):
     data = write_prepared(tmp_path / "data", n_train=32, n_dev=32)
     params = tmp_path / "params.yaml"
     ft = {"epochs": 2, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.25, "max_steps_per_epoch": 6,
-          "hidden_dropout": 0.0, "downsample": {"mode": "none"}, "heads": {"dropout": 0.0, "pooling": "mean"}}
+          "hidden_dropout": 0.0, "attention_dropout": 0.0, "downsample": {"mode": "none"},
+          "heads": {"dropout": 0.0, "pooling": "mean"}}
     params.write_text(yaml.safe_dump({
         "base": {"model": str(tiny_model_dir), "device": "cpu", "threads": 1, "seed": 5, "max_length": 32},
         "experiments": {"dp": {"finetune": ft}}}), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    common = ["-m", "stages.finetune", "--experiment", "dp", "--params", str(params), "--data", str(data)]
+    for r in ("one", "two"):
+        shutil.copytree(data, tmp_path / r / "data")
+    common = ["-m", "stages.finetune", "--experiment", "dp", "--params", str(params)]
     one = subprocess.run([sys.executable, *common, "--results", str(tmp_path / "one")], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr[-3000:]

@@ -1,23 +1,28 @@
-"""The pipeline's DAG, described once for both engines.
+"""The pipeline's DAG for both engines, rendered from the library's jobs (minbert.jobs).
 
-From the validated params this module lists every job: its command, the files it reads (including
-its own code), the files it writes, its metrics and plots, and the params keys it depends on.
-The Snakefile builds its rules from these jobs; `python -m workflow.dag --write-dvc` renders the
-same jobs as dvc.yaml. So the two engines cannot drift apart: a test checks that the committed
-dvc.yaml equals the generated one.
+Every job has a resolved description (its settings, what it reads, the code it runs) written to
+results/jobs/<stage>/<name>.json, and rewritten only when it changes. Both engines depend on that
+file and on the outputs the job reads:
+- the Snakefile builds one rule per stage; the description file is an input, so a job re-runs when
+  its description is newer than its outputs (the Snakefile rewrites changed descriptions each
+  time it is read);
+- dvc.yaml (`python -m workflow.dag --write-dvc`) has a `resolve` stage that rewrites the
+  description files from the params (its params: the whole params file), then one stage per job
+  depending on its description file (by hash), its inputs and its code files.
+A test keeps the committed dvc.yaml equal to the generated one.
 
-    python -m workflow.dag                  # print the jobs
-    python -m workflow.dag --write-dvc      # (re)generate dvc.yaml from params.yaml
-    python -m workflow.dag --check          # exit 1 when dvc.yaml is out of date
-    python -m workflow.dag --catalogue full # switch params.yaml's catalogue and regenerate dvc.yaml
+    python -m workflow.dag                       # print the jobs
+    python -m workflow.dag --write-dvc           # (re)generate dvc.yaml from params.yaml
+    python -m workflow.dag --check               # exit 1 when dvc.yaml is out of date
+    python -m workflow.dag --resolve             # rewrite the changed description files (DVC's first stage)
+    python -m workflow.dag --params params/minilm.yaml --write-dvc   # dvc.yaml for another params file
 """
 from __future__ import annotations
 
 import argparse
-import json
-import re
+import contextlib
+import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -27,178 +32,129 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from minbert.errors import MinBertError  # noqa: E402
-from minbert.params import LoadedParams, load_params  # noqa: E402
+from minbert.jobs import Job, code_closure, pipeline, write_description  # noqa: E402
+from minbert.layout import Layout  # noqa: E402
+from minbert.params import CATALOGUE_SECTIONS, load_params, model_tasks  # noqa: E402
 
-LIBRARY = "minbert"          # every stage imports the library: editing it re-runs the stages
-RESULTS = "results"
-# Keys of an experiment's settings that a pretraining also reads (when set in `base`)
-PRETRAIN_BASE_KEYS = ("model", "seed", "device", "bf16", "threads", "max_length")
-# Stages that train or run the network: they get the GPU on a cluster
-GPU_STAGES = ("pretrain", "finetune", "retrain_heads", "predict")
-
-
-@dataclass
-class Job:
-    stage: str                       # prepare | pretrain | finetune | retrain_heads | predict | evaluate | ensemble | report
-    name: str | None                 # the experiment, pretraining or ensemble; None for prepare and report
-    cmd: str
-    deps: list[str]                  # files and folders read, code included
-    outs: list[str]                  # files and folders written (cached by DVC)
-    metrics: list[str] = field(default_factory=list)   # JSON metrics (DVC: cache false)
-    plots: list[str] = field(default_factory=list)     # CSV curves (DVC: cache false)
-    params: list[str] = field(default_factory=list)    # keys in the params source file
-    config: dict = field(default_factory=dict)         # resolved settings: Snakemake's params trigger
-
-    @property
-    def id(self) -> str:
-        return self.stage if self.name is None else f"{self.stage}@{self.name}"
-
-    @property
-    def outputs(self) -> list[str]:
-        return self.outs + self.metrics + self.plots
-
-    @property
-    def fingerprint(self) -> str:
-        return json.dumps(self.config, sort_keys=True, default=str)
+LAYOUT = Layout()
+# What each stage asks of the machine. Snakemake caps `threads` at --cores on one machine; on a
+# cluster they become the job's CPUs (capped by --max-threads). The stages that run the network ask for `gpu` GPUs each
+# (`--config gpu=0` on a CPU-only cluster); mem_mb in MB, runtime in minutes.
+STAGE_RESOURCES = {
+    "prepare": {"threads": 1, "mem_mb": 4000, "runtime": 30},
+    "pretrain": {"threads": 8, "mem_mb": 32000, "runtime": 600, "gpu": 1},
+    "finetune": {"threads": 8, "mem_mb": 32000, "runtime": 480, "gpu": 1},
+    "retrain_heads": {"threads": 8, "mem_mb": 16000, "runtime": 120, "gpu": 1},
+    "predict": {"threads": 8, "mem_mb": 16000, "runtime": 60, "gpu": 1},
+    "evaluate": {"threads": 1, "mem_mb": 2000, "runtime": 10},
+    "ensemble": {"threads": 1, "mem_mb": 4000, "runtime": 10},
+    "report": {"threads": 1, "mem_mb": 8000, "runtime": 30},
+}
+RESOLVE_STAGE = "resolve"
 
 
-def _code(stage: str) -> list[str]:
-    return [f"stages/{stage}.py", LIBRARY]
-
-
-def _cmd(stage: str, params_arg: str, *args: str) -> str:
-    extra = "" if params_arg == "params.yaml" else f" --params {params_arg}"
-    return " ".join(["python -m", f"stages.{stage}", *args]) + extra
-
-
-def code_files(deps: list[str], repo: Path = REPO) -> list[str]:
-    """The deps with the library folder spelled out as its .py files (for Snakemake, which
-    compares modification times: Python's bytecode caches inside the folder must not count)."""
-    out = []
-    for d in deps:
-        if d == LIBRARY:
-            out += sorted(p.relative_to(repo).as_posix() for p in (repo / LIBRARY).rglob("*.py"))
-        else:
-            out.append(d)
-    return out
-
-
-def experiment_dir(name: str) -> str:
-    return f"{RESULTS}/experiments/{name}"
-
-
-def final_model(lp: LoadedParams, name: str) -> str:
-    """The model predictions come from: retrained heads when enabled, else the fine-tuned one."""
-    stage = "retrain_heads" if lp.experiment(name).retrain_heads.enabled else "finetune"
-    return f"{experiment_dir(name)}/{stage}/model.pt"
-
-
-def _local_path(repo: Path, p: str | None) -> str | None:
-    """A params path as a dependency, when it names something on disk (not a Hub id or package)."""
-    if not p:
-        return None
-    return p if (repo / p).exists() or p.startswith(("/", ".", "data/")) else None
-
-
-def _report_inputs(earlier_jobs: list[Job]) -> list[str]:
-    """What the report reads: every earlier output but the models (histories, predictions,
-    metrics, run.json files, the data summary). A fixed list, not a glob of what exists, so a
-    second run sees the same inputs as the first (minbert.report.report_inputs lists the same
-    files one by one; each lies in one of these outputs)."""
-    return [o for job in earlier_jobs for o in job.outputs
-            if not (o.endswith("/model.pt") or o.endswith("/model"))]
+@contextlib.contextmanager
+def _in(repo: Path):
+    old = Path.cwd()
+    os.chdir(repo)
+    try:
+        yield
+    finally:
+        os.chdir(old)
 
 
 def jobs(params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[Job]:
-    """Every job of the pipeline, in an order where each job comes after the jobs it reads from."""
-    params_arg = str(params_path)
-    lp = load_params(repo / params_path)
-    p = lp.params
-    raw_base = lp.raw.get("base") or {}
-    out: list[Job] = []
+    """Every job of the pipeline, each after the jobs whose outputs it reads (paths relative to repo)."""
+    with _in(repo):
+        return pipeline(str(params_path), LAYOUT)
 
-    data_deps = [d for d in (_local_path(repo, p.data.dir), _local_path(repo, p.data.nli_file)) if d]
-    if len(data_deps) == 2 and Path(data_deps[1]).is_relative_to(Path(data_deps[0])):
-        data_deps = data_deps[:1]
-    out.append(Job("prepare", None, _cmd("prepare", params_arg), deps=_code("prepare") + data_deps,
-                   outs=[f"{RESULTS}/data"], params=["data"] if "data" in lp.raw else [],
-                   config={"data": p.data.model_dump()}))
 
-    used_pretrainings = sorted({e.pretrain for e in lp.experiments.values() if e.pretrain})
-    for name in used_pretrainings:
-        pre = lp.pretraining(name)
-        folder = f"{RESULTS}/pretrain/{name}"
-        model_dep = _local_path(repo, pre.model or raw_base.get("model"))
-        out.append(Job("pretrain", name, _cmd("pretrain", params_arg, "--name", name),
-                       deps=_code("pretrain") + [f"{RESULTS}/data"] + ([model_dep] if model_dep else []),
-                       outs=[f"{folder}/model", f"{folder}/run.json"],
-                       metrics=[f"{folder}/metrics.json"], plots=[f"{folder}/history.csv"],
-                       params=[f"pretrainings.{name}"] + [f"base.{k}" for k in PRETRAIN_BASE_KEYS if k in raw_base],
-                       config={"pretraining": pre.model_dump(), "model": lp.pretrain_model(name),
-                               **{k: v for k, v in _base_config(lp).items() if k in PRETRAIN_BASE_KEYS}}))
+def resolve(params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[Job]:
+    """Write every job's description file whose content changed; returns the jobs."""
+    all_jobs = jobs(params_path, repo)
+    with _in(repo):
+        for job in all_jobs:
+            write_description(job, LAYOUT)
+    return all_jobs
 
-    exp_params = lambda name: (["base"] if "base" in lp.raw else []) + [f"experiments.{name}"]  # noqa: E731
-    for name, exp in lp.experiments.items():
-        folder = experiment_dir(name)
-        config = exp.model_dump()
-        start = [f"{RESULTS}/pretrain/{exp.pretrain}/model"] if exp.pretrain else []
-        model_dep = None if exp.pretrain else _local_path(repo, exp.model)
-        out.append(Job("finetune", name, _cmd("finetune", params_arg, "--experiment", name),
-                       deps=_code("finetune") + [f"{RESULTS}/data"] + start + ([model_dep] if model_dep else []),
-                       outs=[f"{folder}/finetune/model.pt", f"{folder}/finetune/run.json"],
-                       plots=[f"{folder}/finetune/history.csv"], params=exp_params(name), config=config))
-        if exp.retrain_heads.enabled:
-            out.append(Job("retrain_heads", name, _cmd("retrain_heads", params_arg, "--experiment", name),
-                           deps=_code("retrain_heads") + [f"{RESULTS}/data", f"{folder}/finetune/model.pt"],
-                           outs=[f"{folder}/retrain_heads/model.pt", f"{folder}/retrain_heads/run.json"],
-                           plots=[f"{folder}/retrain_heads/history.csv"], params=exp_params(name),
-                           config=config))
-        out.append(Job("predict", name, _cmd("predict", params_arg, "--experiment", name),
-                       deps=_code("predict") + [f"{RESULTS}/data", final_model(lp, name)],
-                       outs=[f"{folder}/predictions"], params=exp_params(name),
-                       config={"model": final_model(lp, name), "predict_batch_size": exp.predict_batch_size,
-                               "device": exp.device, "max_length": exp.max_length}))
-        out.append(Job("evaluate", name, _cmd("evaluate", params_arg, "--experiment", name),
-                       deps=_code("evaluate") + [f"{folder}/predictions"],
-                       outs=[], metrics=[f"{folder}/metrics.json"]))
 
-    for name, ens in p.ensembles.items():
-        folder = f"{RESULTS}/ensembles/{name}"
-        out.append(Job("ensemble", name, _cmd("ensemble", params_arg, "--name", name),
-                       deps=_code("ensemble") + [f"{experiment_dir(m)}/predictions" for m in ens.members],
-                       outs=[f"{folder}/predictions", f"{folder}/run.json"], metrics=[f"{folder}/metrics.json"],
-                       params=[f"ensembles.{name}"], config=ens.model_dump()))
+def stage_resources(stage: str, gpus: int = 1) -> dict:
+    """A stage's Snakemake resources (threads apart): GPUs only for the network stages and only when
+    `gpus` > 0."""
+    res = {k: v for k, v in STAGE_RESOURCES[stage].items() if k != "threads"}
+    if "gpu" in res:
+        res["gpu"] = int(gpus)
+        if not res["gpu"]:
+            del res["gpu"]
+    return res
 
-    report_deps = _report_inputs(out)
-    templates = ["workflow/templates"] if any((repo / "workflow/templates").glob("*")) else []
-    out.append(Job("report", None, _cmd("report", params_arg),
-                   deps=_code("report") + templates + report_deps,
-                   outs=["reports/final.html", "reports/experiments"],
-                   params=[k for k in ("base", "experiments", "ensembles", "studies", "report") if k in lp.raw],
-                   config={"studies": [s.model_dump() for s in p.studies], "report": p.report.model_dump(),
-                           "overrides": {e: lp.overrides(e) for e in lp.experiments}}))
+
+# ---------------------------------------------------------------- Snakemake
+
+def job_of(job_by_id: dict, stage: str, wildcards) -> Job:
+    return job_by_id[stage if "name" not in wildcards.keys() else f"{stage}@{wildcards.name}"]
+
+
+def _pattern(path: str, sample: Job) -> str:
+    """A job's path with its name replaced by the {name} wildcard."""
+    if sample.name is None:
+        return path
+    name = sample.name
+    return "/".join("{name}" + part[len(name):] if part == name or part.startswith(name + ".") else part
+                    for part in path.split("/"))
+
+
+def snakemake_inputs(job: Job) -> list[str]:
+    return [LAYOUT.job_file(job.stage, job.name)] + job.deps
+
+
+def snakemake_outputs(sample: Job) -> list:
+    """The stage's output patterns, folders marked as such; the HTML reports and the metrics go into
+    `snakemake --report`."""
+    from snakemake.io import directory, report
+
+    out = []
+    for path in sample.outputs:
+        pattern = _pattern(path, sample)
+        if "." not in Path(path).name:              # folders have no suffix
+            out.append(directory(pattern))
+        elif path in sample.metrics:
+            out.append(report(pattern, category="Metrics", subcategory=sample.stage,
+                              labels={"job": sample.stage, "name": "{name}" if sample.name else "-"}))
+        elif path.endswith(".html"):
+            out.append(report(pattern, category="Reports", labels={"page": "final"}))
+        else:
+            out.append(pattern)
     return out
 
 
-def _base_config(lp: LoadedParams) -> dict:
-    from minbert.params import ExperimentParams
-
-    return ExperimentParams.model_validate(lp.params.base).model_dump()
+def snakemake_log(sample: Job) -> str:
+    return _pattern(LAYOUT.log(sample.stage, sample.name), sample)
 
 
-def _relative(path: Path | None, repo: Path) -> str:
-    if path is None:
-        return "params.yaml"
-    try:
-        return str(Path(path).resolve().relative_to(repo.resolve()))
-    except ValueError:
-        return str(path)
+def snakemake_benchmark(sample: Job) -> str:
+    return _pattern(LAYOUT.benchmark(sample.stage, sample.name), sample)
 
 
-def params_source(params_path: str | Path = "params.yaml", repo: Path = REPO) -> str:
-    """The file whose keys the jobs' `params` name (params.yaml, or the active catalogue file)."""
-    lp = load_params(repo / params_path)
-    return _relative(lp.source, repo)
+def run_in_process(job: Job, log: str) -> None:
+    """Run a job's stage in this process (its `main` with the job's arguments), its log to `log`:
+    how `--config in_process=true` runs many tiny jobs without a Python start-up each."""
+    import importlib
+    import logging
+    import shlex
+    from contextlib import redirect_stderr, redirect_stdout
+
+    argv = shlex.split(job.cmd)[3:]                 # python -m stages.X <args>
+    module = importlib.import_module(job.module)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as out, redirect_stdout(out), redirect_stderr(out):
+        try:
+            module.main(argv)
+        except MinBertError as e:
+            raise RuntimeError(f"{job.id}: {e}") from None
+        finally:
+            for h in list(logging.getLogger().handlers):   # the stage's handlers wrote to this log
+                logging.getLogger().removeHandler(h)
 
 
 # ---------------------------------------------------------------- dvc.yaml
@@ -207,62 +163,69 @@ def _dvc_stage_name(job: Job) -> str:
     return job.id.replace("@", "-")
 
 
+def params_source(params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[str]:
+    """The params files DVC tracks: the params file, and the catalogue file it takes sections from."""
+    lp = load_params(repo / params_path)
+    files = [str(params_path)]
+    if lp.source is not None and Path(lp.source).resolve() != (repo / params_path).resolve():
+        files.append(Path(lp.source).resolve().relative_to(repo.resolve()).as_posix())
+    return files
+
+
 def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO) -> dict:
-    """dvc.yaml as a dict: one explicit stage per job, metrics and plots declared for DVC's views."""
+    """dvc.yaml as a dict: the resolve stage, one stage per job, metrics and plots for DVC's views."""
     all_jobs = jobs(params_path, repo)
-    src = params_source(params_path, repo)
-    stages = {}
+    params_arg = "" if str(params_path) == "params.yaml" else f" --params {params_path}"
+    with _in(repo):
+        resolve_code = code_closure("workflow.dag")
+    stages = {RESOLVE_STAGE: {
+        "cmd": f"python -m workflow.dag --resolve{params_arg}",
+        "params": [{f: None} for f in params_source(params_path, repo)],
+        "deps": sorted(set(resolve_code) | {c for j in all_jobs for c in _code(j, repo)}),
+        "outs": [{LAYOUT.job_files: {"persist": True, "cache": False}}],
+    }}
     for job in all_jobs:
-        st: dict = {"cmd": job.cmd, "deps": job.deps}
-        if job.params:
-            st["params"] = _dvc_params(job.params, src, str(params_path))
-        if job.outs:
-            st["outs"] = job.outs
+        st: dict = {"cmd": job.cmd, "deps": [LAYOUT.job_file(job.stage, job.name)] + job.deps + _code(job, repo),
+                    "outs": job.outs + [job.run_record]}
+        # metrics and curves are cached like any output: DVC reads them for every commit and
+        # experiment from its cache (`dvc exp show`, `dvc metrics diff`, `dvc plots diff`)
         if job.metrics:
-            st["metrics"] = [{m: {"cache": False}} for m in job.metrics]
+            st["metrics"] = job.metrics
         if job.plots:
-            st["plots"] = [{pl: {"cache": False}} for pl in job.plots]
+            st["plots"] = job.plots
         stages[_dvc_stage_name(job)] = st
     return {"stages": stages, "plots": _dvc_plot_views(all_jobs, params_path, repo)}
 
 
-def _dvc_params(keys: list[str], src: str, params_file: str) -> list:
-    """DVC params entries: catalogue sections live in `src`, the rest (report) in the params file."""
-    from minbert.params import CATALOGUE_SECTIONS
-
-    in_src = [k for k in keys if k.split(".")[0] in CATALOGUE_SECTIONS]
-    rest = [k for k in keys if k not in in_src]
-    out: list = []
-    for file, ks in ((src, in_src), (params_file, rest)):
-        if ks:
-            out += ks if file == "params.yaml" else [{file: ks}]
-    return out
+def _code(job: Job, repo: Path) -> list[str]:
+    with _in(repo):
+        return code_closure(job.module)
 
 
 def _dvc_plot_views(all_jobs: list[Job], params_path, repo: Path) -> list:
     """Top-level plots: the dev curves per experiment and the SST/Quora dev confusion matrices."""
+    from minbert.tasks import TASKS
+
     lp = load_params(repo / params_path)
     views = []
     for job in all_jobs:
         if job.stage == "finetune":
             tasks = lp.experiment(job.name).finetune.tasks
-            cols = [f"dev_{t}_{'pearson' if t == 'sts' else 'acc'}" for t in tasks]
+            cols = [f"dev_{t}_{TASKS[t].metric}" for t in tasks]
             views.append({f"{job.name}-dev-curves": {"x": "epoch", "y": {job.plots[0]: cols},
                                                      "title": f"{job.name}: dev metrics per epoch"}})
         if job.stage in ("predict", "ensemble"):
-            tasks = (lp.experiment(job.name).finetune.tasks if job.stage == "predict"
-                     else sorted(set.intersection(*(set(lp.experiment(m).finetune.tasks)
-                                                    for m in lp.params.ensembles[job.name].members))))
-            for task in ("sst", "para"):
-                if task in tasks:
-                    views.append({f"{job.name}-{task}-dev-confusion": {
-                        "template": "confusion", "x": "prediction",
-                        "y": {f"{job.outs[0]}/{task}-dev.csv": "label"},
-                        "title": f"{job.name}: {task} dev confusion"}})
+            members = [job.name] if job.stage == "predict" else lp.params.ensembles[job.name].members
+            tasks = set.intersection(*(set(model_tasks(lp.experiment(m))) for m in members))
+            for task in (t for t in TASKS if t in tasks and TASKS[t].kind != "regression"):
+                views.append({f"{job.name}-{task}-dev-confusion": {
+                    "template": "confusion", "x": "prediction",
+                    "y": {f"{job.outs[0]}/{task}-dev.csv": "label"},
+                    "title": f"{job.name}: {task} dev confusion"}})
     return views
 
 
-HEADER = ("# Generated by `python -m workflow.dag --write-dvc` from params.yaml; do not edit by hand.\n"
+HEADER = ("# Generated by `python -m workflow.dag --write-dvc` from the params file; do not edit by hand.\n"
           "# The Snakefile builds the same jobs from workflow/dag.py.\n")
 
 
@@ -276,12 +239,11 @@ def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
     DVC re-links committed files into the workspace, which would make them look newer to
     Snakemake than the jobs that read them; restoring the times keeps a later Snakemake run a no-op.
     """
-    import os
     import subprocess
 
     times = {}
     for job in all_jobs:
-        for out in job.outputs:
+        for out in job.outputs + [LAYOUT.job_file(job.stage, job.name)]:
             path = repo / out
             for p in ([path] + sorted(path.rglob("*")) if path.is_dir() else [path]):
                 if p.exists():
@@ -294,41 +256,24 @@ def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
     return ok
 
 
-def set_catalogue(params_file: Path, name: str) -> None:
-    """Switch `catalogue:` in params.yaml, keeping the rest of the file (and its comments) as it is."""
-    text = params_file.read_text(encoding="utf-8")
-    line = f"catalogue: {name}"
-    if re.search(r"(?m)^catalogue:.*$", text):
-        text = re.sub(r"(?m)^catalogue:.*$", line, text, count=1)
-    else:
-        text = line + "\n" + text
-    params_file.write_text(text, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="List the pipeline's jobs; generate dvc.yaml")
+    ap = argparse.ArgumentParser(description="List the pipeline's jobs; generate dvc.yaml; write job descriptions")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--write-dvc", action="store_true", help="write dvc.yaml")
     ap.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml differs from the generated one")
-    ap.add_argument("--catalogue", help="set `catalogue:` in the params file, then write dvc.yaml")
+    ap.add_argument("--resolve", action="store_true", help="rewrite the job description files that changed "
+                                                           "(dvc.yaml must be up to date)")
     a = ap.parse_args(argv)
     dvc_path = REPO / "dvc.yaml"
-    if a.catalogue:
-        before = (REPO / a.params).read_text(encoding="utf-8")
-        set_catalogue(REPO / a.params, a.catalogue)
-        try:
-            load_params(REPO / a.params)
-        except MinBertError:
-            (REPO / a.params).write_text(before, encoding="utf-8")
-            raise
-        a.write_dvc = True
     if a.write_dvc:
         dvc_path.write_text(render_dvc(a.params), encoding="utf-8")
-        print(f"wrote {dvc_path.relative_to(REPO)} ({len(jobs(a.params))} stages)")
-    elif a.check:
+        print(f"wrote {dvc_path.relative_to(REPO)} ({len(jobs(a.params))} jobs)")
+    elif a.check or a.resolve:
         if not dvc_path.is_file() or dvc_path.read_text(encoding="utf-8") != render_dvc(a.params):
-            print("dvc.yaml is out of date: run `python -m workflow.dag --write-dvc`", file=sys.stderr)
-            sys.exit(1)
+            raise MinBertError(f"dvc.yaml is out of date with {a.params} (jobs added, removed or moved): run "
+                               f"`python -m workflow.dag --write-dvc{'' if a.params == 'params.yaml' else ' --params ' + a.params}`")
+        if a.resolve:
+            resolve(a.params)
         print("dvc.yaml is up to date")
     else:
         for job in jobs(a.params):
@@ -339,3 +284,5 @@ if __name__ == "__main__":
     from stages._cli import run
 
     run(main)
+
+__all__ = ["CATALOGUE_SECTIONS"]

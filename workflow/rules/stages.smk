@@ -1,52 +1,41 @@
-# One rule per stage, built from workflow/dag.py's jobs. A job's `config` (its resolved settings)
-# is a rule param, so Snakemake's params trigger re-runs exactly the jobs whose settings changed;
-# its code (stages/<stage>.py and the minbert/ package) is an input, so editing code re-runs it.
-from pathlib import Path
-
+# One rule per stage, built from the jobs of workflow/dag.py (the {name} wildcard is the
+# experiment, pretraining or ensemble). A job's inputs are its description file and the outputs it
+# reads; its command writes its output to the rule's log. With `--config in_process=true` (and
+# `--force-use-threads`) the stages run inside Snakemake's own process instead: the catalogue smoke
+# test runs hundreds of tiny jobs without a Python start-up each.
 JOB_BY_ID = {j.id: j for j in JOBS}
-STAGES = list(dict.fromkeys(j.stage for j in JOBS))   # in DAG order
 
 wildcard_constraints:
     name=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
 
 
-def job_of(stage, wildcards):
-    return JOB_BY_ID[stage if "name" not in wildcards.keys() else f"{stage}@{wildcards.name}"]
-
-
-def wildcard_path(path, sample):
-    """A job's path with its name replaced by the {name} wildcard."""
-    if sample.name is None:
-        return path
-    folder = f"/{sample.name}/" if f"/{sample.name}/" in path else f"/{sample.name}"
-    return path.replace(folder, folder.replace(sample.name, "{name}"), 1)
-
-
-def as_output(path):
-    return path if "." in Path(path).name else directory(path)   # folders have no suffix
-
-
-rule all:
-    default_target: True
-    input: "reports/final.html"
-
-
-for stage_name in STAGES:
+for stage_name in dict.fromkeys(j.stage for j in JOBS):   # in DAG order
     sample_job = next(j for j in JOBS if j.stage == stage_name)
-    rule:
-        name: stage_name
-        input: lambda wc, s=stage_name: dag.code_files(job_of(s, wc).deps)
-        output: [as_output(wildcard_path(o, sample_job)) for o in sample_job.outputs]
-        params:
-            config=lambda wc, s=stage_name: job_of(s, wc).fingerprint,
-            cmd=lambda wc, s=stage_name: job_of(s, wc).cmd,
-        threads: workflow.cores if stage_name in dag.GPU_STAGES else 1
-        shell: "{params.cmd}"
+    if config.get("in_process", False):
+        rule:
+            name: stage_name
+            input: lambda wc, s=stage_name: dag.snakemake_inputs(dag.job_of(JOB_BY_ID, s, wc))
+            output: dag.snakemake_outputs(sample_job)
+            log: dag.snakemake_log(sample_job)
+            threads: 1
+            run: dag.run_in_process(dag.job_of(JOB_BY_ID, rule, wildcards), log[0])
+    else:
+        rule:
+            name: stage_name
+            input: lambda wc, s=stage_name: dag.snakemake_inputs(dag.job_of(JOB_BY_ID, s, wc))
+            output: dag.snakemake_outputs(sample_job)
+            log: dag.snakemake_log(sample_job)
+            benchmark: dag.snakemake_benchmark(sample_job)
+            params:
+                cmd=lambda wc, s=stage_name: dag.job_of(JOB_BY_ID, s, wc).cmd,
+            threads: dag.STAGE_RESOURCES[stage_name]["threads"]
+            resources: **dag.stage_resources(stage_name, GPUS)
+            conda: "../envs/minbert.yaml"
+            shell: "{params.cmd} > {log} 2>&1"
 
 
 onsuccess:
-    # Keep DVC's record true after a Snakemake run: dvc.lock then lists what Snakemake produced.
-    import shutil
-    if Path(".dvc").is_dir() and Path(".git").exists() and shutil.which("dvc") and config.get("dvc_commit", True):
-        if not dag.dvc_commit(JOBS, Path(workflow.basedir)):
+    # Opt-in: record Snakemake's outputs in dvc.lock too (docs/workflow.md: the two engines' records).
+    if config.get("dvc_commit", False):
+        if not dag.dvc_commit(JOBS, dag.REPO):
             print("warning: `dvc commit --force` failed; run it by hand to update dvc.lock", file=sys.stderr)

@@ -1,0 +1,126 @@
+"""What each stage reads from params.yaml: its settings, resolved (base merged, catalogue applied).
+
+Every stage's library entry point takes one of these objects and nothing else from the params, so
+a stage cannot read a setting that is not in its job's description (minbert.jobs): the settings
+below *are* that part of the description. Cosmetic keys (`description`, the report's layout) are in
+none of them but the report's; `predict_batch_size` only in the predictions'.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from .params import (DataParams, Downsample, EnsembleParams, ExperimentParams, FinetuneParams, LoadedParams, PretrainParams,
+                     SmartParams, Strict, deep_merge)
+
+Device = Literal["auto", "cpu", "cuda"]
+
+
+class NetworkSettings(Strict):
+    """How a stage that runs the network runs it."""
+    device: Device = "auto"
+    bf16: bool = False
+    threads: int | None = None
+
+
+class PretrainSettings(NetworkSettings):
+    model: str                              # the model the pretraining starts from
+    seed: int
+    max_length: int
+    pretraining: PretrainParams
+    finetune: FinetuneParams | None = None  # para_first only: base.finetune, the training it shares
+
+
+class FinetuneSettings(NetworkSettings):
+    model: str | None                       # None: it starts from `pretrain`'s output (a job input)
+    pretrain: str | None = None
+    seed: int
+    max_length: int
+    finetune: FinetuneParams
+
+
+class RetrainSettings(NetworkSettings):
+    seed: int
+    train: FinetuneParams                   # head retraining's effective training settings
+
+
+class PredictSettings(NetworkSettings):
+    batch_size: int
+    model_stage: Literal["finetune", "retrain_heads"]   # which training stage's model predicts
+
+
+class EnsembleSettings(Strict):
+    members: list[str]
+    classification: str
+    similarity: str
+
+
+def _network(exp: ExperimentParams, bf16: bool | None = None) -> dict:
+    return {"device": exp.device, "bf16": exp.bf16 if bf16 is None else bf16, "threads": exp.threads}
+
+
+def prepare_settings(lp: LoadedParams) -> DataParams:
+    return lp.params.data
+
+
+def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
+    """A pretraining reads its own section and, from `base`, the model, seed, run settings and
+    max length; paraphrase-first also trains with base.finetune's heads, dropout and optimiser."""
+    pre = lp.pretraining(name)
+    base = lp.base
+    return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
+                            pretraining=pre, finetune=base.finetune if pre.kind == "para_first" else None,
+                            **_network(base, pre.bf16))
+
+
+def pretrain_splits(s: PretrainSettings) -> list[tuple[str, str]]:
+    """The prepared (task, split) files a pretraining reads: what it trains on and its dev set."""
+    kind = s.pretraining.kind
+    tasks = s.pretraining.mlm.tasks if kind == "mlm" else ["nli"] if kind == "nli" else ["para"]
+    return [(t, split) for t in tasks for split in ("train", "dev")]
+
+
+def para_first_config(s: PretrainSettings) -> FinetuneParams:
+    """Paraphrase-first pretraining trains the paraphrase task alone on all its data, with the
+    pretraining's optimiser settings and base.finetune's heads, dropout and clipping (changed by
+    the pretraining's own `finetune` section)."""
+    pre = s.pretraining
+    ft = FinetuneParams.model_validate(deep_merge(s.finetune.model_dump(), pre.finetune))
+    return ft.model_copy(update={
+        "tasks": ["para"], "schedule": "round_robin", "epochs": pre.epochs, "batch_size": pre.batch_size,
+        "lr": pre.lr, "weight_decay": pre.weight_decay, "warmup_ratio": pre.warmup_ratio,
+        "lr_schedule": pre.lr_schedule, "grad_clip": pre.grad_clip,
+        "downsample": Downsample(mode="none"),
+        "max_steps_per_epoch": pre.max_steps_per_epoch, "smart": SmartParams(), "pcgrad": False,
+        "freeze_encoder": False})
+
+
+def finetune_settings(exp: ExperimentParams) -> FinetuneSettings:
+    return FinetuneSettings(model=None if exp.pretrain else exp.model, pretrain=exp.pretrain, seed=exp.seed,
+                            max_length=exp.max_length, finetune=exp.finetune, **_network(exp))
+
+
+def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
+    """Head retraining: the fine-tuned encoder frozen, fresh heads for its tasks (default: every
+    fine-tuned task), its own schedule (largest task as the epoch), epochs, batch size, lr and
+    downsampling."""
+    rh, ft = exp.retrain_heads, exp.finetune
+    train = ft.model_copy(update={
+        "tasks": list(rh.tasks or ft.tasks), "schedule": rh.schedule, "epoch_unit": "largest", "epochs": rh.epochs,
+        "batch_size": rh.batch_size, "lr": rh.lr, "head_lr": rh.lr, "freeze_encoder": True,
+        "downsample": rh.downsample, "smart": SmartParams(), "pcgrad": False, "walk_through": [],
+        "task_weights": {t: w for t, w in ft.task_weights.items() if t in (rh.tasks or ft.tasks)}})
+    return RetrainSettings(seed=exp.seed, train=train, **_network(exp))
+
+
+def predict_settings(exp: ExperimentParams) -> PredictSettings:
+    return PredictSettings(batch_size=exp.predict_batch_size,
+                           model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune", **_network(exp))
+
+
+def ensemble_settings(ens: EnsembleParams) -> EnsembleSettings:
+    return EnsembleSettings(members=ens.members, classification=ens.classification, similarity=ens.similarity)
+
+
+def report_settings(lp: LoadedParams) -> dict[str, Any]:
+    """The report shows every section (descriptions, studies, params as used): all of it."""
+    return lp.raw

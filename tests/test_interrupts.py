@@ -1,0 +1,97 @@
+"""Real interruptions of a running pipeline: Ctrl-C (SIGINT) and SIGKILL sent to the engine's
+process group while a fine-tune is in its second epoch. The next run of the same engine resumes
+the fine-tune from its last finished epoch (the resumable state lives outside the declared
+outputs, so the engine's clean-up of an incomplete job leaves it alone) and ends with a model
+bit-identical to an uninterrupted run."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_workflow import DVC, SNAKEMAKE, make_copy, run
+
+MODEL = "results/experiments/a/finetune/model.pt"
+STATE = "results/state/finetune/a/last.pt"
+
+
+def slow_params(model: str) -> dict:
+    """One experiment whose fine-tune takes several seconds (five epochs), so it can be interrupted."""
+    return {
+        "data": {"dir": "data/demo", "nli_file": None},
+        "base": {"model": model, "device": "cpu", "threads": 1, "max_length": 32, "predict_batch_size": 64,
+                 "finetune": {"epochs": 5, "batch_size": 8, "max_steps_per_epoch": 30,
+                              "downsample": {"mode": "fixed", "size": 240}}},
+        "experiments": {"a": {}},
+        "studies": [{"name": "s", "title": "one", "experiments": ["a"]}],
+    }
+
+
+def weights(folder: Path) -> dict:
+    return torch.load(folder / MODEL, map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.fixture(scope="module")
+def reference(repo_root, tmp_path_factory, tiny_model_dir):
+    """The uninterrupted run's model."""
+    if SNAKEMAKE is None:
+        pytest.skip("snakemake is not installed")
+    folder = make_copy(repo_root, tmp_path_factory.mktemp("ref") / "repo", tiny_model_dir,
+                       slow_params("models/tiny"))
+    run([SNAKEMAKE, "--cores", "1", MODEL], folder)
+    return weights(folder)
+
+
+def interrupt_when_training(cmd: list[str], folder: Path, sig: int) -> None:
+    """Start `cmd` in its own process group; once the fine-tune has saved its state after an epoch,
+    send `sig` to the whole group (what Ctrl-C in a terminal, or the OOM killer, does)."""
+    proc = subprocess.Popen(cmd, cwd=folder, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    deadline = time.monotonic() + 600
+    while not (folder / STATE).is_file():
+        assert proc.poll() is None, f"{cmd} ended before the fine-tune saved a state:\n{proc.stdout.read().decode()[-3000:]}"
+        assert time.monotonic() < deadline, "no state saved within 10 minutes"
+        time.sleep(0.05)
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=120)
+    assert not (folder / MODEL).exists(), "the fine-tune finished before the interruption"
+    assert (folder / STATE).is_file(), "the resumable state did not survive the interruption"
+
+
+def resumed(folder: Path) -> bool:
+    log = folder / "results" / "logs" / "finetune" / "a.log"
+    return "resuming from results/state/finetune/a/last.pt" in (log.read_text() if log.is_file() else "")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_snakemake_interrupted_run_resumes_bit_identical(repo_root, tmp_path, tiny_model_dir, reference, sig):
+    folder = make_copy(repo_root, tmp_path / "repo", tiny_model_dir, slow_params("models/tiny"))
+    interrupt_when_training([SNAKEMAKE, "--profile", "profiles/local", "--cores", "1", MODEL], folder, sig)
+    if sig == signal.SIGKILL:      # a killed Snakemake leaves its lock, as after a crash
+        run([SNAKEMAKE, "--unlock"], folder)
+    out = run([SNAKEMAKE, "--profile", "profiles/local", "--cores", "1", MODEL], folder)
+    assert resumed(folder), out[-3000:]
+    got = weights(folder)
+    assert got.keys() == reference.keys() and all(torch.equal(got[k], reference[k]) for k in got)
+    assert not (folder / "results" / "state" / "finetune" / "a").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(DVC is None, reason="dvc is not installed")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_dvc_interrupted_repro_resumes_bit_identical(repo_root, tmp_path, tiny_model_dir, reference, sig):
+    folder = make_copy(repo_root, tmp_path / "repo", tiny_model_dir, slow_params("models/tiny"))
+    run(["git", "init", "-q"], folder)
+    run(["git", "add", "-A"], folder)
+    run(["git", "commit", "-q", "-m", "copy"], folder)
+    interrupt_when_training([DVC, "repro", "finetune-a"], folder, sig)
+    out = run([DVC, "repro", "finetune-a"], folder)
+    assert "resuming from results/state/finetune/a/last.pt" in out, out[-3000:]
+    got = weights(folder)
+    assert all(torch.equal(got[k], reference[k]) for k in got)

@@ -1,0 +1,321 @@
+"""Exact re-runs, end to end in a copy of the repository (demo data, tiny random BERT), under both
+engines: after a first full run, each edit re-runs exactly the jobs whose description (settings,
+inputs, code) changed, and undoing the edit re-runs nothing. Then a resumed fine-tune starts fresh
+when its configuration changed (one line saying what) and continues to a bit-identical result
+when it did not."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from test_workflow import DVC, SNAKEMAKE, commands_run, dag, job_ids, make_copy, needs_dvc, needs_snakemake, run
+
+EVERY_EXPERIMENT = ("a", "b", "c")
+
+
+def chain(*experiments: str, predictions_only: bool = False) -> set[str]:
+    """An experiment's jobs from fine-tuning (or predicting) on, plus what reads them."""
+    out = {"report"}
+    for e in experiments:
+        out |= {f"predict@{e}", f"evaluate@{e}"} | (set() if predictions_only else {f"finetune@{e}"})
+        if e in ("a", "b"):
+            out.add("ensemble@ab")
+    return out
+
+
+def edit_params(folder: Path, change) -> str:
+    path = folder / "params.yaml"
+    before = path.read_text()
+    p = yaml.safe_load(before)
+    change(p)
+    path.write_text(yaml.safe_dump(p, sort_keys=False))
+    return before
+
+
+def set_key(p, keys, value):
+    for k in keys[:-1]:
+        p = p.setdefault(k, {})
+    p[keys[-1]] = value
+
+
+# Each edit, the jobs it must re-run (Snakemake: by date, DVC: by hash) and the jobs whose own
+# description it changes (what `dvc status` lists). `predict_batch_size` re-runs the predictions;
+# under Snakemake what reads them follows (new files), under DVC only if their content changed.
+EDITS = {
+    "report code": ("code", "minbert/report/plots.py", {"report"}, {"report"}),
+    "description": ("params", (("experiments", "a", "description"), "plain, described anew"), {"report"}, {"report"}),
+    "predict_batch_size": ("params", (("base", "predict_batch_size"), 7),
+                           chain(*EVERY_EXPERIMENT, predictions_only=True),
+                           {"predict@a", "predict@b", "predict@c", "report"}),
+    "para head of base": ("params", (("base", "finetune", "heads", "para"), "concat_mult"),
+                          {"pretrain@pf"} | chain("a", "c"), {"pretrain@pf", "finetune@a", "finetune@c", "report"}),
+    "one experiment's lr": ("params", (("experiments", "a", "finetune", "lr"), 3e-4), chain("a"),
+                            {"finetune@a", "report"}),
+}
+
+
+def apply(folder: Path, edit):
+    kind, what = edit[:2]
+    if kind == "code":
+        path = folder / what
+        before = path.read_text()
+        path.write_text(before + "\n# an edit that changes nothing but the file\n")
+        return lambda: path.write_text(before)
+    keys, value = what
+    before = edit_params(folder, lambda p: set_key(p, keys, value))
+    return lambda: (folder / "params.yaml").write_text(before)
+
+
+@pytest.fixture(scope="module")
+def snake_repo(repo_root, tmp_path_factory, tiny_model_dir):
+    if SNAKEMAKE is None:
+        pytest.skip("snakemake is not installed")
+    folder = make_copy(repo_root, tmp_path_factory.mktemp("snake") / "repo", tiny_model_dir)
+    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds"], folder)
+    assert job_ids(folder, commands_run(log)) == {j.id for j in dag.jobs("params.yaml", repo=folder)}
+    return folder
+
+
+def snakemake_plan(folder: Path) -> set[str]:
+    return job_ids(folder, commands_run(run([SNAKEMAKE, "-n", "--printshellcmds", "--cores", "2"], folder)))
+
+
+@pytest.mark.slow
+@needs_snakemake
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_snakemake_reruns_exactly_what_an_edit_changes(snake_repo, edit):
+    assert snakemake_plan(snake_repo) == set()
+    undo = apply(snake_repo, EDITS[edit])
+    try:
+        assert snakemake_plan(snake_repo) == EDITS[edit][2]
+    finally:
+        undo()
+    assert snakemake_plan(snake_repo) == set(), "undoing the edit must leave nothing to do"
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_snakemake_runs_the_edit_and_then_nothing(snake_repo):
+    undo = apply(snake_repo, EDITS["one experiment's lr"])
+    try:
+        log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds"], snake_repo)
+        assert job_ids(snake_repo, commands_run(log)) == chain("a")
+        assert snakemake_plan(snake_repo) == set()
+    finally:
+        undo()
+    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds"], snake_repo)   # back to the first settings
+    assert job_ids(snake_repo, commands_run(log)) == chain("a")
+    # the report lists the HTML pages and the metrics for `snakemake --report`
+    run([SNAKEMAKE, "--report", "report.zip"], snake_repo)
+    import zipfile
+
+    names = zipfile.ZipFile(snake_repo / "report.zip").namelist()
+    assert any(n.endswith("final.html") for n in names) and any(n.endswith("metrics.json") for n in names)
+
+
+# ---------------------------------------------------------------- DVC
+
+@pytest.fixture(scope="module")
+def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
+    if DVC is None:
+        pytest.skip("dvc is not installed")
+    folder = make_copy(repo_root, tmp_path_factory.mktemp("dvc") / "repo", tiny_model_dir)
+    run(["git", "init", "-q"], folder)
+    if not (folder / ".dvc").is_dir():
+        run([DVC, "init", "-q"], folder)
+    run(["git", "add", "-A"], folder)
+    run(["git", "commit", "-q", "-m", "copy"], folder)
+    log = run([DVC, "repro"], folder)
+    assert stages_run(log) == {"resolve"} | {dag._dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
+    return folder
+
+
+def stages_run(log: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", log))
+
+
+def dvc_names(ids: set[str]) -> set[str]:
+    return {i.replace("@", "-") for i in ids}
+
+
+def dvc_status(folder: Path) -> set[str]:
+    """The stages `dvc status` calls changed once the description files are current."""
+    run([DVC, "repro", "resolve"], folder)
+    out = run([DVC, "status", "--json"], folder)
+    return set(json.loads(out[out.index("{"):])) - {"resolve"}
+
+
+@pytest.mark.slow
+@needs_dvc
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_dvc_reruns_exactly_what_an_edit_changes(dvc_repo, edit):
+    expected, direct = dvc_names(EDITS[edit][2]), dvc_names(EDITS[edit][3])
+    undo = apply(dvc_repo, EDITS[edit])
+    try:
+        assert dvc_status(dvc_repo) == direct          # the jobs the edit concerns directly
+        ran = stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"}
+        if edit == "predict_batch_size":       # downstream of equal predictions needs no re-run
+            assert dvc_names(chain(*EVERY_EXPERIMENT, predictions_only=True)) - {"report"} >= ran - {"report"} >= \
+                {s for s in expected if s.startswith("predict")}
+        else:
+            assert ran == expected
+    finally:
+        undo()
+    run([DVC, "repro"], dvc_repo)              # back to the committed settings
+    assert not stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"}
+    assert "up to date" in run([DVC, "status"], dvc_repo)
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_snakemake_after_dvc_has_nothing_to_do_then_sees_a_change(dvc_repo):
+    """Both engines decide from the same description files: after `dvc repro`, Snakemake sees
+    nothing to do, and a later params edit re-runs exactly its jobs under Snakemake too."""
+    if SNAKEMAKE is None:
+        pytest.skip("snakemake is not installed")
+    assert snakemake_plan(dvc_repo) == set()
+    undo = apply(dvc_repo, EDITS["one experiment's lr"])
+    try:
+        assert snakemake_plan(dvc_repo) == chain("a")
+    finally:
+        undo()
+    assert snakemake_plan(dvc_repo) == set()
+
+
+# ---------------------------------------------------------------- resuming a fine-tune
+
+@pytest.fixture()
+def results_with_data(repo_root, tmp_path, tiny_model_dir, monkeypatch):
+    """A folder with params for one tiny experiment and the prepared demo data."""
+    from stages import prepare
+
+    params = {"data": {"dir": str(repo_root / "data" / "demo"), "nli_file": None},
+              "base": {"model": str(tiny_model_dir), "device": "cpu", "threads": 1, "max_length": 32,
+                       "finetune": {"epochs": 3, "batch_size": 8, "max_steps_per_epoch": 3,
+                                    "downsample": {"mode": "fixed", "size": 24}}},
+              "experiments": {"e": {}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    prepare.main(["--params", "params.yaml"])
+    return tmp_path
+
+
+def interrupted_then_resumed(folder: Path, change=None):
+    """Fine-tune `e` for one epoch only (an interruption), optionally change something, then run
+    the stage; returns the final model's weights."""
+    from minbert import experiment
+    from minbert.jobs import job_for
+    from minbert.layout import Layout
+    from minbert.settings import FinetuneSettings
+    from stages import finetune
+
+    L = Layout()
+    job = job_for("params.yaml", "finetune", "e", L)
+    s = FinetuneSettings(**job.settings)
+    experiment.finetune_experiment(s, L.data, L.training("e", "finetune"), start_model=s.model,
+                                   state_dir=L.state("finetune", "e"), description=job.runtime_description([s.model]),
+                                   stop_after_epochs=1)
+    assert (folder / L.state("finetune", "e") / "last.pt").is_file()
+    if change:
+        change(folder)
+    finetune.main(["--params", "params.yaml", "--experiment", "e"])
+    return torch.load(folder / L.model("e", "finetune"), weights_only=True)["state_dict"]
+
+
+def uninterrupted(folder: Path):
+    from stages import finetune
+
+    shutil.rmtree(folder / "results" / "state", ignore_errors=True)
+    finetune.main(["--params", "params.yaml", "--experiment", "e", "--no-resume"])
+    return torch.load(folder / "results/experiments/e/finetune/model.pt", weights_only=True)["state_dict"]
+
+
+def test_resume_with_nothing_changed_is_bit_identical(results_with_data, capsys):
+    resumed = interrupted_then_resumed(results_with_data)
+    assert "resuming from results/state/finetune/e/last.pt at stage 0 epoch 1" in capsys.readouterr().err
+    full = uninterrupted(results_with_data)
+    assert resumed.keys() == full.keys() and all(torch.equal(resumed[k], full[k]) for k in full)
+
+
+def _edit(key_path, value):
+    def change(folder):
+        edit_params(folder, lambda p: set_key(p, key_path, value))
+    return change
+
+
+def _new_model(folder):
+    import shutil as sh
+
+    src = yaml.safe_load((folder / "params.yaml").read_text())["base"]["model"]
+    sh.copytree(src, folder / "other-model")
+    _edit(("base", "model"), str(folder / "other-model"))(folder)
+
+
+def _new_data(folder):
+    path = folder / "results" / "data" / "sst-train.tsv"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:1] + lines[2:]))          # one training sentence fewer
+
+
+@pytest.mark.parametrize("change,notice", [
+    (_edit(("base", "max_length"), 24), "settings.max_length: 32 -> 24"),
+    (_edit(("base", "bf16"), True), "settings.bf16: False -> True"),
+    (_new_model, "settings.model: "),
+    (_new_data, "input results/data/sst-train.tsv changed"),
+])
+def test_resume_after_a_change_starts_fresh_and_says_what_changed(results_with_data, capsys, change, notice):
+    resumed = interrupted_then_resumed(results_with_data, change)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "another configuration" in line]
+    assert len(lines) == 1 and notice in lines[0] and "starting fresh" in lines[0], lines
+    assert "resuming from" not in err
+    full = uninterrupted(results_with_data)        # the changed configuration from scratch
+    assert all(torch.equal(resumed[k], full[k]) for k in full)
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_dvc_experiments_and_revisions_compare(dvc_repo):
+    """`dvc exp run -S` as documented (a key the params file has, and `++` for one it has not yet),
+    `dvc exp show` with each experiment's params and metrics, and `dvc metrics diff` / `dvc plots
+    diff` between two commits: metrics and curves are cached outputs DVC reads for any revision."""
+    run(["git", "add", "-A"], dvc_repo)
+    run(["git", "commit", "-q", "-m", "first results"], dvc_repo)
+    try:
+        run([DVC, "exp", "run", "-S", "base.finetune.lr=3e-4"], dvc_repo)
+        run([DVC, "exp", "run", "-S", "++experiments.a.finetune.lr=2e-4"], dvc_repo)
+        out = run([DVC, "exp", "show", "--json"], dvc_repo)
+        shown = json.loads(out[out.index("["):])
+        exps = [e for rev in shown for e in (rev.get("experiments") or [])]
+        assert len(exps) == 2
+        for exp in exps:
+            data = exp["revs"][0]["data"]
+            assert "results/experiments/a/metrics.json" in data["metrics"]
+            assert data["metrics"]["results/experiments/a/metrics.json"]["data"]["dev"]["overall"] > 0
+            assert "params.yaml" in data["params"]
+        lrs = {exp["revs"][0]["data"]["params"]["params.yaml"]["data"]["base"]["finetune"].get("lr") for exp in exps}
+        assert 3e-4 in lrs
+
+        # two commits: the metrics and the curves differ, and DVC says how
+        run(["git", "reset", "-q", "--hard"], dvc_repo)
+        run([DVC, "checkout", "--force"], dvc_repo)
+        # enough training that the tiny model's dev predictions move off their constant start
+        edit_params(dvc_repo, lambda p: set_key(p, ("experiments", "a", "finetune"),
+                                                {"lr": 3e-3, "max_steps_per_epoch": 12, "epochs": 2}))
+        run([DVC, "repro"], dvc_repo)
+        run(["git", "add", "-A"], dvc_repo)
+        run(["git", "commit", "-q", "-m", "lr of a"], dvc_repo)
+        diff = run([DVC, "metrics", "diff", "HEAD~1", "HEAD", "--json"], dvc_repo)
+        changed = json.loads(diff[diff.index("{"):])
+        assert "results/experiments/a/metrics.json" in changed and "results/experiments/b/metrics.json" not in changed
+        plots = run([DVC, "plots", "diff", "HEAD~1", "HEAD", "--json"], dvc_repo)
+        assert "results/experiments/a/finetune/history.csv" in plots
+    finally:
+        run(["git", "reset", "-q", "--hard", "HEAD~1"], dvc_repo, ok=False)
+        run([DVC, "checkout", "--force"], dvc_repo, ok=False)
