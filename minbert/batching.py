@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import pickle
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +40,11 @@ def _load(path: Path) -> list[tuple[list[int], list[int]]] | None:
     try:
         with np.load(path) as z:
             lengths, ids, types = z["lengths"], z["ids"], z["types"]
-    except (OSError, ValueError, KeyError, EOFError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError):
         return None    # unreadable or truncated cache: encode again
-    if int(lengths.sum()) != len(ids) or len(ids) != len(types):
+    if not all(a.ndim == 1 and a.dtype.kind in "iu" for a in (lengths, ids, types)):
+        return None
+    if (lengths < 0).any() or int(lengths.sum()) != len(ids) or len(ids) != len(types):
         return None
     bounds = np.concatenate([[0], np.cumsum(lengths)])
     ids, types = ids.tolist(), types.tolist()

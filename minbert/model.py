@@ -5,6 +5,7 @@ Hugging Face checkpoints lives in `minbert.weights`; this file knows nothing abo
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -28,6 +29,37 @@ class BertConfig:
     hidden_act: str = "gelu"
     pad_token_id: int = 0
     initializer_range: float = 0.02
+
+    def __post_init__(self):
+        problem = self.problem()
+        if problem:
+            raise ValueError(problem)
+
+    def problem(self) -> str | None:
+        """What makes this configuration unbuildable, naming the keys (None when it is fine)."""
+        for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                    "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                return f"{key} is {value!r}, expected a positive integer"
+            if value < 1:
+                return f"{key} is {value}, expected a positive integer"
+        if self.hidden_size % self.num_attention_heads:
+            return (f"num_attention_heads {self.num_attention_heads} does not divide hidden_size "
+                    f"{self.hidden_size}")
+        for key, lo, hi in (("hidden_dropout_prob", 0.0, 1.0), ("attention_probs_dropout_prob", 0.0, 1.0),
+                            ("layer_norm_eps", 0.0, 1.0), ("initializer_range", 0.0, None)):
+            value = getattr(self, key)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not ok or value < lo or (hi is not None and value >= hi) or (key == "layer_norm_eps" and value <= 0):
+                rng = f"in [{lo:g}, {hi:g})" if key != "layer_norm_eps" else "in (0, 1)"
+                return f"{key} is {value!r}, expected a number {rng if hi is not None else '>= 0'}"
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in _ACTIVATIONS:
+            return f"hidden_act {self.hidden_act!r} is not supported (one of {', '.join(_ACTIVATIONS)})"
+        pad = self.pad_token_id
+        if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < self.vocab_size):
+            return f"pad_token_id is {pad!r}, expected an integer from 0 to vocab_size - 1 ({self.vocab_size - 1})"
+        return None
 
     @classmethod
     def from_dict(cls, d: dict) -> "BertConfig":
@@ -215,9 +247,6 @@ class BertModel(nn.Module):
         if return_embeddings:
             return x, pooled, inputs_embeds
         return x, pooled
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
 
 def mean_pool(hidden, attention_mask):

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from .errors import MinBertError
+from .io import read_input
 
 
 class Tokenizer:
@@ -25,13 +26,23 @@ class Tokenizer:
         self.folder = folder
         self.max_length = int(max_length)
         tj, vocab = folder / "tokenizer.json", folder / "vocab.txt"
-        if tj.is_file():
+        if tj.exists() or tj.is_symlink():
+            text = self._text(tj)
             try:
-                self._tok = HFTokenizer.from_file(str(tj))
+                self._tok = HFTokenizer.from_str(text)
             except Exception as e:
-                raise MinBertError(f"{tj}: cannot be read by the tokenizers library ({e})") from None
-        elif vocab.is_file():
-            self._tok = BertWordPieceTokenizer(str(vocab), lowercase=self._lowercase(folder))._tokenizer
+                raise MinBertError(f"{tj}: cannot be read by the tokenizers library "
+                                   f"({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})") from None
+        elif vocab.exists() or vocab.is_symlink():
+            if not self._text(vocab).strip():
+                raise MinBertError(f"{vocab}: the vocabulary is empty")
+            try:
+                self._tok = BertWordPieceTokenizer(str(vocab), lowercase=self._lowercase(folder))._tokenizer
+            except MinBertError:
+                raise
+            except Exception as e:
+                raise MinBertError(f"{vocab}: cannot be read as a WordPiece vocabulary "
+                                   f"({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})") from None
         else:
             raise MinBertError(f"{folder}: no tokenizer.json or vocab.txt; the model folder needs one of them")
         self._tok.no_padding()
@@ -44,16 +55,52 @@ class Tokenizer:
         self.mask_id, self.unk_id = vocab_map["[MASK]"], vocab_map["[UNK]"]
         self.vocab_size = self._tok.get_vocab_size()
         self.special_ids = sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id, self.unk_id})
+        self.type_vocab_size: int | None = None
+        self._check_against_model(folder, max(vocab_map.values()) + 1)
+
+    @staticmethod
+    def _text(path: Path) -> str:
+        data = read_input(path, "tokenizer file")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise MinBertError(f"{path}: not UTF-8 text (byte {e.start}); is this a tokenizer file?") from None
+
+    def _check_against_model(self, folder: Path, id_limit: int) -> None:
+        """When the folder also holds the model's config.json: every token id must have a row in the
+        embedding matrix, and max_length must fit the position embeddings."""
+        if not (folder / "config.json").is_file():
+            return
+        from .weights import read_config
+
+        cfg = read_config(folder)
+        if id_limit > cfg.vocab_size:
+            raise MinBertError(
+                f"{folder}: the tokenizer has token ids up to {id_limit - 1}, but config.json says vocab_size "
+                f"{cfg.vocab_size}: ids from {cfg.vocab_size} on have no embedding; use the tokenizer files that came "
+                f"with these weights")
+        if self.max_length > cfg.max_position_embeddings:
+            raise MinBertError(
+                f"{folder}: max_length {self.max_length} is more than the model's max_position_embeddings "
+                f"{cfg.max_position_embeddings} (config.json); set max_length to at most "
+                f"{cfg.max_position_embeddings} in params.yaml")
+        self.type_vocab_size = cfg.type_vocab_size
 
     @staticmethod
     def _lowercase(folder: Path) -> bool:
         cfg = folder / "tokenizer_config.json"
-        if cfg.is_file():
-            try:
-                return bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
-            except json.JSONDecodeError:
-                raise MinBertError(f"{cfg}: not valid JSON") from None
-        return True
+        if not (cfg.exists() or cfg.is_symlink()):
+            return True
+        try:
+            raw = json.loads(Tokenizer._text(cfg))
+        except (json.JSONDecodeError, RecursionError):
+            raise MinBertError(f"{cfg}: not valid JSON") from None
+        if not isinstance(raw, dict):
+            raise MinBertError(f"{cfg}: expected a JSON object, found {type(raw).__name__}")
+        lower = raw.get("do_lower_case", True)
+        if not isinstance(lower, bool):
+            raise MinBertError(f"{cfg}: do_lower_case is {lower!r}, expected true or false")
+        return lower
 
     def fingerprint(self) -> str:
         """Stable hash of the tokenizer and max length: the key of tokenised caches."""
@@ -63,6 +110,10 @@ class Tokenizer:
 
     def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[tuple[list[int], list[int]]]:
         """Return (input_ids, token_type_ids) per example, truncated, unpadded."""
+        if pairs is not None and self.type_vocab_size is not None and self.type_vocab_size < 2:
+            raise MinBertError(f"{self.folder / 'config.json'}: type_vocab_size is {self.type_vocab_size}, so the "
+                               f"model cannot read sentence pairs (token type 1); use a pair-capable BERT for "
+                               f"the pair tasks")
         inputs = list(texts) if pairs is None else list(zip(texts, pairs))
         try:
             encs = self._tok.encode_batch(inputs, add_special_tokens=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from .errors import MinBertError
+from .io import read_input
 from .model import BertConfig, BertModel
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,9 @@ def resolve_model(name: str | os.PathLike) -> Path:
     path = Path(name).expanduser()
     if path.is_dir():
         return path
+    if path.is_file():
+        raise MinBertError(f"model '{name}': is a file; give the folder that holds config.json and "
+                           "model.safetensors (or pytorch_model.bin)")
     if _looks_like_path(name):
         raise MinBertError(f"model '{name}': folder not found; give a folder with config.json "
                            "and model.safetensors (or pytorch_model.bin)")
@@ -80,13 +84,23 @@ def _hub_offline() -> bool:
 
 
 def read_config(folder: Path) -> BertConfig:
-    cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
+    """config.json of a model folder as a BertConfig; a one-line error naming the file and the key
+    for anything that cannot describe a BERT encoder (wrong types, sizes, head count, ...)."""
+    cfg_path = Path(folder) / "config.json"
+    if not cfg_path.exists() and not cfg_path.is_symlink():
         raise MinBertError(f"{cfg_path}: missing; a model folder needs config.json beside its weights")
+    data = read_input(cfg_path, "config file")
     try:
-        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise MinBertError(f"{cfg_path}: not valid JSON ({e})") from None
+        raw = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise MinBertError(f"{cfg_path}: not UTF-8 text (byte {e.start}); is this a config.json?") from None
+    except json.JSONDecodeError as e:
+        raise MinBertError(f"{cfg_path}: not valid JSON ({e}); use the config.json that came with the "
+                           f"weights") from None
+    except RecursionError:
+        raise MinBertError(f"{cfg_path}: not valid JSON (nested too deeply)") from None
+    if not isinstance(raw, dict):
+        raise MinBertError(f"{cfg_path}: expected a JSON object of settings, found {type(raw).__name__}")
     model_type = raw.get("model_type", "bert")
     if model_type != "bert":
         raise MinBertError(f"{cfg_path}: model_type '{model_type}' is not supported; only BERT checkpoints load")
@@ -98,20 +112,38 @@ def read_config(folder: Path) -> BertConfig:
                            "is not supported; only absolute position embeddings load")
     if raw.get("hidden_act", "gelu") not in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"):
         raise MinBertError(f"{cfg_path}: hidden_act '{raw['hidden_act']}' is not supported")
-    return BertConfig.from_dict(raw)
+    try:
+        return BertConfig.from_dict(raw)
+    except ValueError as e:
+        raise MinBertError(f"{cfg_path}: {e}; fix config.json (or use the one that came with the "
+                           f"weights)") from None
+
+
+def _sharded(folder: Path) -> str | None:
+    for pattern in ("model.safetensors.index.json", "pytorch_model.bin.index.json", "model-*-of-*.safetensors",
+                    "pytorch_model-*-of-*.bin"):
+        found = sorted(folder.glob(pattern))
+        if found:
+            return found[0].name
+    return None
 
 
 def read_state_dict(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
     st = folder / "model.safetensors"
     pt = folder / "pytorch_model.bin"
-    if st.is_file():
+    if st.exists() or st.is_symlink():
         from safetensors import SafetensorError
         from safetensors.torch import load_file
+        _readable(st)
         try:
-            return load_file(str(st)), st
-        except (SafetensorError, OSError, ValueError) as e:
-            raise MinBertError(f"{st}: cannot be read as safetensors ({e})") from None
-    if pt.is_file():
+            sd = load_file(str(st))
+        except (SafetensorError, OSError, ValueError, RuntimeError, TypeError) as e:
+            reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+            raise MinBertError(f"{st}: cannot be read as safetensors ({reason}); the file is truncated or "
+                               f"not a safetensors file: download it again") from None
+        return _checked_tensors(sd, st), st
+    if pt.exists() or pt.is_symlink():
+        _readable(pt)
         try:
             sd = torch.load(pt, map_location="cpu", weights_only=True)
         except Exception as e:
@@ -119,8 +151,36 @@ def read_state_dict(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
                                f"({type(e).__name__}); convert it to model.safetensors") from None
         if not isinstance(sd, dict):
             raise MinBertError(f"{pt}: expected a state dict, found {type(sd).__name__}")
-        return sd, pt
+        return _checked_tensors(sd, pt), pt
+    shard = _sharded(folder)
+    if shard:
+        raise MinBertError(f"{folder}: holds a sharded checkpoint ({shard}), which is not supported; save the "
+                           f"model as one model.safetensors")
     raise MinBertError(f"{folder}: no model.safetensors or pytorch_model.bin found")
+
+
+def _readable(path: Path) -> None:
+    """A one-line error when a weights file is a folder, unreadable or a dangling/looping link."""
+    if path.is_file() and os.access(path, os.R_OK):
+        return
+    read_input(path, "weights file")   # raises, saying why
+
+
+def _checked_tensors(sd: dict, path: Path) -> dict[str, torch.Tensor]:
+    """Every entry a named floating-point tensor with finite values."""
+    for key, t in sd.items():
+        if not isinstance(key, str):
+            raise MinBertError(f"{path}: key {key!r} is not a tensor name; is this a BERT checkpoint?")
+        if not isinstance(t, torch.Tensor):
+            raise MinBertError(f"{path}: '{key}' is a {type(t).__name__}, not a tensor; is this a BERT checkpoint?")
+        if key.endswith("_ids"):   # position_ids / token_type_ids buffers: integer, not weights
+            continue
+        if not t.is_floating_point():
+            raise MinBertError(f"{path}: tensor '{key}' has dtype {t.dtype}, expected floating point weights")
+        if not bool(torch.isfinite(t).all()):
+            raise MinBertError(f"{path}: tensor '{key}' holds NaN or infinite values; the checkpoint is broken "
+                               f"(download it again, or use an earlier checkpoint)")
+    return sd
 
 
 _LAYER_MAP = {
@@ -221,8 +281,8 @@ def load_encoder(name: str | os.PathLike) -> tuple[BertModel, dict[str, torch.Te
     if unexpected:
         raise MinBertError(f"{weights_file}: unexpected tensors {', '.join(sorted(unexpected)[:5])}"
                            f"{' ...' if len(unexpected) > 5 else ''}; is this a BERT checkpoint?")
-    model = BertModel(cfg)
-    expected = model.state_dict()
+    with torch.device("meta"):   # the shapes config.json implies, without allocating them
+        expected = BertModel(cfg).state_dict()
     missing = sorted(k for k in expected if k not in encoder_sd)
     pooler_missing = [k for k in missing if k.startswith("pooler.")]
     if pooler_missing:
@@ -238,6 +298,7 @@ def load_encoder(name: str | os.PathLike) -> tuple[BertModel, dict[str, torch.Te
         if tuple(t.shape) != tuple(expected[k].shape):
             raise MinBertError(f"{weights_file}: tensor '{k}' has shape {tuple(t.shape)}, "
                                f"config.json implies {tuple(expected[k].shape)}")
+    model = BertModel(cfg)
     model.load_state_dict(encoder_sd, strict=False)
     return model, mlm, folder
 

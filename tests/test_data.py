@@ -79,7 +79,7 @@ def _write(tmp_path, name, text, mode="w"):
     ("1\tb\tfine film\tgood\n", "bad_label", r"line 3: column 'sentiment' is 'good'"),
     ("1\tb\tfine film\t\n", "missing_label", r"line 3: column 'sentiment' is empty"),
     ("1\tb\t   \t3\n", "empty_text", r"line 3: column 'sentence' is empty"),
-    ("1\tb\n", "empty_text", r"line 3: column 'sentence' is empty"),
+    ("1\tb\n", "field_count", r"line 3: 2 tab-separated fields, the header has 4"),
     ("1\t\tfine film\t3\n", "missing_id", r"line 3: column 'id' is empty"),
     ("1\ta\tanother film\t3\n", "duplicate_id", r"line 3: column 'id': a already appears on line 2"),
     ("1\tb\tfine\tfilm\t3\n", "field_count", r"line 3: 5 tab-separated fields, the header has 4"),
@@ -158,19 +158,37 @@ def test_nli_bad_rows(tmp_path):
 # ---------------------------------------------------------------- prepared splits
 
 
+TRICKY_TEXTS = ['He said "null" twice', '"', '""', '"quoted whole"', 'a \\t backslash \\n', "NA", "null",
+                "None", "nan", "#comment", "  leading and trailing  ", "caf\u00e9 \u6771\u4eac \U0001F600",
+                "C1 \x96 and NEL \x85 and LS \u2028 kept", "=1+1", "'single'", "1e5", "-"]
+
+
 def test_write_read_split_round_trip(tmp_path):
-    frame = pd.DataFrame({"id": ["007", "NA"], "sentence": ['He said "null" \ttwice', "None"],
-                          "label": [4, 0]})
+    n = len(TRICKY_TEXTS)
+    frame = pd.DataFrame({"id": ["007", "NA"] + [f"i{i}" for i in range(n - 2)], "sentence": TRICKY_TEXTS,
+                          "label": [i % 5 for i in range(n)]})
     write_split(frame, tmp_path / "sst-train.tsv")
     back = read_split(tmp_path / "sst-train.tsv")
-    assert back["id"].tolist() == ["007", "NA"] and back["sentence"].tolist() == frame["sentence"].tolist()
-    assert back["label"].dtype == np.int64 and back["label"].tolist() == [4, 0]
+    assert back["id"].tolist() == frame["id"].tolist() and back["sentence"].tolist() == TRICKY_TEXTS
+    assert back["label"].dtype == np.int64 and back["label"].tolist() == frame["label"].tolist()
+    # the readers never produce a tab or line break in a text; the writer refuses one
+    for text in ("a\tb", "a\nb", "a\rb"):
+        with pytest.raises(ValueError, match="tab or line break"):
+            write_split(frame.assign(sentence=text), tmp_path / "sst-dev.tsv")
+        assert not (tmp_path / "sst-dev.tsv").exists()
+    pair = pd.DataFrame({"id": ["1", "2"], "sentence1": ['"a"', "NA"], "sentence2": ["null", "b\\"],
+                         "label": [3.2, 0.1 + 0.2]})
+    write_split(pair, tmp_path / "sts-train.tsv")
+    back = read_split(tmp_path / "sts-train.tsv")
+    assert back.equals(pair)                                   # floats exactly, texts as written
     write_split(frame.assign(label=None), tmp_path / "sst-test.tsv")
     assert read_split(tmp_path / "sst-test.tsv")["label"].isna().all()
     write_split(pd.DataFrame({"id": ["1"], "sentence1": ["a"], "sentence2": ["b"], "label": [3.2]}),
                 tmp_path / "sts-dev.tsv")
     assert read_split(tmp_path / "sts-dev.tsv")["label"].tolist() == [3.2]
-    assert set(load_splits(tmp_path, "sst")) == {"train", "test"}
+    with pytest.raises(MinBertError, match=r"sst-dev\.tsv: prepared split not found while other sst splits"):
+        load_splits(tmp_path, "sst")
+    assert set(load_splits(tmp_path, "sst", ("train", "test"))) == {"train", "test"}
     with pytest.raises(MinBertError, match="run the prepare stage first"):
         load_splits(tmp_path, "para")
     with pytest.raises(MinBertError, match="unknown task"):

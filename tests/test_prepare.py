@@ -23,8 +23,8 @@ def _params(tmp_path, **data):
 def test_prepare_demo_data(tmp_path, repo_root, capsys):
     params = _params(tmp_path, dir=str(repo_root / "data/demo"),
                      nli_file=str(repo_root / "data/demo/nli-sample.jsonl"))
-    out = tmp_path / "data"
-    main(["--params", params, "--out", str(out)])
+    out = tmp_path / "results" / "data"
+    main(["--params", params, "--results", str(tmp_path / "results")])
     table = capsys.readouterr().out
     assert "sst-train.tsv" in table and "kept" in table
     summary = json.loads((out / "summary.json").read_text())
@@ -38,14 +38,14 @@ def test_prepare_demo_data(tmp_path, repo_root, capsys):
     sts = load_splits(out, "sts")
     assert [len(sts[s]) for s in ("train", "dev", "test")] == [600, 200, 200]
     assert sts["test"]["label"].isna().all() and sts["train"]["label"].between(0, 5).all()
-    assert (out / "run.json").is_file()
+    assert (tmp_path / "results" / "runs" / "prepare.json").is_file()
 
 
 def test_prepare_real_data_drop_and_error(tmp_path, shared_data):
     params = _params(tmp_path, dir=str(shared_data / "cs224n"), nli_file=None, on_bad_rows="drop",
                      include_cfimdb=True)
-    out = tmp_path / "data"
-    main(["--params", params, "--out", str(out)])
+    out = tmp_path / "results" / "data"
+    main(["--params", params, "--results", str(tmp_path / "results")])
     summary = json.loads((out / "summary.json").read_text())["files"]
     assert summary["para-train.tsv"]["rows_read"] == 14214
     assert summary["para-train.tsv"]["rows_dropped"] == 2
@@ -53,12 +53,12 @@ def test_prepare_real_data_drop_and_error(tmp_path, shared_data):
     assert len(load_splits(out, "para")["train"]) == 14212
     # the default (error) names file, line and column, one line, exit status 2
     params = _params(tmp_path, dir=str(shared_data / "cs224n"), nli_file=None)
-    proc = subprocess.run([sys.executable, "-m", "stages.prepare", "--params", params, "--out",
+    proc = subprocess.run([sys.executable, "-m", "stages.prepare", "--params", params, "--results",
                            str(tmp_path / "strict")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "quora-train.csv line 9624: column 'is_duplicate' is empty" in proc.stderr
-    assert not (tmp_path / "strict" / "summary.json").exists()
+    assert not (tmp_path / "strict" / "data").exists()
 
 
 @pytest.mark.parametrize("data,message", [
@@ -70,7 +70,7 @@ def test_prepare_bad_params(tmp_path, data, message, capsys):
     from stages._cli import run
 
     with pytest.raises(SystemExit) as exit_:
-        run(main, ["--params", _params(tmp_path, **data), "--out", str(tmp_path / "out")])
+        run(main, ["--params", _params(tmp_path, **data), "--results", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and message in err and err.startswith("error: "), err
 
@@ -84,7 +84,7 @@ def test_prepare_missing_file(tmp_path, repo_root):
     params = _params(tmp_path, dir=str(raw), nli_file=None)
     from minbert.errors import MinBertError
     with pytest.raises(MinBertError, match=r"sts-dev\.csv: file not found"):
-        main(["--params", params, "--out", str(tmp_path / "out")])
+        main(["--params", params, "--results", str(tmp_path / "out")])
     params = _params(tmp_path, dir=str(repo_root / "data/demo"), nli_file=None, include_cfimdb=True)
     with pytest.raises(MinBertError, match="include_cfimdb: false"):
-        main(["--params", params, "--out", str(tmp_path / "out")])
+        main(["--params", params, "--results", str(tmp_path / "out")])
