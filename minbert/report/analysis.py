@@ -1,15 +1,17 @@
-"""Error analysis of one run's dev predictions: confusion matrices, the worst similarity pairs and
-the most confident mistakes (the papers' qualitative sections)."""
+"""Error analysis of one run's dev predictions, one section per task of the registry
+(minbert.tasks): confusion matrices and the most confident mistakes of classification and binary
+tasks, the worst pairs of a regression task (the papers' qualitative sections)."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 
+from ..tasks import TASKS, Task
 from .data import RunResults
 
-SST_CLASSES = ["very negative", "negative", "neutral", "positive", "very positive"]
-PARA_CLASSES = ["not paraphrase", "paraphrase"]
+SST_CLASSES = list(TASKS["sst"].classes)
+PARA_CLASSES = list(TASKS["para"].classes)
 
 
 def confusion(true, pred, n_classes: int) -> dict:
@@ -27,14 +29,12 @@ def confusion(true, pred, n_classes: int) -> dict:
 
 def _confidence(frame: pd.DataFrame, task: str) -> pd.Series | None:
     """The probability the model gave to the class it predicted, when predictions carry probabilities."""
-    if task == "sst":
-        cols = [f"prob_{k}" for k in range(5)]
-        if not all(c in frame.columns for c in cols):
-            return None
+    cols = TASKS[task].prob_columns
+    if not cols or not all(c in frame.columns for c in cols):
+        return None
+    if TASKS[task].kind == "classification":
         probs = frame[cols].to_numpy(dtype=float)
         return pd.Series(probs[np.arange(len(frame)), frame["prediction"].astype(int)], index=frame.index)
-    if "prob_1" not in frame.columns:
-        return None
     p1 = frame["prob_1"].astype(float)
     return p1.where(frame["prediction"].astype(int) == 1, 1.0 - p1)
 
@@ -46,9 +46,8 @@ def confident_mistakes(frame: pd.DataFrame, task: str, k: int) -> list[dict] | N
         return None
     frame = frame.assign(confidence=conf)
     wrong = frame[frame["prediction"].astype(int) != frame["label"].astype(int)]
-    names = SST_CLASSES if task == "sst" else PARA_CLASSES
     groups = []
-    for cls, name in enumerate(names):
+    for cls, name in enumerate(TASKS[task].classes):
         rows = wrong[wrong["label"].astype(int) == cls]
         top = rows.sort_values(["confidence", "id"], ascending=[False, True], kind="stable").head(k)
         groups.append({"label": cls, "name": name, "n_wrong": len(rows),
@@ -59,12 +58,10 @@ def confident_mistakes(frame: pd.DataFrame, task: str, k: int) -> list[dict] | N
 
 def _records(frame: pd.DataFrame, task: str) -> list[dict]:
     out = []
+    columns = TASKS[task].text_columns
     for _, r in frame.iterrows():
-        rec = {"id": r["id"], "label": r["label"], "prediction": r["prediction"]}
-        if task == "sst":
-            rec["texts"] = [r["sentence"]]
-        else:
-            rec["texts"] = [r["sentence1"], r["sentence2"]]
+        rec = {"id": r["id"], "label": r["label"], "prediction": r["prediction"],
+               "texts": [r[c] for c in columns]}
         for extra in ("confidence", "error"):
             if extra in r:
                 rec[extra] = float(r[extra])
@@ -72,30 +69,38 @@ def _records(frame: pd.DataFrame, task: str) -> list[dict]:
     return out
 
 
-def worst_pairs(frame: pd.DataFrame, k: int) -> list[dict]:
-    """The similarity pairs with the largest absolute error."""
+def worst_pairs(frame: pd.DataFrame, k: int, task: str = "sts") -> list[dict]:
+    """The examples of a regression task with the largest absolute error."""
     frame = frame.assign(error=(frame["prediction"] - frame["label"]).abs())
     top = frame.sort_values(["error", "id"], ascending=[False, True], kind="stable").head(k)
-    return _records(top, "sts")
+    return _records(top, task)
+
+
+def _section(task: Task, frame: pd.DataFrame, k: int, split: str) -> dict:
+    section = {"task": task.name, "kind": task.kind, "split": split, "prob_columns": task.prob_columns, "title": task.title[:1].upper() + task.title[1:],
+               "unit": "pairs" if task.pair else "sentences", "pair": task.pair, "n": len(frame),
+               "classes": list(task.classes)}
+    if task.kind == "regression":
+        diff = frame["prediction"] - frame["label"]
+        section |= {"mae": float(diff.abs().mean()), "rmse": float(np.sqrt((diff ** 2).mean())),
+                    "worst": worst_pairs(frame, k, task.name), "label_range": task.label_range}
+    else:
+        section |= {"confusion": confusion(frame["label"], frame["prediction"], len(task.classes)),
+                    "mistakes": confident_mistakes(frame, task.name, k)}
+    return section
 
 
 def analyse(run: RunResults, k: int, split: str = "dev") -> dict:
-    """Everything the error-analysis section shows for one run; a task without labelled
-    predictions on `split` is absent (None)."""
-    out = {"split": split, "sst": None, "para": None, "sts": None}
-    sst = run.labelled("sst", split)
-    if sst is not None:
-        out["sst"] = {"n": len(sst), "confusion": confusion(sst["label"], sst["prediction"], 5),
-                      "classes": SST_CLASSES, "mistakes": confident_mistakes(sst, "sst", k)}
-    para = run.labelled("para", split)
-    if para is not None:
-        out["para"] = {"n": len(para), "confusion": confusion(para["label"], para["prediction"], 2),
-                       "classes": PARA_CLASSES, "mistakes": confident_mistakes(para, "para", k)}
-    sts = run.labelled("sts", split)
-    if sts is not None:
-        err = (sts["prediction"] - sts["label"]).abs()
-        out["sts"] = {"n": len(sts), "mae": float(err.mean()),
-                      "rmse": float(np.sqrt(((sts["prediction"] - sts["label"]) ** 2).mean())),
-                      "worst": worst_pairs(sts, k)}
-    out["any"] = any(out[t] is not None for t in ("sst", "para", "sts"))
+    """Everything the error-analysis section shows for one run: `sections`, one per task with
+    labelled predictions on `split` in registry order (also reachable by task name; a task without
+    them is None)."""
+    out: dict = {"split": split}
+    sections = []
+    for task in TASKS.values():
+        frame = run.labelled(task.name, split)
+        out[task.name] = None if frame is None else _section(task, frame, k, split)
+        if frame is not None:
+            sections.append(out[task.name])
+    out["sections"] = sections
+    out["any"] = bool(sections)
     return out

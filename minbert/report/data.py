@@ -6,6 +6,7 @@ a file that exists but is malformed is a MinBertError naming the file.
 """
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,16 +14,12 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import MinBertError
-from ..params import TASKS, LoadedParams
+from ..layout import PREDICTED_SPLITS as SPLITS
+from ..layout import TRAINING_STAGES, Layout, prediction_file
+from ..params import LoadedParams
+from ..tasks import TASKS
 
-SPLITS = ("dev", "test")
-PREDICTION_COLUMNS = {
-    "sst": ["id", "sentence", "label", "prediction"],
-    "para": ["id", "sentence1", "sentence2", "label", "prediction"],
-    "sts": ["id", "sentence1", "sentence2", "label", "prediction"],
-}
 TEXT_COLUMNS = ("id", "sentence", "sentence1", "sentence2")
-TRAINING_STAGES = ("finetune", "retrain_heads")
 
 
 @dataclass
@@ -30,7 +27,6 @@ class RunResults:
     """One experiment's (or ensemble's) outputs."""
     name: str
     kind: str                                   # "experiment" | "ensemble"
-    folder: Path
     metrics: dict | None = None                 # {"dev": {...}, "test": {...} | None}
     predictions: dict = field(default_factory=dict)   # (task, split) -> DataFrame
     histories: dict = field(default_factory=dict)     # training stage -> DataFrame
@@ -47,21 +43,13 @@ class RunResults:
         return frame if len(frame) else None
 
 
-def experiment_folder(results: Path, name: str) -> Path:
-    return Path(results) / "experiments" / name
-
-
-def pretrain_folder(results: Path, name: str) -> Path:
-    return Path(results) / "pretrain" / name
-
-
-def ensemble_folder(results: Path, name: str) -> Path:
-    return Path(results) / "ensembles" / name
-
-
 def read_json(path: Path):
+    from ..io import read_input
+
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(read_input(path, "JSON file").decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise MinBertError(f"{path}: not UTF-8 text (byte {e.start}); re-run the stage that writes it") from None
     except json.JSONDecodeError as e:
         raise MinBertError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); re-run the stage "
                            f"that writes it") from None
@@ -85,10 +73,11 @@ def load_predictions(path: Path, task: str) -> pd.DataFrame:
     # Texts stay text: "NA" or "null" are real words here, not missing values.
     frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False,
                         na_values={"label": [""], "prediction": [""]})
-    missing = [c for c in PREDICTION_COLUMNS[task] if c not in frame.columns]
+    expected = ["id", *TASKS[task].text_columns, "label", "prediction"]
+    missing = [c for c in expected if c not in frame.columns]
     if missing:
         raise MinBertError(f"{path}: missing column(s) {', '.join(missing)} (expected "
-                           f"{', '.join(PREDICTION_COLUMNS[task])}, ...); re-run the predict stage")
+                           f"{', '.join(expected)}, ...); re-run the predict stage")
     for col in ["label", "prediction"] + [c for c in frame.columns if c.startswith("prob_")]:
         numeric = pd.to_numeric(frame[col], errors="coerce")
         bad = numeric.isna() & frame[col].notna()
@@ -101,48 +90,62 @@ def load_predictions(path: Path, task: str) -> pd.DataFrame:
 
 
 def load_history(path: Path) -> pd.DataFrame | None:
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         return None
-    frame = pd.read_csv(path)
+    from ..io import read_input
+
+    data = read_input(path, "training history")
+    try:
+        frame = pd.read_csv(io.StringIO(data.decode("utf-8")))
+    except UnicodeDecodeError as e:
+        raise MinBertError(f"{path}: not UTF-8 text (byte {e.start}); re-run the training stage that writes "
+                           f"it") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise MinBertError(f"{path}: not a training history ({str(e).splitlines()[0]}); re-run the training "
+                           f"stage that writes it") from None
     if "epoch" not in frame.columns:
         raise MinBertError(f"{path}: no 'epoch' column; expected the history.csv written by a "
                            f"training stage")
     return frame
 
 
-def load_run(results: Path, name: str, kind: str, pretrain: str | None = None) -> RunResults:
-    folder = (experiment_folder if kind == "experiment" else ensemble_folder)(results, name)
-    run = RunResults(name=name, kind=kind, folder=folder, metrics=load_metrics(folder / "metrics.json"))
+def load_run(layout: Layout, name: str, kind: str, pretrain: str | None = None) -> RunResults:
+    experiment = kind == "experiment"
+    metrics = layout.metrics(name) if experiment else layout.ensemble_metrics(name)
+    predictions = layout.predictions(name) if experiment else layout.ensemble_predictions(name)
+    run = RunResults(name=name, kind=kind, metrics=load_metrics(Path(metrics)))
     if pretrain is not None:                    # the shared pretraining this experiment starts from
-        history = load_history(pretrain_folder(results, pretrain) / "history.csv")
+        history = load_history(Path(layout.pretrain_history(pretrain)))
         if history is not None:
             run.histories["pretrain"] = history
     for task in TASKS:
         for split in SPLITS:
-            path = folder / "predictions" / f"{task}-{split}.csv"
+            path = Path(prediction_file(predictions, task, split))
             if path.is_file():
                 run.predictions[(task, split)] = load_predictions(path, task)
-    for stage in TRAINING_STAGES:
-        history = load_history(folder / stage / "history.csv")
-        if history is not None:
-            run.histories[stage] = history
+    if experiment:
+        for stage in TRAINING_STAGES:
+            history = load_history(Path(layout.history(name, stage)))
+            if history is not None:
+                run.histories[stage] = history
     return run
 
 
-def run_infos(results: Path) -> list[dict]:
-    """Every run.json under results/, in path order, each with its path."""
+def run_infos(layout: Layout) -> list[dict]:
+    """Every job's run record, in path order, each with its path."""
     infos = []
-    for path in sorted(Path(results).glob("**/run.json")):
+    root = Path(layout.run_records)
+    for path in sorted(root.glob("**/*.json")):
         info = read_json(path)
         if not isinstance(info, dict):
             raise MinBertError(f"{path}: expected a JSON object written by a stage")
-        infos.append({**info, "path": path.relative_to(results).as_posix()})
+        infos.append({**info, "path": path.relative_to(root.parent).as_posix()})
     return infos
 
 
-def data_summary(results: Path) -> list[dict]:
+def data_summary(layout: Layout) -> list[dict]:
     """results/data/summary.json as rows (one per prepared file), whatever its nesting."""
-    path = Path(results) / "data" / "summary.json"
+    path = Path(layout.data_summary)
     if not path.is_file():
         return []
     raw = read_json(path)
@@ -158,44 +161,14 @@ def data_summary(results: Path) -> list[dict]:
 @dataclass
 class ReportData:
     params: LoadedParams
-    results: Path
+    layout: Layout
     runs: dict[str, RunResults]                 # experiments and ensembles by name
     run_infos: list[dict]
     data_summary: list[dict]
 
 
-def load_report_data(params: LoadedParams, results: Path) -> ReportData:
-    results = Path(results)
-    runs = {name: load_run(results, name, "experiment", exp.pretrain) for name, exp in params.experiments.items()}
-    runs |= {name: load_run(results, name, "ensemble") for name in params.params.ensembles}
-    return ReportData(params=params, results=results, runs=runs, run_infos=run_infos(results),
-                      data_summary=data_summary(results))
-
-
-def report_inputs(params_path: str | Path, results_dir: str | Path) -> list[Path]:
-    """Every file the report reads: the ones the pipeline always produces for the experiments and
-    ensembles in params.yaml (whether they exist yet or not), plus the optional ones that exist
-    (test predictions, retrained-head histories, run.json files)."""
-    from ..params import load_params
-
-    params = load_params(params_path)
-    results = Path(results_dir)
-    files = {Path(params_path), results / "data" / "summary.json"}
-    for name, exp in params.experiments.items():
-        folder = experiment_folder(results, name)
-        files.add(folder / "metrics.json")
-        files.add(folder / "finetune" / "history.csv")
-        if exp.retrain_heads.enabled:
-            files.add(folder / "retrain_heads" / "history.csv")
-        files.update(folder / "predictions" / f"{task}-dev.csv" for task in exp.finetune.tasks)
-        if exp.pretrain is not None:
-            files.add(pretrain_folder(results, exp.pretrain) / "history.csv")
-    for name in params.params.ensembles:
-        files.add(ensemble_folder(results, name) / "metrics.json")
-    names = [experiment_folder(results, n) for n in params.experiments]
-    names += [ensemble_folder(results, n) for n in params.params.ensembles]
-    for folder in names:
-        files.update(p for p in (folder / "predictions").glob("*.csv") if p.stem.split("-")[0] in TASKS)
-        files.update(p for p in (folder / "retrain_heads").glob("history.csv"))
-    files.update(results.glob("**/run.json"))
-    return sorted(files)
+def load_report_data(params: LoadedParams, layout: Layout = Layout()) -> ReportData:
+    runs = {name: load_run(layout, name, "experiment", exp.pretrain) for name, exp in params.experiments.items()}
+    runs |= {name: load_run(layout, name, "ensemble") for name in params.params.ensembles}
+    return ReportData(params=params, layout=layout, runs=runs, run_infos=run_infos(layout),
+                      data_summary=data_summary(layout))

@@ -10,10 +10,13 @@ import io
 
 import numpy as np
 import pandas as pd
-from matplotlib import rc_context
+from matplotlib import colormaps, rc_context
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, NullLocator
 
-from .tables import Table, fmt_metric
+from ..tasks import TASKS
+from .tables import Grid, Table, fmt_metric
 
 STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
          "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
@@ -33,7 +36,9 @@ def to_data_uri(fig: Figure, tight: bool = False) -> str:
 
 
 def study_plot(table: Table, split: str = "dev") -> str | None:
-    """Grouped bars: one group per metric, one bar per experiment (the study's comparison)."""
+    """Grouped bars: one group per metric, one bar per row (the study's comparison), each with its
+    95% bootstrap interval as an error bar; a repeated experiment's bar is the mean over its seeds,
+    with each seed as a dot."""
     keys = [(key, header) for s, key, header, _ in table.columns if s == split and key != "mean"]
     rows = [r for r in table.rows if r.has_results]
     if not keys or not rows:
@@ -43,15 +48,33 @@ def study_plot(table: Table, split: str = "dev") -> str | None:
         ax = fig.add_subplot()
         width = 0.8 / len(rows)
         x = np.arange(len(keys))
+        low = 0.0
         for i, row in enumerate(rows):
             colour = COLORS[table.rows.index(row) % len(COLORS)]   # a row keeps its colour as results arrive
-            values = [row.cells[(split, key)].value for key, _ in keys]
-            shown = [j for j, v in enumerate(values) if v is not None]   # a missing metric is no bar, not 0
-            ax.bar(x[shown] + (i - (len(rows) - 1) / 2) * width, [values[j] for j in shown], width,
-                   label=row.name + (" (baseline)" if row.is_baseline else ""), color=colour,
+            cells = [row.cells[(split, key)] for key, _ in keys]
+            shown = [j for j, c in enumerate(cells) if c.value is not None]   # a missing metric is no bar, not 0
+            pos = x[shown] + (i - (len(rows) - 1) / 2) * width
+            values = np.array([cells[j].value for j in shown], dtype=float)
+            label = row.name + (" (baseline)" if row.is_baseline else "")
+            if row.kind == "group":
+                label += f" (mean of {max(c.n_seeds or 0 for c in cells)} seeds)"
+            ax.bar(pos, values, width, label=label, color=colour,
                    hatch="//" if row.kind == "ensemble" else None, edgecolor="white")
+            with_iv = [(p, cells[j]) for p, j in zip(pos, shown) if cells[j].interval is not None]
+            if with_iv:
+                err = np.array([[c.value - c.interval.low for _, c in with_iv],
+                                [c.interval.high - c.value for _, c in with_iv]]).clip(0, None)
+                ax.errorbar([p for p, _ in with_iv], [c.value for _, c in with_iv], yerr=err, fmt="none",
+                            ecolor="#222", elinewidth=0.9, capsize=2.5)
+                low = min([low] + [c.interval.low for _, c in with_iv])
+            for seed_row in row.seeds:
+                dots = [(p, seed_row.cells[(split, keys[j][0])].value) for p, j in zip(pos, shown)]
+                dots = [(p, v) for p, v in dots if v is not None]
+                if dots:
+                    ax.plot([p for p, _ in dots], [v for _, v in dots], linestyle="none", marker="o",
+                            markersize=2.8, markerfacecolor="white", markeredgecolor="#222", markeredgewidth=0.7)
+            low = min([low] + list(values))
         ax.set_xticks(x, [h for _, h in keys])
-        low = min([0.0] + [row.cells[(split, k)].value or 0.0 for row in rows for k, _ in keys])
         ax.set_ylim(low - 0.05 if low < 0 else 0.0, 1.0)   # room below a negative Pearson r
         ax.set_ylabel(f"{split} score")
         ax.grid(axis="x", visible=False)
@@ -59,15 +82,91 @@ def study_plot(table: Table, split: str = "dev") -> str | None:
         return to_data_uri(fig, tight=True)        # the legend sits outside the axes
 
 
+# ------------------------------------------------------------------ grids
+
+HEAT_MAP = "YlGnBu"                 # sequential, light (low) to dark blue (high); colour-blind safe
+HEAT_RANGE = (0.08, 0.78)           # the part of it used: the lightest is not white, the darkest keeps text legible
+
+
+def heat_colours(fraction) -> tuple[str, str]:
+    """(background, text) colours of a grid cell at `fraction` of the grid's range (0: its lowest
+    value, 1: its highest); the text is white on the dark end."""
+    lo, hi = HEAT_RANGE
+    r, g, b, _ = colormaps[HEAT_MAP](lo + (hi - lo) * min(max(float(fraction), 0.0), 1.0))
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return to_hex((r, g, b)), "#ffffff" if luminance < 0.5 else "#1f2328"
+
+
+def heat_gradient(steps: int = 11) -> str:
+    """The colour scale as a CSS gradient (for the legend under a heatmap)."""
+    return "linear-gradient(to right, " + ", ".join(heat_colours(i / (steps - 1))[0] for i in range(steps)) + ")"
+
+
+def log_spaced(x) -> bool:
+    """Whether positive values (three or more) are more evenly spaced on a log scale than on a
+    linear one: 3e-5, 1e-4, 3e-4 are; 0.1, 0.2, 0.3 are not."""
+    x = np.unique(np.asarray(x, dtype=float))
+    if len(x) < 3 or x.min() <= 0:
+        return False
+
+    def unevenness(gaps):
+        return float(np.std(gaps) / np.mean(gaps))
+    return unevenness(np.diff(np.log(x))) < unevenness(np.diff(x))
+
+
+def sweep_plot(grid: Grid) -> str | None:
+    """A one-axis grid: the dev scores (overall and each task's metric) against the axis values,
+    each with its 95% bootstrap interval as a band. A numeric axis is drawn to scale (logarithmic
+    when its values are spaced by factors rather than steps, as learning rates are: `log_spaced`),
+    any other as categories in the order of params.yaml."""
+    if len(grid.axes) != 1 or not grid.series_keys or all(c.value is None and not any(
+            v is not None for v, _ in c.series.values()) for c in grid.cells):
+        return None
+    axis = grid.axes[0]
+    if axis.numeric and len(axis.values) > 1:
+        x = np.array(axis.values, dtype=float)
+        log = log_spaced(x)
+    else:
+        x, log = np.arange(len(axis.values), dtype=float), False
+    order = np.argsort(x, kind="stable")
+    with rc_context(STYLE):
+        fig = Figure(figsize=(max(4.8, 1.6 + 0.55 * len(x)), 3.2))
+        ax = fig.add_subplot()
+        for k, (key, header) in enumerate(grid.series_keys):
+            pts = [grid.cells[i].series.get(key, (None, None)) for i in order]
+            y = np.array([v if v is not None else np.nan for v, _ in pts], dtype=float)
+            if np.isnan(y).all():
+                continue
+            colour = "#222222" if key == grid.metric else COLORS[k % len(COLORS)]
+            ax.plot(x[order], y, marker="o", markersize=4, color=colour, label=header,
+                    linewidth=2.0 if key == grid.metric else 1.3)
+            lo = np.array([iv.low if iv is not None else np.nan for _, iv in pts], dtype=float)
+            hi = np.array([iv.high if iv is not None else np.nan for _, iv in pts], dtype=float)
+            if not np.isnan(lo).all():
+                ax.fill_between(x[order], lo, hi, color=colour, alpha=0.13, linewidth=0)
+        if log:
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(x, axis.labels)
+        if not axis.numeric:
+            ax.set_xlim(-0.4, len(x) - 0.6)
+        ax.margins(y=0.08)                     # lines, not bars: the y axis spans the scores, not 0 to 1
+        ax.set_xlabel(f"{axis.name} ({axis.key})" if axis.name != axis.key else axis.key)
+        ax.set_ylabel(f"{grid.split} score")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        return to_data_uri(fig, tight=True)
+
+
 def training_curves(history: pd.DataFrame) -> str | None:
     """Per trained task: metric (train, dev) on top, loss (train, dev) below, against the epoch."""
-    tasks = [t for t in ("sst", "para", "sts")
+    tasks = [t for t in TASKS
              if any(f"{p}_{t}_{m}" in history.columns for p in ("train", "dev") for m in ("loss", "acc", "pearson"))]
     if history.empty:
         return None
     if not tasks:
         return loss_curve(history)
-    metric_name = {"sst": ("acc", "accuracy"), "para": ("acc", "accuracy"), "sts": ("pearson", "Pearson r")}
+    metric_name = {t: (TASKS[t].metric, "Pearson r" if TASKS[t].metric == "pearson" else "accuracy") for t in tasks}
     with rc_context(STYLE):
         width = 3.0 * len(tasks) + 0.6
         fig = Figure(figsize=(width, 4.4))
@@ -114,15 +213,17 @@ def loss_curve(history: pd.DataFrame) -> str | None:
         return to_data_uri(fig)
 
 
-def sts_histogram(frame: pd.DataFrame) -> str:
-    """How the predicted similarity scores are distributed against the true ones (0-5)."""
+def regression_histogram(frame: pd.DataFrame, label_range: tuple = (0.0, 5.0)) -> str:
+    """How the predicted scores of a regression task (STS: 0-5) are distributed against the true ones."""
+    lo_label, hi_label = label_range or (0.0, 5.0)
     with rc_context(STYLE):
         fig = Figure(figsize=(4.6, 3.0))
         fig.subplots_adjust(left=0.14, right=0.97, top=0.95, bottom=0.16)
         ax = fig.add_subplot()
-        lo = min(0.0, float(frame["prediction"].min()))
-        hi = max(5.0, float(frame["prediction"].max()))
-        bins = np.arange(np.floor(lo * 4) / 4, np.ceil(hi * 4) / 4 + 0.25, 0.25)
+        lo = min(lo_label, float(frame["prediction"].min()))
+        hi = max(hi_label, float(frame["prediction"].max()))
+        step = (hi_label - lo_label) / 20 or 0.25
+        bins = np.arange(np.floor(lo / step) * step, np.ceil(hi / step) * step + step, step)
         ax.hist(frame["label"], bins=bins, alpha=0.55, color=COLORS[0], label="true")
         ax.hist(frame["prediction"], bins=bins, alpha=0.55, color=COLORS[1], label="predicted")
         ax.set_xlabel("similarity score")
@@ -131,22 +232,64 @@ def sts_histogram(frame: pd.DataFrame) -> str:
         return to_data_uri(fig)
 
 
-def sts_scatter(frame: pd.DataFrame, worst_ids: list[str]) -> str:
-    """Predicted against true similarity, with the worst pairs (listed below the plot) circled."""
+DENSITY_MAP = "viridis"
+KDE_MAX_POINTS = 5000                # beyond this, the density is a 2-D histogram lookup (O(n) not O(n^2))
+
+
+def point_density(x, y) -> tuple[np.ndarray, str]:
+    """The local density at each point, relative to the densest (1), and how it was estimated:
+    a Gaussian kernel density estimate (scipy, Scott's bandwidth) or, for many points or when the
+    points lie on a line, the count of points in the same cell of a 20 x 20 histogram. Both are
+    deterministic (no sampling)."""
+    xy = np.vstack([np.asarray(x, dtype=float), np.asarray(y, dtype=float)])
+    n = xy.shape[1]
+    if n == 0:
+        return np.zeros(0), "none"
+    if 3 <= n <= KDE_MAX_POINTS:
+        from scipy.stats import gaussian_kde
+        try:
+            density = gaussian_kde(xy)(xy)
+            if np.isfinite(density).all() and density.max() > 0:
+                return density / density.max(), "kernel density estimate"
+        except (np.linalg.LinAlgError, ValueError):        # all points on a line: singular covariance
+            pass
+    counts, xe, ye = np.histogram2d(xy[0], xy[1], bins=20)
+    i = np.clip(np.searchsorted(xe, xy[0], side="right") - 1, 0, counts.shape[0] - 1)
+    j = np.clip(np.searchsorted(ye, xy[1], side="right") - 1, 0, counts.shape[1] - 1)
+    density = counts[i, j]
+    return density / density.max(), "2-D histogram"
+
+
+def regression_scatter(frame: pd.DataFrame, worst_ids: list[str], label_range: tuple = (0.0, 5.0)) -> str:
+    """Predicted against true scores, each dot coloured by the local density of dots (a colour
+    bar says so; dense dots drawn last), with the worst pairs (listed below the plot) circled."""
+    lo_label, hi_label = label_range or (0.0, 5.0)
+    density, method = point_density(frame["label"], frame["prediction"])
+    order = np.argsort(density, kind="stable")              # the densest on top
     with rc_context(STYLE):
-        fig = Figure(figsize=(4.0, 3.6))
-        fig.subplots_adjust(left=0.14, right=0.97, top=0.91, bottom=0.14)
+        fig = Figure(figsize=(4.9, 3.6))
+        fig.subplots_adjust(left=0.12, right=0.80, top=0.91, bottom=0.14)
         ax = fig.add_subplot()
-        ax.scatter(frame["label"], frame["prediction"], s=8, alpha=0.45, color=COLORS[0], linewidths=0)
+        dots = ax.scatter(frame["label"].to_numpy()[order], frame["prediction"].to_numpy()[order],
+                          c=density[order], cmap=DENSITY_MAP, vmin=0.0, vmax=1.0, s=9, alpha=0.85, linewidths=0)
         worst = frame[frame["id"].isin(worst_ids)]
         ax.scatter(worst["label"], worst["prediction"], s=40, facecolors="none", edgecolors=COLORS[3],
-                   linewidths=1.0, label="worst pairs")
-        lo = min(0.0, float(frame["prediction"].min()))
-        hi = max(5.0, float(frame["prediction"].max()))
+                   linewidths=1.1, label="worst pairs")
+        lo = min(lo_label, float(frame["prediction"].min()))
+        hi = max(hi_label, float(frame["prediction"].max()))
         ax.plot([lo, hi], [lo, hi], color="#555", linewidth=0.8, linestyle="--", label="perfect")
         ax.set_xlabel("true score")
         ax.set_ylabel("predicted score")
         r = np.corrcoef(frame["label"], frame["prediction"])[0, 1] if len(frame) > 1 else float("nan")
         ax.set_title(f"Pearson r = {fmt_metric(float(r))}")
         ax.legend(frameon=True, loc="lower right")   # the worst pairs sit far off the diagonal
+        bar = fig.colorbar(dots, cax=fig.add_axes((0.83, 0.14, 0.03, 0.77)))
+        bar.set_label(f"density of dots ({method}; 1 = densest)", fontsize=8)
+        bar.set_ticks([0.0, 0.5, 1.0])
+        bar.ax.tick_params(labelsize=7.5)
+        bar.solids.set_alpha(1.0)
         return to_data_uri(fig)
+
+
+sts_histogram = regression_histogram       # the names the STS section used
+sts_scatter = regression_scatter

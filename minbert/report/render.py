@@ -14,15 +14,18 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from tqdm import tqdm
 
 from ..io import write_text
+from ..layout import Layout
 from ..metrics import pearson
-from ..params import LoadedParams, load_params
+from ..params import LoadedParams
+from ..tasks import LEADERBOARD_TASKS, TASKS
 from . import plots
 from .analysis import analyse
 from .data import ReportData, RunResults, load_report_data
-from .tables import (DASH, METRIC_COLUMNS, best_experiment, delta_class, ensemble_tables, fmt_delta, fmt_metric,
-                     is_number, selection_score, study_tables)
+from .tables import (DASH, METRIC_COLUMNS, ScoreBook, best_experiment, delta_class, ensemble_tables, fmt_delta,
+                     fmt_interval, fmt_metric, is_number, selection_score, study_grids, study_tables)
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "workflow" / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+CODE_DATA = ("templates",)      # part of this module's code for the re-run checks (minbert.jobs)
 
 
 def fmt_duration(seconds) -> str:
@@ -75,7 +78,12 @@ def short_id(example_id) -> str:
 def fmt_label(v, task: str) -> str:
     if not is_number(v):
         return DASH
-    return f"{v:.2f}" if task == "sts" else str(int(v))
+    return f"{v:.2f}" if TASKS[task].kind == "regression" else str(int(v))
+
+
+def fmt_std(v) -> str:
+    """The spread over seeds: '± 0.004'; '' when there is none (one seed)."""
+    return f"\u00b1\u2009{fmt_metric(v)}" if is_number(v) else ""
 
 
 def heat(rate) -> str:
@@ -84,37 +92,64 @@ def heat(rate) -> str:
     return f"background-color: rgba(59, 110, 165, {0.08 + 0.72 * rate:.2f}); color: {'#fff' if rate > 0.55 else 'inherit'}"
 
 
+def grid_heat(cell) -> str:
+    """Inline style of a heatmap cell: its colour on the grid's scale; none for a cell without a value."""
+    if cell.fraction is None:
+        return ""
+    background, ink = plots.heat_colours(cell.fraction)
+    return f"background-color: {background}; color: {ink}"
+
+
 def environment(templates: Path = TEMPLATES) -> Environment:
     env = Environment(loader=FileSystemLoader(str(templates)), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                       keep_trailing_newline=True)
     env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value, history=fmt_history, short_id=short_id,
-                       label=fmt_label, heat=heat, delta_class=delta_class)
-    env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS)
+                       label=fmt_label, heat=heat, grid_heat=grid_heat, delta_class=delta_class, interval=fmt_interval, std=fmt_std)
+    env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS, heat_gradient=plots.heat_gradient())
     return env
 
 
 # ------------------------------------------------------------------ page contexts
 
-def error_analysis(run: RunResults, k: int) -> dict:
-    """The analysis of the dev predictions, with the similarity plots."""
+def error_analysis(run: RunResults, k: int, book: ScoreBook | None = None, cache: dict | None = None) -> dict:
+    """The analysis of the dev predictions, with each task's metric and interval and the plots of
+    a regression task; kept in `cache` (by run) when given, as final.html repeats the best model's."""
+    if cache is not None and run.name in cache:
+        return cache[run.name]
     result = analyse(run, k)
-    if result["sts"] is not None:
-        frame = run.labelled("sts", "dev")
-        result["sts"]["pearson"] = pearson(frame["prediction"], frame["label"])
-        result["sts"]["histogram"] = plots.sts_histogram(frame)
-        result["sts"]["scatter"] = plots.sts_scatter(frame, [r["id"] for r in result["sts"]["worst"]])
+    for section in result["sections"]:
+        task = TASKS[section["task"]]
+        frame = run.labelled(task.name, result["split"])
+        est = book.estimate(run.name, result["split"], task.metric_key) if book else None
+        section["interval"] = est.interval(book.confidence) if est is not None else None
+        if task.kind == "regression":
+            section["pearson"] = pearson(frame["prediction"], frame["label"])
+            section["histogram"] = plots.regression_histogram(frame, task.label_range)
+            section["scatter"] = plots.regression_scatter(frame, [r["id"] for r in section["worst"]],
+                                                          task.label_range)
+    if cache is not None:
+        cache[run.name] = result
     return result
 
 
-def metrics_rows(run: RunResults) -> list[dict]:
-    """One row per split with scores, for a run's own summary table."""
+def score_columns(run: RunResults) -> list[tuple]:
+    """The columns of a run's own scores table: the leaderboard's always (a missing one shows as a
+    dash), any other task's (CFIMDB) when the run has it."""
+    always = {"overall", "mean"} | {TASKS[t].metric_key for t in LEADERBOARD_TASKS}
+    return [c for c in METRIC_COLUMNS
+            if c[0] in always or any(is_number(run.split_metrics(s).get(c[0])) for s in ("dev", "test"))]
+
+
+def metrics_rows(run: RunResults, book: ScoreBook | None = None) -> list[dict]:
+    """One row per split with scores and their intervals, for a run's own summary table."""
     rows = []
     for split in ("dev", "test"):
         m = run.split_metrics(split)
         if m:
-            rows.append({"split": split, "scores": [m.get(key) for key, _, _ in METRIC_COLUMNS],
-                         "n": m.get("n") or {}})
+            rows.append({"split": split, "n": m.get("n") or {},
+                         "scores": [{"value": m.get(key), "interval": book.interval(run.name, split, key) if book
+                                     else None} for key, _, _ in score_columns(run)]})
     return rows
 
 
@@ -148,7 +183,7 @@ def provenance(data: ReportData) -> dict:
     }
 
 
-def run_overview(data: ReportData) -> list[dict]:
+def run_overview(data: ReportData, book: ScoreBook | None = None) -> list[dict]:
     out = []
     for name, run in data.runs.items():
         if run.kind == "experiment":
@@ -159,35 +194,48 @@ def run_overview(data: ReportData) -> list[dict]:
             ens = data.params.params.ensembles[name]
             what = ens.description or f"ensemble of {', '.join(ens.members)}"
         out.append({"name": name, "kind": run.kind, "what": what, "has_results": run.metrics is not None,
-                    "score": selection_score(run), "overall": run.split_metrics("dev").get("overall")})
+                    "score": selection_score(run), "overall": run.split_metrics("dev").get("overall"),
+                    "interval": book.interval(name, "dev", "overall") if book else None})
     return out
 
 
-def final_context(data: ReportData) -> dict:
+def final_context(data: ReportData, book: ScoreBook | None = None, analyses: dict | None = None) -> dict:
+    book = book or ScoreBook(data)
     k = data.params.params.report.worst_k
-    tables = study_tables(data)
+    tables = study_tables(data, book)
+    grids = study_grids(data, book)
     best = best_experiment(data)
     return {
         "title": data.params.params.report.title,
-        "studies": [{"table": t, "plot": plots.study_plot(t)} for t in tables],
-        "ensembles": [{"table": t, "plot": None} for t in ensemble_tables(data)],
-        "overview": run_overview(data),
+        # a grid study's figure is its heatmap (two axes) or sweep plot (one axis), not the bar chart
+        "studies": [{"table": t, "grid": grids.get(t.name),
+                     "plot": plots.study_plot(t) if t.name not in grids else None,
+                     "sweep": plots.sweep_plot(grids[t.name]) if t.name in grids else None} for t in tables],
+        "ensembles": [{"table": t, "plot": None} for t in ensemble_tables(data, book)],
+        "overview": run_overview(data, book),
         "best": best,
         "best_score": selection_score(data.runs[best]) if best else None,
         "best_has_overall": bool(best) and is_number(data.runs[best].split_metrics("dev").get("overall")),
-        "best_analysis": error_analysis(data.runs[best], k) if best else None,
+        "best_interval": book.interval(best, "dev", "overall") if best else None,
+        "best_analysis": error_analysis(data.runs[best], k, book, analyses) if best else None,
         "provenance": provenance(data),
         "worst_k": k,
         "link_prefix": "experiments/",
+        "resamples": book.resamples,
+        "confidence": book.confidence,
     }
 
 
-def experiment_context(data: ReportData, name: str) -> dict:
+def experiment_context(data: ReportData, name: str, book: ScoreBook | None = None,
+                       analyses: dict | None = None) -> dict:
+    book = book or ScoreBook(data)
     run = data.runs[name]
     k = data.params.params.report.worst_k
     ctx = {"title": data.params.params.report.title, "run": run, "name": name, "kind": run.kind,
-           "metrics_rows": metrics_rows(run), "analysis": error_analysis(run, k), "worst_k": k,
-           "runs": [i for i in data.run_infos if i.get("name") == name], "link_prefix": ""}
+           "metrics_rows": metrics_rows(run, book), "score_columns": score_columns(run),
+           "analysis": error_analysis(run, k, book, analyses), "worst_k": k,
+           "runs": [i for i in data.run_infos if i.get("name") == name], "link_prefix": "",
+           "resamples": book.resamples, "confidence": book.confidence, "group": None, "siblings": []}
     if run.kind == "experiment":
         exp = data.params.experiments[name]
         ctx["description"] = exp.description
@@ -201,6 +249,10 @@ def experiment_context(data: ReportData, name: str) -> dict:
                                       "and dev data after each epoch.")}
                          for stage, h in sorted(run.histories.items(), key=lambda kv: order.get(kv[0], 9))]
         ctx["used_in"] = [n for n, e in data.params.params.ensembles.items() if name in e.members]
+        for group, seeds in data.params.groups.items():
+            if name in seeds:
+                ctx["group"] = group
+                ctx["siblings"] = [s for s in seeds if s != name]
     else:
         ens = data.params.params.ensembles[name]
         ctx["description"] = ens.description
@@ -208,30 +260,33 @@ def experiment_context(data: ReportData, name: str) -> dict:
         ctx["members"] = list(ens.members)
         ctx["curves"] = []
         ctx["used_in"] = []
-    ctx["studies"] = [st.title for st in data.params.params.studies if name in st.experiments]
+    ctx["studies"] = [st.title for st in data.params.params.studies
+                      if name in st.experiments or ctx["group"] in st.experiments]
     return ctx
 
 
 # ------------------------------------------------------------------ entry point
 
-def render_reports(params: str | Path | LoadedParams, results_dir: str | Path, out_dir: str | Path,
-                   templates: Path = TEMPLATES, progress: bool = True) -> list[Path]:
-    """Write out_dir/final.html and out_dir/experiments/<name>.html; returns the paths written."""
-    params = params if isinstance(params, LoadedParams) else load_params(params)
-    data = load_report_data(params, Path(results_dir))
+def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: Path = TEMPLATES,
+                   progress: bool = True) -> list[Path]:
+    """Write the final report and one page per experiment and ensemble; returns the paths written."""
+    data = load_report_data(params, layout)
+    book = ScoreBook(data)                      # every bootstrap once, shared by all pages
     env = environment(templates)
-    out_dir = Path(out_dir)
     written = []
     names = list(data.runs)
+    best = best_experiment(data)
+    analyses: dict = {}                         # the best model's analysis, drawn once for two pages
     for name in tqdm(names, desc="report pages", unit="page", disable=not progress):
-        html = env.get_template("experiment.html.j2").render(**experiment_context(data, name))
-        path = out_dir / "experiments" / f"{name}.html"
+        ctx = experiment_context(data, name, book, analyses if name == best else None)
+        html = env.get_template("experiment.html.j2").render(**ctx)
+        path = Path(layout.experiment_report(name))
         write_text(path, html)
         written.append(path)
-    html = env.get_template("final.html.j2").render(**final_context(data))
-    write_text(out_dir / "final.html", html)
-    written.append(out_dir / "final.html")
+    html = env.get_template("final.html.j2").render(**final_context(data, book, analyses))
+    write_text(layout.final_report, html)
+    written.append(Path(layout.final_report))
     # A page of an experiment no longer in params.yaml would be linked from nowhere and mislead.
-    for stale in sorted(set((out_dir / "experiments").glob("*.html")) - set(written)):
+    for stale in sorted(set(Path(layout.experiment_reports).glob("*.html")) - set(written)):
         stale.unlink()
     return written
