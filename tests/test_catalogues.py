@@ -1,0 +1,125 @@
+"""The catalogue smoke run: every experiment, pretraining, ensemble and study of every catalogue
+(the demo params.yaml, params/minilm.yaml, params/full.yaml) runs end to end through Snakemake on
+tiny data with a tiny random BERT of the real vocabulary, each training stage for at most two
+epochs of one update, and the report renders every study. The stages run inside Snakemake's own
+process (`--config in_process=true --force-use-threads`): the real stage code, without a Python
+start-up per job."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from minbert.data import raw_path, read_cs224n, write_cs224n
+from minbert.params import load_params
+
+from test_workflow import SNAKEMAKE, make_copy, run
+
+CATALOGUES = {"demo": "params.yaml", "minilm": "params/minilm.yaml", "full": "params/full.yaml"}
+ROWS = {"train": 40, "dev": 16, "test": 8}
+
+
+def tiny_data(demo: Path, out: Path) -> Path:
+    """A CS224N-layout folder with a few rows per split of every task (CFIMDB made from SST:
+    positive for labels 3-4), every SST label present, and a slice of the NLI sample."""
+    from minbert.tasks import TASKS
+
+    out.mkdir(parents=True)
+
+    def write(frame: pd.DataFrame, task: str, split: str) -> None:
+        raw = frame.rename(columns={"label": TASKS[task].raw_label_column})
+        if split == "test":
+            raw = raw.drop(columns=[TASKS[task].raw_label_column])
+        write_cs224n(raw, raw_path(out, task, split))
+
+    for task in ("sst", "para", "sts"):
+        for split, n in ROWS.items():
+            frame, _ = read_cs224n(raw_path(demo, task, split), task, labelled=split != "test")
+            if task == "sst" and split == "train":       # every label, for the prototypes head
+                frame = pd.concat([frame.groupby("label").head(n // 5), frame]).drop_duplicates("id")
+            frame = frame.head(n).reset_index(drop=True)
+            write(frame, task, split)
+            if task == "sst":
+                binary = frame.assign(label=(frame["label"] >= 3).astype(int)) if split != "test" else frame
+                write(binary, "cfimdb", split)
+    lines = (demo / "nli-sample.jsonl").read_text().splitlines()[:150]
+    (out / "nli.jsonl").write_text("\n".join(lines) + "\n")
+    return out
+
+
+def _cap(d: dict, key: str, most: int) -> None:
+    if isinstance(d.get(key), int) and d[key] > most:
+        d[key] = most
+
+
+def tiny_catalogue(raw: dict, data: Path, model: str) -> dict:
+    """The catalogue with the tiny data and model, and every training stage cut to at most two
+    epochs of one update (the settings that make each experiment what it is stay)."""
+    raw = dict(raw)
+    raw["data"] = {**(raw.get("data") or {}), "dir": str(data), "nli_file": str(data / "nli.jsonl")}
+    base = raw.setdefault("base", {})
+    base.update(model=model, device="cpu", threads=1, max_length=32, predict_batch_size=64)
+    for exp in [base, *[e for e in (raw.get("experiments") or {}).values() if isinstance(e, dict)]]:
+        ft = exp.setdefault("finetune", {})
+        ft["max_steps_per_epoch"] = 1
+        _cap(ft, "epochs", 2)
+        _cap(exp, "max_length", 32)
+        rh = exp.get("retrain_heads")
+        if isinstance(rh, dict):
+            _cap(rh, "epochs", 1)
+    base["finetune"].setdefault("epochs", 2)
+    base.setdefault("retrain_heads", {})["epochs"] = 1
+    for pre in (raw.get("pretrainings") or {}).values():
+        pre.update(epochs=1, max_steps_per_epoch=1, dev_size=8)
+    return raw
+
+
+@pytest.fixture(scope="module")
+def four_layer_model(tmp_path_factory, minilm_dir) -> Path:
+    """The tiny random BERT with four layers: 003's FREEZE_SST copies the top four into its branch."""
+    import torch
+
+    from minbert.model import BertConfig, BertModel
+    from minbert.weights import save_hf_folder
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny4")
+    save_hf_folder(folder, BertModel(BertConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                                intermediate_size=64)), tokenizer_folder=minilm_dir)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed")
+@pytest.mark.parametrize("catalogue", list(CATALOGUES))
+def test_every_catalogue_runs_end_to_end(repo_root, tmp_path, four_layer_model, catalogue):
+    folder = make_copy(repo_root, tmp_path / "repo", four_layer_model)
+    data = tiny_data(repo_root / "data" / "demo", tmp_path / "data")
+    raw = yaml.safe_load((repo_root / CATALOGUES[catalogue]).read_text())
+    raw.pop("catalogue", None)
+    params = folder / "smoke.yaml"
+    params.write_text(yaml.safe_dump(tiny_catalogue(raw, data, "models/tiny"), sort_keys=False))
+    lp = load_params(params)
+    log = run([SNAKEMAKE, "--cores", "1", "--scheduler", "greedy", "--force-use-threads", "--config", "params=smoke.yaml",
+               "in_process=true"],
+              folder, timeout=1800)
+    assert "steps (100%) done" in log, log[-3000:]
+
+    results = folder / "results"
+    for name in lp.experiments:
+        assert (results / "experiments" / name / "metrics.json").is_file(), name
+    for name in lp.params.ensembles:
+        assert json.loads((results / "ensembles" / name / "metrics.json").read_text())["dev"], name
+    used = {e.pretrain for e in lp.experiments.values() if e.pretrain}
+    assert {p.name for p in (results / "pretrain").iterdir()} == used if used else True
+    html = (folder / "reports" / "final.html").read_text()
+    for study in lp.params.studies:
+        section = re.search(rf'<section class="study" id="study-{re.escape(study.name)}">(.*?)</section>', html, re.S)
+        assert section, f"study {study.name} is not in the report"
+        assert "No results yet" not in section.group(1), study.name
+    shutil.rmtree(folder / "results" / "cache", ignore_errors=True)
