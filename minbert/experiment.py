@@ -74,9 +74,10 @@ def runtime_setup(s: NetworkSettings) -> tuple[torch.device, DistInfo]:
 def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: str | None = None, state_dir=None,
                         description: dict | None = None, cache_dir=None, resume: bool = True,
                         stop_after_epochs: int | None = None, name: str = "", evaluate_first: bool = False,
-                        stage: str = "finetune") -> FitResult:
-    """Multi-task fine-tuning from `start_model` (default: the settings' model); writes
-    out_dir/{model.pt,history.csv} when finished (see minbert.train.fit for the state folder)."""
+                        stage: str = "finetune", teacher_dir=None) -> FitResult:
+    """Multi-task fine-tuning from `start_model` (default: the settings' model), with a teacher's
+    outputs on the training data (`teacher_dir`) when it distils; writes out_dir/{model.pt,history.csv}
+    when finished (see minbert.train.fit for the state folder)."""
     device, dist_info = runtime_setup(s)
     cfg = s.finetune
     encoder, _, folder = load_encoder(start_model or s.model)
@@ -85,6 +86,13 @@ def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: 
     tokenizer = Tokenizer(folder, s.max_length)
     data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
                           cache_dir=cache_dir)
+    if cfg.distill is not None:
+        from .distill import attach_teacher, distilled_tasks
+
+        if teacher_dir is None:
+            raise MinBertError(f"{name or 'the experiment'} distils from '{cfg.distill.teacher}': its teacher's "
+                               f"outputs are needed (run the teach stage first)")
+        attach_teacher(data["train"], teacher_dir, cfg.distill, distilled_tasks(cfg.distill, cfg.tasks, teacher_dir))
     seed_everything(s.seed)  # the heads' initialisation and dropout depend on it
     model = MultitaskModel(encoder, cfg.heads, cfg.tasks)
     if cfg.freeze_encoder:

@@ -33,7 +33,6 @@ from .params import LoadedParams, load_params, model_tasks
 from .tasks import TASKS
 
 PROJECT_PACKAGES = ("minbert", "stages", "workflow")
-STAGE_ORDER = ("prepare", "pretrain", "finetune", "retrain_heads", "predict", "evaluate", "ensemble", "report")
 
 
 # ---------------------------------------------------------------- the job
@@ -132,11 +131,13 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
         add("pretrain", name, _dump(s), [L.split(t, sp) for t, sp in S.pretrain_splits(s)] + _local(s.model),
             [L.pretrain_model(name)], [L.pretrain_metrics(name)], [L.pretrain_history(name)], ["--name", name])
 
+    taught = S.teachers(lp)
     for name, exp in lp.experiments.items():
         ft = S.finetune_settings(exp)
         start = [L.pretrain_model(exp.pretrain)] if exp.pretrain else _local(exp.model)
         tasks = exp.finetune.tasks
-        add("finetune", name, _dump(ft), _splits(L, tasks, ("train", "dev")) + start,
+        teacher = [L.teacher(exp.finetune.distill.teacher)] if exp.finetune.distill else []
+        add("finetune", name, _dump(ft), _splits(L, tasks, ("train", "dev")) + start + teacher,
             [L.model(name, "finetune")], plots=[L.history(name, "finetune")], args=["--experiment", name])
         if exp.retrain_heads.enabled:
             rh = S.retrain_settings(exp)
@@ -148,6 +149,12 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
             [L.predictions(name)], args=["--experiment", name])
         add("evaluate", name, {}, [L.predictions(name)], [], [L.metrics(name)], args=["--experiment", name])
 
+    for name, tasks in taught.items():
+        s = S.teach_settings(lp, name, tasks)
+        add("teach", name, _dump(s), _splits(L, tasks, ("train",)) +
+            [L.model(m, stage) for m, stage in s.members.items()],
+            [L.teacher(name)], args=["--name", name])
+
     for name, ens in lp.params.ensembles.items():
         add("ensemble", name, _dump(S.ensemble_settings(ens)), [L.predictions(m) for m in ens.members],
             [L.ensemble_predictions(name)], [L.ensemble_metrics(name)], args=["--name", name])
@@ -155,24 +162,38 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
     # the report reads every earlier output but the models (minbert.report.data loads them by the layout)
     reads = [o for j in out for o in j.outputs if not o.endswith(("/model.pt", "/model"))]
     add("report", None, S.report_settings(lp), reads, [L.final_report, L.experiment_reports])
-    _link(out)
-    return out
+    return _link(out)
 
 
-def _link(jobs: list[Job]) -> None:
+def _link(jobs: list[Job]) -> list[Job]:
     """Each job's `deps`: what it reads, as the engines track it (the upstream output holding each
-    path, or the path itself when no job makes it)."""
-    produced = [o for j in jobs for o in j.outputs]
+    path, or the path itself when no job makes it); the jobs in an order where every job comes
+    after the jobs it reads from (a student's teacher before the student)."""
+    maker = {o: j for j in jobs for o in j.outputs}
     for job in jobs:
         deps = []
         for path in job.reads:
-            holder = next((o for o in produced if path == o or path.startswith(o.rstrip("/") + "/")), path)
+            holder = next((o for o in maker if path == o or path.startswith(o.rstrip("/") + "/")), path)
             if holder not in deps:
                 deps.append(holder)
         job.deps = deps
+    ordered, placed = [], set()
+
+    def place(job: Job, path: tuple = ()) -> None:
+        if job.id in placed:
+            return
+        for d in job.deps:
+            if d in maker and maker[d].id not in path:
+                place(maker[d], path + (job.id,))
+        placed.add(job.id)
+        ordered.append(job)
+
+    for job in jobs:
+        place(job)
+    return ordered
 
 
-WHAT_IS_NAMED = {"pretrain": "pretraining", "ensemble": "ensemble"}   # the other stages name experiments
+WHAT_IS_NAMED = {"pretrain": "pretraining", "ensemble": "ensemble", "teach": "teacher"}   # the others name experiments
 
 
 _PIPELINES: dict = {}
@@ -211,7 +232,8 @@ def job_for(params_path: str | Path, stage: str, name: str | None, layout: Layou
         if job.stage == stage and job.name == name:
             return copy.deepcopy(job)
     what = WHAT_IS_NAMED.get(stage, "experiment")
-    names = {"pretraining": lp.params.pretrainings, "ensemble": lp.params.ensembles}.get(what, lp.experiments)
+    names = {"pretraining": lp.params.pretrainings, "ensemble": lp.params.ensembles,
+             "teacher": S.teachers(lp)}.get(what, lp.experiments)
     if what == "experiment" and name in lp.groups:
         raise MinBertError(f"{params_path}: experiment '{name}' runs as {len(lp.groups[name])} seeds; name one of "
                            f"them ({', '.join(lp.groups[name])})")
@@ -409,4 +431,4 @@ def _made_from(job: Job, description: dict) -> float | None:
 
 
 __all__ = ["Job", "pipeline", "job_for", "code_closure", "fingerprint_of", "describe_change", "write_description",
-           "path_hash", "file_hash", "STAGE_ORDER", "TASKS"]
+           "path_hash", "file_hash", "TASKS"]

@@ -13,6 +13,7 @@ engines want them.
       experiments/<E>/predictions/<task>-<split>.csv  predict
       experiments/<E>/metrics.json                    evaluate
       ensembles/<N>/predictions/, metrics.json        ensemble
+      teachers/<T>/<task>-train.csv                   teach (a teacher's outputs on the training data)
       runs/<stage>[/<name>].json                      every job's run record (provenance)
       jobs/<stage>[/<name>].json                      every job's resolved description (engines' trigger)
       state/<stage>/<name>/                           resumable state of a running job (not an output)
@@ -92,6 +93,11 @@ class Layout:
 
     def ensemble_metrics(self, name: str) -> str:
         return f"{self.ensemble(name)}/metrics.json"
+
+    # ------------------------------------------------------------ teachers (distillation)
+    def teacher(self, name: str) -> str:
+        """A teacher's predictions on the training data: <task>-train.csv per task."""
+        return self._r("teachers", name)
 
     # ------------------------------------------------------------ per job
     def _job(self, kind: str, stage: str, name: str | None, suffix: str) -> str:

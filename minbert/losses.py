@@ -85,6 +85,28 @@ def _as_vector(x: Tensor, name: str) -> Tensor:
     return _at_least_float32(x)
 
 
+def distill_loss(task: str, heads, output: Tensor, labels: Tensor, soft: Tensor, weight: float,
+                 temperature: float) -> Tensor:
+    """(1 - weight) x the gold-label loss + weight x the loss against the teacher's outputs `soft`:
+    for a classification task the KL divergence from the teacher's probabilities softened by the
+    temperature T to the student's (times T^2, which keeps the gradients' scale as T changes); for a
+    binary task the cross-entropy between the two softened sigmoids (times T^2); for a regression
+    task the task's own loss against the teacher's scores. With weight 0 it is the gold-label loss."""
+    gold = task_loss(task, heads, output, labels)
+    out, soft, T = output.float(), soft.float(), float(temperature)
+    kind = TASKS[task].kind
+    if kind == "classification":
+        target = F.softmax(torch.log(soft.clamp_min(1e-12)) / T, dim=-1)
+        teacher = F.kl_div(F.log_softmax(out / T, dim=-1), target, reduction="batchmean") * T * T
+    elif kind == "binary":
+        p = soft.clamp(1e-6, 1 - 1e-6)
+        target = torch.sigmoid((torch.log(p) - torch.log1p(-p)) / T)
+        teacher = F.binary_cross_entropy_with_logits(out / T, target) * T * T
+    else:
+        teacher = task_loss(task, heads, output, soft)
+    return (1.0 - weight) * gold + weight * teacher
+
+
 def pearson_loss(pred: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
     """1 - Pearson correlation between `pred` and `target` over the batch.
 

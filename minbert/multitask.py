@@ -159,6 +159,7 @@ class TaskData:
     labels: np.ndarray | None                          # None when the split has no labels
     frame: object = field(default=None, repr=False)    # the source DataFrame (texts, for predictions)
     symmetric: bool = False                            # pairs are read in both orders
+    soft: np.ndarray | None = field(default=None, repr=False)   # a teacher's outputs (minbert.distill)
 
     def rows(self, indices, swap=None) -> Encoded:
         """The encoder inputs of `indices`, stacked part by part; `swap[k]` reads pair k as (b, a)."""
@@ -187,6 +188,8 @@ def collate(data: TaskData, indices: list[int], tokenizer: Tokenizer, swap=None)
     batch = tokenizer.pad(data.rows(indices, swap))
     if data.labels is not None:
         batch["labels"] = torch.from_numpy(data.labels[indices])
+    if data.soft is not None:
+        batch["soft"] = torch.from_numpy(data.soft[indices])
     return batch
 
 
@@ -210,6 +213,7 @@ def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, ba
         for swapped in passes:
             batch = to_device(collate(data, idx, tokenizer, [swapped] * len(idx)), model_device(model))
             batch.pop("labels", None)
+            batch.pop("soft", None)
             with amp_context():
                 out_b = out_b + model(data.task, batch).float().cpu()
         outputs.append(out_b / len(passes))

@@ -148,6 +148,18 @@ class SmartParams(Strict):
     tasks: list[Task] | None = None             # the tasks SMART regularises; None: every task
 
 
+class DistillParams(Strict):
+    """Training on a teacher's outputs as well as the gold labels (knowledge distillation): the
+    teacher (an experiment, a repeated experiment or an ensemble) predicts the training data first;
+    each distilled task's loss is (1 - weight) x the gold-label loss + weight x the loss against the
+    teacher: softened class probabilities (temperature T, the KL divergence times T^2) for sst and
+    para, the teacher's scores for sts."""
+    teacher: str
+    weight: float = Field(0.5, ge=0, le=1)
+    temperature: float = Field(2.0, gt=0)
+    tasks: list[Task] | None = None             # None: every task both train / predict
+
+
 class FinetuneParams(Strict):
     tasks: list[Task] = list(DEFAULT_TASKS)
     schedule: Literal[SCHEDULES] = "round_robin"
@@ -173,6 +185,7 @@ class FinetuneParams(Strict):
     # tasks whose batches continue across epochs instead of restarting each epoch: with a smaller
     # task as the epoch unit, one pass over such a task spans several epochs (002: all of Quora)
     walk_through: list[Task] = []
+    distill: DistillParams | None = None        # learn from a teacher's outputs too
     max_steps_per_epoch: int | None = Field(None, ge=1)
 
     @field_validator("tasks")
@@ -603,7 +616,7 @@ def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
         if len(ens.members) < 2:
             raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': an ensemble needs at least two "
                                f"members (got {ens.members})")
-    _check_combinations(params, experiments, where)
+    _check_combinations(params, experiments, where, groups)
     runnable = known | set(params.ensembles)
     seen_studies = set()
     for i, st in enumerate(params.studies):
@@ -633,7 +646,19 @@ def model_tasks(exp: ExperimentParams) -> list[str]:
     return list(exp.finetune.tasks) + extra
 
 
-def _check_combinations(params: Params, experiments: dict[str, ExperimentParams], where: str) -> None:
+def teacher_members(teacher: str, experiments: dict, groups: dict, ensembles: dict) -> list[str] | None:
+    """The experiments whose models a teacher averages (None: no such experiment or ensemble)."""
+    if teacher in experiments:
+        return [teacher]
+    if teacher in groups:
+        return list(groups[teacher])
+    if teacher in ensembles:
+        return list(ensembles[teacher].members)
+    return None
+
+
+def _check_combinations(params: Params, experiments: dict[str, ExperimentParams], where: str,
+                        groups: dict | None = None) -> None:
     """Settings that validate one by one but cannot run together."""
     data = params.data
     base_finetune = ExperimentParams.model_validate(params.base).finetune
@@ -686,6 +711,40 @@ def _check_combinations(params: Params, experiments: dict[str, ExperimentParams]
                                    f"'{exp.pretrain}' trains {pre.nli.pooling}-pooled sentence embeddings but this "
                                    f"experiment reads '{ft.heads.pooling}'; set the same pooling in both "
                                    f"(pretrainings.{exp.pretrain}.nli.pooling)")
+    groups = groups or {}
+    for name, exp in experiments.items():
+        d = exp.finetune.distill
+        if d is None:
+            continue
+        key = f"experiments.{name}.finetune.distill"
+        members = teacher_members(d.teacher, experiments, groups, params.ensembles)
+        if members is None:
+            known = set(experiments) | set(groups) | set(params.ensembles)
+            raise MinBertError(f"{where}: key '{key}.teacher': unknown experiment or ensemble "
+                               f"'{d.teacher}'{_close(d.teacher, known)}")
+        if name in members:
+            raise MinBertError(f"{where}: key '{key}.teacher': '{name}' cannot be its own teacher")
+        chain, seen = members, {name}
+        while chain:   # a teacher (or its teachers) learning from this experiment would never start
+            if seen & set(chain):
+                raise MinBertError(f"{where}: key '{key}.teacher': '{d.teacher}' learns (through its teachers) "
+                                   f"from '{name}' itself; break the cycle")
+            seen |= set(chain)
+            nxt = []
+            for m in chain:
+                dm = experiments[m].finetune.distill
+                if dm is not None:
+                    nxt += teacher_members(dm.teacher, experiments, groups, params.ensembles) or []
+            chain = nxt
+        taught = set.intersection(*(set(model_tasks(experiments[m])) for m in members))
+        wanted = set(d.tasks or exp.finetune.tasks)
+        missing = sorted((wanted & set(exp.finetune.tasks)) - taught) if d.tasks is None else sorted(wanted - taught)
+        if d.tasks is not None and missing:
+            raise MinBertError(f"{where}: key '{key}.tasks': the teacher '{d.teacher}' does not predict "
+                               f"{missing[0]}")
+        if not (wanted & taught & set(exp.finetune.tasks)):
+            raise MinBertError(f"{where}: key '{key}.teacher': '{d.teacher}' predicts none of the tasks this "
+                               f"experiment trains")
     for ens_name, ens in params.ensembles.items():
         if len(set(ens.members)) != len(ens.members):
             raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': lists a member twice")

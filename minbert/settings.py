@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .params import (DataParams, Downsample, EnsembleParams, ExperimentParams, FinetuneParams, LoadedParams, PretrainParams,
-                     SmartParams, Strict, deep_merge)
+                     SmartParams, Strict, deep_merge, model_tasks, teacher_members)
+from .tasks import TASKS
 
 Device = Literal["auto", "cpu", "cuda"]
 
@@ -46,6 +47,12 @@ class RetrainSettings(NetworkSettings):
 class PredictSettings(NetworkSettings):
     batch_size: int
     model_stage: Literal["finetune", "retrain_heads"]   # which training stage's model predicts
+
+
+class TeachSettings(NetworkSettings):
+    members: dict[str, Literal["finetune", "retrain_heads"]]   # the experiments it averages -> which model
+    tasks: list[str]                        # the tasks it predicts (the ones its students distil)
+    similarity: Literal["mean", "median"] = "mean"   # how a regression task's scores are combined
 
 
 class EnsembleSettings(Strict):
@@ -119,6 +126,29 @@ def predict_settings(exp: ExperimentParams) -> PredictSettings:
 
 def ensemble_settings(ens: EnsembleParams) -> EnsembleSettings:
     return EnsembleSettings(members=ens.members, classification=ens.classification, similarity=ens.similarity)
+
+
+def teachers(lp: LoadedParams) -> dict[str, list[str]]:
+    """Every teacher some experiment distils from -> the tasks its students distil."""
+    out: dict[str, set] = {}
+    for exp in lp.experiments.values():
+        d = exp.finetune.distill
+        if d is not None:
+            members = teacher_members(d.teacher, lp.experiments, lp.groups, lp.params.ensembles)
+            taught = set.intersection(*(set(model_tasks(lp.experiments[m])) for m in members))
+            out.setdefault(d.teacher, set()).update(set(d.tasks or exp.finetune.tasks) & taught)
+    return {t: sorted(tasks, key=list(TASKS).index) for t, tasks in out.items()}
+
+
+def teach_settings(lp: LoadedParams, name: str, tasks: list[str]) -> TeachSettings:
+    """A teacher predicts with the base's run settings (its batch size is fixed: the outputs are a
+    student's training data, which a speed setting must not change); an ensemble teacher combines its
+    members' probabilities by their mean (soft targets need probabilities) and scores as the
+    ensemble does."""
+    members = teacher_members(name, lp.experiments, lp.groups, lp.params.ensembles)
+    ens = lp.params.ensembles.get(name)
+    return TeachSettings(members={m: predict_settings(lp.experiments[m]).model_stage for m in members},
+                         tasks=tasks, similarity=ens.similarity if ens else "mean", **_network(lp.base))
 
 
 def report_settings(lp: LoadedParams) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from tqdm import tqdm
 from .errors import MinBertError
 from .io import atomic_path, clean_stale_temporaries, torch_save, write_json
 from .jobs import describe_change, fingerprint_of
-from .losses import task_loss
+from .losses import distill_loss, task_loss
 from .metrics import selection_score, summarise, task_metric
 from .multitask import (MultitaskModel, TaskData, checkpoint_dict, collate, encoder_parameters, head_parameters,
                         predict_task, predictions, to_device)
@@ -351,16 +351,22 @@ def run_epoch(run: Run, state: TrainState, plan: Plan) -> dict:
 def task_objective(run: Run, task: str, batch: dict):
     """Task loss, plus SMART's adversarial and Bregman terms when enabled. Returns (loss, output)."""
     cfg, model = run.cfg, run.model
-    labels = batch["labels"]
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    labels, soft = batch["labels"], batch.get("soft")
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "soft")}
+
+    def loss_of(out):
+        if soft is None:
+            return task_loss(task, model.heads_cfg, out, labels)
+        return distill_loss(task, model.heads_cfg, out, labels, soft, cfg.distill.weight, cfg.distill.temperature)
+
     with run.amp():
         if not cfg.smart.enabled or (cfg.smart.tasks is not None and task not in cfg.smart.tasks):
             out = model(task, inputs)
-            return task_loss(task, model.heads_cfg, out, labels), out
+            return loss_of(out), out
         from .regularisers import bregman_term, smart_adversarial_loss
 
         out, word = model(task, inputs, return_embeddings=True)
-        loss = task_loss(task, model.heads_cfg, out, labels)
+        loss = loss_of(out)
         kind = TASKS[task].kind
         sm = cfg.smart
         if sm.lambda_s > 0:

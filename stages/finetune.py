@@ -30,7 +30,8 @@ def main(argv=None):
     with running(the_job, pick_device(s.device), [resolve_model(start)], main_process()) as r:
         res = finetune_experiment(s, L.data, L.training(name, "finetune"), start_model=start,
                                   state_dir=L.state("finetune", name), description=r.description,
-                                  cache_dir=L.token_cache, resume=not args.no_resume, name=name)
+                                  cache_dir=L.token_cache, resume=not args.no_resume, name=name,
+                                  teacher_dir=L.teacher(s.finetune.distill.teacher) if s.finetune.distill else None)
         r.fields.update(best_epoch=res.best_epoch, best_dev=res.best_dev, train_seconds=round(res.seconds, 1),
                         examples_per_second=round(res.examples_per_second, 1), model=start)
 

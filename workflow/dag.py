@@ -46,6 +46,7 @@ STAGE_RESOURCES = {
     "finetune": {"threads": 8, "mem_mb": 32000, "runtime": 480, "gpu": 1},
     "retrain_heads": {"threads": 8, "mem_mb": 16000, "runtime": 120, "gpu": 1},
     "predict": {"threads": 8, "mem_mb": 16000, "runtime": 60, "gpu": 1},
+    "teach": {"threads": 8, "mem_mb": 16000, "runtime": 120, "gpu": 1},
     "evaluate": {"threads": 1, "mem_mb": 2000, "runtime": 10},
     "ensemble": {"threads": 1, "mem_mb": 4000, "runtime": 10},
     "report": {"threads": 1, "mem_mb": 8000, "runtime": 30},
