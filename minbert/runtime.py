@@ -21,8 +21,28 @@ def pick_device(setting: str = "auto") -> torch.device:
     return torch.device("cpu")
 
 
+def cpu_has_native_bf16() -> bool | None:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); None where it cannot be told."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    return None if flags is None else bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+_warned_bf16 = False
+
+
 def autocast(device: torch.device, bf16: bool):
-    """bf16 autocast on CUDA always, on CPU when asked; otherwise a no-op context."""
+    """bf16 autocast on CUDA always, on CPU when asked; otherwise a no-op context. On a CPU without
+    native bf16, emulated bf16 is several times slower than float32: said once, in the log."""
+    global _warned_bf16
+    if device.type == "cpu" and bf16 and not _warned_bf16 and cpu_has_native_bf16() is False:
+        _warned_bf16 = True
+        logging.getLogger("minbert").warning(
+            "bf16: true on a CPU without native bf16 (no avx512_bf16 / amx_bf16): bf16 autocast is "
+            "emulated and slower than float32 here; set bf16: false in the params for speed")
     if device.type == "cuda" or bf16:
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
