@@ -126,9 +126,6 @@ class Tokenizer:
             raise
         return [(e.ids, e.type_ids) for e in encs]
 
-    def tokenize(self, text: str) -> list[str]:
-        return self._tok.encode(text, add_special_tokens=False).tokens
-
     def pad(self, encoded: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
         """Pad a batch to its longest member: input_ids, token_type_ids, attention_mask (B, T)."""
         T = max(len(ids) for ids, _ in encoded)

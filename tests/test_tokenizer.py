@@ -74,8 +74,10 @@ def test_cased_checkpoint_keeps_case(tmp_path, vocab_only_dir):
     ref = transformers.models.bert.BertTokenizerLegacy(vocab_file=str(tmp_path / "vocab.txt"),
                                                        do_lower_case=False)
     text = "Paris Is Lovely"
-    assert cased.tokenize(text) != uncased.tokenize(text) == ["paris", "is", "lovely"]
-    assert cased.tokenize(text) == ref.tokenize(text)
+    (cased_ids, _), = cased.encode([text])
+    (uncased_ids, _), = uncased.encode([text])
+    assert cased_ids != uncased_ids == ref.convert_tokens_to_ids(["[CLS]", "paris", "is", "lovely", "[SEP]"])
+    assert cased_ids == ref(text)["input_ids"]
 
 
 def test_pair_token_type_ids(minilm_dir):
