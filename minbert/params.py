@@ -738,10 +738,15 @@ def _check_combinations(params: Params, experiments: dict[str, ExperimentParams]
             chain = nxt
         taught = set.intersection(*(set(model_tasks(experiments[m])) for m in members))
         wanted = set(d.tasks or exp.finetune.tasks)
-        missing = sorted((wanted & set(exp.finetune.tasks)) - taught) if d.tasks is None else sorted(wanted - taught)
-        if d.tasks is not None and missing:
-            raise MinBertError(f"{where}: key '{key}.tasks': the teacher '{d.teacher}' does not predict "
-                               f"{missing[0]}")
+        if d.tasks is not None:
+            untrained = [t for t in d.tasks if t not in exp.finetune.tasks]
+            if untrained:
+                raise MinBertError(f"{where}: key '{key}.tasks': '{untrained[0]}' is not trained by this "
+                                   f"experiment (finetune.tasks: {exp.finetune.tasks}); distil only tasks it trains")
+            missing = sorted(wanted - taught)
+            if missing:
+                raise MinBertError(f"{where}: key '{key}.tasks': the teacher '{d.teacher}' does not predict "
+                                   f"{missing[0]}")
         if not (wanted & taught & set(exp.finetune.tasks)):
             raise MinBertError(f"{where}: key '{key}.teacher': '{d.teacher}' predicts none of the tasks this "
                                f"experiment trains")

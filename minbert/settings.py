@@ -98,7 +98,7 @@ def para_first_config(s: PretrainSettings) -> FinetuneParams:
         "lr_schedule": pre.lr_schedule, "grad_clip": pre.grad_clip,
         "downsample": Downsample(mode="none"),
         "max_steps_per_epoch": pre.max_steps_per_epoch, "smart": SmartParams(), "pcgrad": False,
-        "freeze_encoder": False})
+        "freeze_encoder": False, "distill": None, "walk_through": []})
 
 
 def finetune_settings(exp: ExperimentParams) -> FinetuneSettings:
@@ -114,7 +114,7 @@ def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
     train = ft.model_copy(update={
         "tasks": list(rh.tasks or ft.tasks), "schedule": rh.schedule, "epoch_unit": "largest", "epochs": rh.epochs,
         "batch_size": rh.batch_size, "lr": rh.lr, "head_lr": rh.lr, "freeze_encoder": True,
-        "downsample": rh.downsample, "smart": SmartParams(), "pcgrad": False, "walk_through": [],
+        "downsample": rh.downsample, "smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None,
         "task_weights": {t: w for t, w in ft.task_weights.items() if t in (rh.tasks or ft.tasks)}})
     return RetrainSettings(seed=exp.seed, train=train, **_network(exp))
 
@@ -129,15 +129,16 @@ def ensemble_settings(ens: EnsembleParams) -> EnsembleSettings:
 
 
 def teachers(lp: LoadedParams) -> dict[str, list[str]]:
-    """Every teacher some experiment distils from -> the tasks its students distil."""
-    out: dict[str, set] = {}
+    """Every teacher some experiment distils from -> the tasks it predicts: all those its models
+    share, whatever its students take, so that a new student never changes what the others read."""
+    out: dict[str, list[str]] = {}
     for exp in lp.experiments.values():
         d = exp.finetune.distill
-        if d is not None:
+        if d is not None and d.teacher not in out:
             members = teacher_members(d.teacher, lp.experiments, lp.groups, lp.params.ensembles)
             taught = set.intersection(*(set(model_tasks(lp.experiments[m])) for m in members))
-            out.setdefault(d.teacher, set()).update(set(d.tasks or exp.finetune.tasks) & taught)
-    return {t: sorted(tasks, key=list(TASKS).index) for t, tasks in out.items()}
+            out[d.teacher] = sorted(taught, key=list(TASKS).index)
+    return out
 
 
 def teach_settings(lp: LoadedParams, name: str, tasks: list[str]) -> TeachSettings:

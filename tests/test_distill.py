@@ -129,3 +129,40 @@ def test_a_student_learning_only_from_its_teacher_follows_it(project):
     predict.main(["--experiment", "only"])
     dev = pd.read_csv(project / "results" / "experiments" / "only" / "predictions" / "sst-dev.csv")
     assert (dev["prediction"] == 2).mean() > 0.9, dev["prediction"].value_counts()
+
+
+@pytest.mark.parametrize("distill,message", [
+    ({"teacher": "nobody"}, "unknown experiment or ensemble 'nobody'"),
+    ({"teacher": "s"}, "cannot be its own teacher"),
+    ({"teacher": "t", "tasks": ["sts"]}, "'sts' is not trained by this experiment"),
+    ({"teacher": "t", "weight": 1.5}, "distill.weight"),
+])
+def test_bad_distillation_params_say_which_key(tmp_path, distill, message):
+    from minbert.errors import MinBertError
+    from minbert.params import load_params
+
+    params = {"base": {"model": "m"},
+              "experiments": {"t": {}, "s": {"finetune": {"tasks": ["sst", "para"], "distill": distill}}}}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    with pytest.raises(MinBertError, match=message) as e:
+        load_params(path)
+    assert "\n" not in str(e.value) and "experiments.s.finetune.distill" in str(e.value)
+
+
+def test_pretraining_and_head_retraining_ignore_the_students_distillation(tmp_path):
+    from minbert import settings as S
+    from minbert.params import load_params
+
+    base_ft = {"distill": {"teacher": "t"}, "walk_through": ["para"], "epoch_unit": "sst"}
+    params = {"base": {"model": "m", "finetune": base_ft},
+              "pretrainings": {"pf": {"kind": "para_first"}},
+              "experiments": {"t": {"finetune": {"distill": None}},
+                              "s": {"pretrain": "pf", "retrain_heads": {"enabled": True}}}}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    lp = load_params(path)
+    assert lp.experiments["s"].finetune.distill.teacher == "t"
+    assert S.para_first_config(S.pretrain_settings(lp, "pf")).distill is None
+    assert S.retrain_settings(lp.experiments["s"]).train.distill is None
+    assert S.teachers(lp) == {"t": ["sst", "para", "sts"]}
