@@ -526,6 +526,8 @@ def target_sizes(sizes: dict[str, int], spec) -> dict[str, int]:
     else:
         raise MinBertError(f"downsample.mode: unknown mode {spec.mode!r} (none, smallest or fixed)")
     for task, cap in (spec.caps or {}).items():
+        if cap is None:              # no cap: an experiment lifting a cap its base sets
+            continue
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
             raise MinBertError(f"downsample.caps.{task}: {cap!r} is not a number of rows (an integer >= 0)")
         if task in out:

@@ -57,7 +57,8 @@ class Downsample(Strict):
     """How a stage subsamples its training data (seeded and stable: same seed, same rows)."""
     mode: Literal["none", "smallest", "fixed"] = "none"
     size: int | None = Field(None, gt=0)       # rows per task, for mode=fixed
-    caps: dict[Task, Annotated[int, Field(ge=0)]] = {}   # per-task upper bounds applied after `mode`
+    # per-task upper bounds applied after `mode`; null lifts a cap (caps merge key by key from base)
+    caps: dict[Task, Annotated[int, Field(ge=0)] | None] = {}
 
     @model_validator(mode="after")
     def _size_for_fixed(self):

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from minbert.data import (downsample, load_splits, raw_path, read_cs224n, read_nli, read_split,
                           split_by_group, target_sizes, write_split)
@@ -213,6 +214,18 @@ def test_target_sizes():
     assert target_sizes(sizes, Downsample(caps={"para": 10000})) == {**sizes, "para": 10000}
     assert target_sizes(sizes, Downsample(mode="smallest", caps={"sst": 100})) == \
         {"sst": 100, "para": 6040, "sts": 6040}
+
+
+def test_an_experiment_lifts_a_cap_of_its_base_with_null(tmp_path):
+    from minbert.params import load_params
+
+    params = {"base": {"model": "m", "finetune": {"downsample": {"mode": "none", "caps": {"para": 6040, "sst": 9}}}},
+              "experiments": {"capped": {}, "all": {"finetune": {"downsample": {"caps": {"para": None}}}}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    exps = load_params(tmp_path / "params.yaml").experiments
+    sizes = {"sst": 8544, "para": 14212, "sts": 6040}
+    assert target_sizes(sizes, exps["capped"].finetune.downsample) == {"sst": 9, "para": 6040, "sts": 6040}
+    assert target_sizes(sizes, exps["all"].finetune.downsample) == {"sst": 9, "para": 14212, "sts": 6040}
 
 
 def test_downsample_is_seeded_stable_and_independent():
