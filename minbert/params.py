@@ -98,7 +98,7 @@ class HeadsParams(Strict):
     sst: Literal["classifier", "prototypes"] = "classifier"
     prototypes_per_label: int = Field(100, ge=1, le=1000)
     sts_loss: Literal["mse", "pearson", "mse+pearson"] = "mse"
-    cosine_target: Literal["0_1", "-1_1"] = "0_1"   # how STS 0-5 is scaled for cosine heads
+    cosine_target: Literal["0_1", "-1_1"] = "0_1"   # how STS 0-5 is scaled for the `cosine` head (not cosine_linear)
     cosine_affine: bool = True                  # cosine heads learn a scale and shift (false: the plain cosine)
     shared: SharedParams | None = None          # dense layers shared by some tasks
     hidden_layers: Annotated[int, Field(ge=0, le=4)] | dict[Task, Annotated[int, Field(ge=0, le=4)]] = 0

@@ -16,16 +16,20 @@ import yaml
 
 from test_workflow import DVC, SNAKEMAKE, commands_run, dag, job_ids, make_copy, needs_dvc, needs_snakemake, run
 
-EVERY_EXPERIMENT = ("a", "b", "c")
+EVERY_EXPERIMENT = ("a", "b", "c", "d")
 
 
 def chain(*experiments: str, predictions_only: bool = False) -> set[str]:
-    """An experiment's jobs from fine-tuning (or predicting) on, plus what reads them."""
+    """An experiment's jobs from fine-tuning (or predicting) on, plus what reads them: the ensemble
+    of a and b reads their predictions; the teacher ab reads their models, and the student d its
+    outputs."""
     out = {"report"}
     for e in experiments:
         out |= {f"predict@{e}", f"evaluate@{e}"} | (set() if predictions_only else {f"finetune@{e}"})
         if e in ("a", "b"):
             out.add("ensemble@ab")
+            if not predictions_only:
+                out |= {"teach@ab"} | chain("d")
     return out
 
 
@@ -54,7 +58,8 @@ EDITS = {
                            chain(*EVERY_EXPERIMENT, predictions_only=True),
                            {"predict@a", "predict@b", "predict@c", "report"}),
     "para head of base": ("params", (("base", "finetune", "heads", "para"), "concat_mult"),
-                          {"pretrain@pf"} | chain("a", "c"), {"pretrain@pf", "finetune@a", "finetune@c", "report"}),
+                          {"pretrain@pf"} | chain("a", "c", "d"),
+                          {"pretrain@pf", "finetune@a", "finetune@c", "finetune@d", "report"}),
     "one experiment's lr": ("params", (("experiments", "a", "finetune", "lr"), 3e-4), chain("a"),
                             {"finetune@a", "report"}),
 }

@@ -27,8 +27,8 @@ needs_dvc = pytest.mark.skipif(DVC is None, reason="dvc is not installed (pip in
 # ---------------------------------------------------------------- helpers for end-to-end tests
 
 def tiny_params(model: str) -> dict:
-    """The demo data, a tiny random BERT: three experiments, an ensemble, an MLM pretraining and a
-    paraphrase-first pretraining (which reads base.finetune)."""
+    """The demo data, a tiny random BERT: three experiments, an ensemble, a student distilled from
+    it, an MLM pretraining and a paraphrase-first pretraining (which reads base.finetune)."""
     quick = {"epochs": 1, "batch_size": 8, "lr": 1.0e-4, "max_steps_per_epoch": 2,
              "downsample": {"mode": "fixed", "size": 32}}
     return {
@@ -39,9 +39,10 @@ def tiny_params(model: str) -> dict:
                          "pf": {"kind": "para_first", "epochs": 1, "batch_size": 8, "max_steps_per_epoch": 2}},
         "experiments": {"a": {"description": "plain"},
                         "b": {"seed": 2, "pretrain": "mlm_tiny", "finetune": {"heads": {"para": "concat"}}},
-                        "c": {"pretrain": "pf"}},
+                        "c": {"pretrain": "pf"},
+                        "d": {"finetune": {"distill": {"teacher": "ab", "weight": 0.5}}}},
         "ensembles": {"ab": {"members": ["a", "b"], "classification": "mean_prob"}},
-        "studies": [{"name": "s", "title": "Tiny study", "experiments": ["a", "b", "c", "ab"]}],
+        "studies": [{"name": "s", "title": "Tiny study", "experiments": ["a", "b", "c", "ab", "d"]}],
         "report": {"title": "tiny", "worst_k": 3},
     }
 
