@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import pearsonr
-from sklearn.metrics import accuracy_score
 
 from .tasks import LEADERBOARD_TASKS, TASKS
 
 
+# scipy and scikit-learn are imported where used: every stage start-up would pay a second for them
+
 def accuracy(pred, true) -> float:
+    from sklearn.metrics import accuracy_score
+
     return float(accuracy_score(np.asarray(true), np.asarray(pred)))
 
 
@@ -25,6 +27,8 @@ def pearson(pred, true) -> float:
     pred, true = np.asarray(pred, dtype=float), np.asarray(true, dtype=float)
     if len(pred) < 2 or np.std(pred) == 0 or np.std(true) == 0:
         return 0.0  # undefined correlation (constant predictions) scores as no correlation
+    from scipy.stats import pearsonr
+
     return float(pearsonr(pred, true)[0])
 
 

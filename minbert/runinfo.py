@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib.metadata
 import os
 import platform
 import resource
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
 
 from .io import clean_stale_temporaries, write_json
 from .jobs import Job, fingerprint_of
@@ -43,11 +43,18 @@ def peak_rss_mib() -> float:
     return round(kb / 1024, 1)
 
 
-def hardware(device: torch.device | str = "cpu") -> dict:
+def hardware(device="cpu") -> dict:
+    """Where the job ran. torch is asked only when the stage loaded it (evaluate, ensemble and the
+    report do not, and start faster without it)."""
+    torch = sys.modules.get("torch")
+    try:
+        version = torch.__version__ if torch else importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
     info = {"platform": platform.platform(), "python": platform.python_version(),
-            "torch": torch.__version__, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "torch": version, "cpu_count": os.cpu_count(), "threads": torch.get_num_threads() if torch else None,
             "device": str(device)}
-    if str(device).startswith("cuda") and torch.cuda.is_available():
+    if torch and str(device).startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
 
