@@ -32,7 +32,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workflow import dag  # noqa: E402
 
-from test_workflow import make_copy  # noqa: E402  (tests/ is on sys.path under pytest)
+from test_workflow import make_copy, tiny_params  # noqa: E402  (tests/ is on sys.path under pytest)
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm_cluster.sh"
@@ -122,6 +122,16 @@ class Run:
                                       f":\n{self.log[-5000:]}")
 
 
+def cluster_params() -> dict:
+    """The tiny pipeline less its second pretraining and its student (every rule but teach still
+    runs: data, pretraining, fine-tuning, prediction, evaluation, ensemble, report): each job through
+    Slurm costs a submission and two Python start-ups, on cores three pipelines share."""
+    p = tiny_params("models/tiny")
+    del p["experiments"]["c"], p["experiments"]["d"], p["pretrainings"]["pf"]
+    p["studies"] = [{"name": "s", "title": "Tiny study", "experiments": ["a", "b", "ab"]}]
+    return p
+
+
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory, repo_root, tiny_model_dir) -> dict[str, Run]:
     """The tiny pipeline three times at once: everything locally; everything through the profile as
@@ -143,7 +153,7 @@ def runs(cluster, tmp_path_factory, repo_root, tiny_model_dir) -> dict[str, Run]
     procs = {}
     for name, (cmd, env) in commands.items():
         folder = tmp_path_factory.mktemp(name)
-        make_copy(repo_root, folder, tiny_model_dir)
+        make_copy(repo_root, folder, tiny_model_dir, cluster_params())
         log = open(folder.parent / f"{folder.name}.log", "w")
         # one torch thread per stage: three pipelines share this machine's cores, and spinning
         # OpenMP threads on busy cores slow every run several-fold (the results do not depend on it:
