@@ -39,7 +39,7 @@ def tiny_params(model: str) -> dict:
                          "pf": {"kind": "para_first", "epochs": 1, "batch_size": 8, "max_steps_per_epoch": 2}},
         "experiments": {"a": {"description": "plain"},
                         "b": {"seed": 2, "pretrain": "mlm_tiny", "finetune": {"heads": {"para": "concat"}}},
-                        "c": {"pretrain": "pf"},
+                        "c": {"seed": 5, "pretrain": "pf"},
                         "d": {"finetune": {"distill": {"teacher": "ab", "weight": 0.5}}}},
         "ensembles": {"ab": {"members": ["a", "b"], "classification": "mean_prob"}},
         "studies": [{"name": "s", "title": "Tiny study", "experiments": ["a", "b", "c", "ab", "d"]}],
