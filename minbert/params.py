@@ -647,6 +647,11 @@ def model_tasks(exp: ExperimentParams) -> list[str]:
     return list(exp.finetune.tasks) + extra
 
 
+def shared_tasks(members: list[str], experiments: dict) -> set[str]:
+    """The tasks every one of `members`' final models has (what a teacher of them can predict)."""
+    return set.intersection(*(set(model_tasks(experiments[m])) for m in members))
+
+
 def teacher_members(teacher: str, experiments: dict, groups: dict, ensembles: dict) -> list[str] | None:
     """The experiments whose models a teacher averages (None: no such experiment or ensemble)."""
     if teacher in experiments:
@@ -737,7 +742,7 @@ def _check_combinations(params: Params, experiments: dict[str, ExperimentParams]
                 if dm is not None:
                     nxt += teacher_members(dm.teacher, experiments, groups, params.ensembles) or []
             chain = nxt
-        taught = set.intersection(*(set(model_tasks(experiments[m])) for m in members))
+        taught = shared_tasks(members, experiments)
         wanted = set(d.tasks or exp.finetune.tasks)
         if d.tasks is not None:
             untrained = [t for t in d.tasks if t not in exp.finetune.tasks]

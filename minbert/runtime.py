@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -21,6 +22,7 @@ def pick_device(setting: str = "auto") -> torch.device:
     return torch.device("cpu")
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_has_native_bf16() -> bool | None:
     """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); None where it cannot be told."""
     try:

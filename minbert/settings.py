@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .params import (DataParams, Downsample, EnsembleParams, ExperimentParams, FinetuneParams, LoadedParams, PretrainParams,
-                     SmartParams, Strict, deep_merge, model_tasks, teacher_members)
+                     SmartParams, Strict, deep_merge, shared_tasks, teacher_members)
 from .tasks import TASKS
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -136,8 +136,7 @@ def teachers(lp: LoadedParams) -> dict[str, list[str]]:
         d = exp.finetune.distill
         if d is not None and d.teacher not in out:
             members = teacher_members(d.teacher, lp.experiments, lp.groups, lp.params.ensembles)
-            taught = set.intersection(*(set(model_tasks(lp.experiments[m])) for m in members))
-            out[d.teacher] = sorted(taught, key=list(TASKS).index)
+            out[d.teacher] = sorted(shared_tasks(members, lp.experiments), key=list(TASKS).index)
     return out
 
 
