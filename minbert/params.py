@@ -178,6 +178,9 @@ class FinetuneParams(Strict):
     hidden_dropout: float | None = Field(None, ge=0, lt=1)     # overrides the checkpoint's hidden dropout
     attention_dropout: float | None = Field(None, ge=0, lt=1)  # overrides its attention dropout
     freeze_encoder: bool = False                # the frozen-encoder baseline
+    # a frozen encoder keeps its dropout active, as the course's code does (its BERT stays in
+    # train mode); off, the frozen encoder runs deterministically
+    frozen_encoder_dropout: bool = False
     gradient_checkpointing: bool = False
     heads: HeadsParams = HeadsParams()
     smart: SmartParams = SmartParams()
@@ -706,6 +709,9 @@ def _check_combinations(params: Params, experiments: dict[str, ExperimentParams]
         if ft.freeze_encoder and exp.retrain_heads.enabled:
             raise MinBertError(f"{where}: key '{key}.retrain_heads.enabled': the encoder is "
                                f"already frozen in finetune (finetune.freeze_encoder); drop one of them")
+        if ft.frozen_encoder_dropout and not ft.freeze_encoder:
+            raise MinBertError(f"{where}: key '{key}.finetune.frozen_encoder_dropout': applies to a frozen encoder "
+                               f"only and would do nothing here; drop it or set finetune.freeze_encoder: true")
         if ft.heads.sst == "prototypes" and "sst" in ft.tasks and not ft.freeze_encoder:
             raise MinBertError(f"{where}: key '{key}.finetune.heads.sst': a prototypes head compares sentences with "
                                f"prototypes embedded once, so it trains over a frozen encoder: train sst in "

@@ -296,7 +296,7 @@ def run_epoch(run: Run, state: TrainState, plan: Plan) -> dict:
                for i, t in enumerate(stage_tasks)}
     sums = {t: {"loss": 0.0, "n": 0, "pred": [], "true": []} for t in stage_tasks}
     run.model.train()
-    if cfg.freeze_encoder:
+    if cfg.freeze_encoder and not cfg.frozen_encoder_dropout:
         run.model.encoder.eval()
     t0, n_examples, lr = time.perf_counter(), 0, 0.0
     desc = (f"{'+'.join(stage_tasks)} " if len(plan.stages) > 1 else "") + f"epoch {state.epoch + 1}/{cfg.epochs}"

@@ -109,6 +109,10 @@ def test_settings_that_would_do_nothing_or_disagree_are_refused():
     assert "key 'experiments.a.finetune.heads.sst': a prototypes head" in error_of(raw)
     validate_params(with_(experiments__a={"finetune": {"tasks": ["para", "sts"], "heads": {"sst": "prototypes"}},
                                           "retrain_heads": {"enabled": True, "tasks": ["sst"]}}))
+    # the frozen encoder's dropout is a setting of a frozen encoder only
+    raw = with_(experiments__a={"finetune": {"frozen_encoder_dropout": True}})
+    assert "key 'experiments.a.finetune.frozen_encoder_dropout': applies to a frozen encoder only" in error_of(raw)
+    validate_params(with_(experiments__a={"finetune": {"freeze_encoder": True, "frozen_encoder_dropout": True}}))
     # extra transformer layers are for one-sentence tasks; walked tasks must be trained
     assert "extra_layers lists sts" in error_of(with_(experiments__a={"finetune": {"heads": {"extra_layers": {"sts": 2}}}}))
     raw = with_(experiments__a={"finetune": {"tasks": ["sst", "sts"], "walk_through": ["para"]}})
