@@ -161,7 +161,7 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
 
     # the report reads every earlier output but the models (minbert.report.data loads them by the layout)
     reads = [o for j in out for o in j.outputs if not o.endswith(("/model.pt", "/model"))]
-    add("report", None, S.report_settings(lp), reads, [L.final_report, L.experiment_reports])
+    add("report", None, S.report_settings(lp), reads, [L.final_report, L.experiment_reports], [L.summary_metrics])
     return _link(out)
 
 

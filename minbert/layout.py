@@ -19,6 +19,8 @@ engines want them.
       state/<stage>/<name>/                           resumable state of a running job (not an output)
       logs/<stage>[/<name>].log, benchmarks/...       Snakemake's per-job logs and benchmarks
       cache/tokens/                                   tokenised texts (shared, keyed by content)
+      metrics.json                                    report: every experiment's headline scores
+                                                      (the one metrics file DVC compares)
     reports/
       final.html, experiments/<E>.html                report
 """
@@ -131,6 +133,12 @@ class Layout:
         return self._r("cache", "tokens")
 
     # ------------------------------------------------------------ reports
+    @property
+    def summary_metrics(self) -> str:
+        """Every experiment's and ensemble's overall dev (and test) score in one file: what
+        `dvc exp show` compares."""
+        return self._r("metrics.json")
+
     @property
     def final_report(self) -> str:
         return f"{self.reports.rstrip('/')}/final.html"

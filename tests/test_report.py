@@ -320,6 +320,22 @@ def test_pages_exist_for_every_experiment_seed_and_ensemble(rendered):
     assert (out / "final.html") in rendered["written"]
 
 
+def test_summary_metrics_hold_every_run_overall_score(rendered):
+    """results/metrics.json, the one file DVC compares: each run's overall dev and test score as its
+    own metrics.json has it; a run without an overall score is left out rather than shown as 0."""
+    layout = rendered["layout"]
+    summary = json.loads(Path(layout.summary_metrics).read_text())
+    expected = {}
+    for folder in [*Path(layout.results, "experiments").iterdir(), *Path(layout.results, "ensembles").iterdir()]:
+        if (folder / "metrics.json").is_file():
+            m = json.loads((folder / "metrics.json").read_text())
+            scores = {s: m[s]["overall"] for s in ("dev", "test") if (m.get(s) or {}).get("overall") is not None}
+            if scores:
+                expected[folder.name] = scores
+    assert expected and summary == expected
+    assert all(set(v) <= {"dev", "test"} for v in summary.values())
+
+
 def test_study_table_values_intervals_deltas_and_best_marks(rendered):
     """Every cell of every table against minbert.stats on the same files: the value (metrics.json),
     its interval, the difference from the baseline with its paired interval, the significance mark

@@ -307,9 +307,22 @@ def test_dvc_experiments_and_revisions_compare(dvc_repo):
         assert len(exps) == 2
         for exp in exps:
             data = exp["revs"][0]["data"]
-            assert "results/experiments/c/metrics.json" in data["metrics"]
-            assert data["metrics"]["results/experiments/c/metrics.json"]["data"]["dev"]["overall"] > 0
+            # one metrics file: the report's summary of every experiment's headline scores
+            assert set(data["metrics"]) == {"results/metrics.json"}
+            summary = data["metrics"]["results/metrics.json"]["data"]
+            assert set(summary) == {"a", "b", "c", "d", "ab"} and summary["c"]["dev"] > 0
             assert "params.yaml" in data["params"]
+        # the two experiments side by side: the params they set and the scores that moved, at a glance
+        table = run([DVC, "exp", "show", "--only-changed", "--csv", "--hide-workspace"], dvc_repo)
+        header = table.strip().splitlines()[0].split(",")
+        fixed = {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
+        changed = [c for c in header if c not in fixed]
+        # DVC adds a hash column per dependency that moved: here only experiment c's own chain
+        deps = [c for c in changed if c.startswith(("results/", "reports/", "data/"))]
+        assert all(re.search(r"/c(/|\.json$)", c) or c == "results/jobs/report.json" for c in deps), header
+        # the rest: the two keys the experiments set and, where they moved, c's headline scores
+        assert set(changed) - set(deps) - {"c.dev", "c.test"} == {"experiments.c.seed", "experiments.c.finetune.lr"}, \
+            header
         shown_c = [exp["revs"][0]["data"]["params"]["params.yaml"]["data"]["experiments"]["c"] for exp in exps]
         assert 6 in {c.get("seed") for c in shown_c}
         assert 2e-4 in {c.get("finetune", {}).get("lr") for c in shown_c}
@@ -325,7 +338,9 @@ def test_dvc_experiments_and_revisions_compare(dvc_repo):
         run(["git", "commit", "-q", "-m", "lr of c"], dvc_repo)
         diff = run([DVC, "metrics", "diff", "HEAD~1", "HEAD", "--json"], dvc_repo)
         changed = json.loads(diff[diff.index("{"):])
-        assert "results/experiments/c/metrics.json" in changed and "results/experiments/b/metrics.json" not in changed
+        assert set(changed) == {"results/metrics.json"}
+        moved = changed["results/metrics.json"]
+        assert "c.dev" in moved and not [k for k in moved if k.startswith("b.")]
         plots = run([DVC, "plots", "diff", "HEAD~1", "HEAD", "--json"], dvc_repo)
         assert "results/experiments/c/finetune/history.csv" in plots
     finally:

@@ -186,12 +186,16 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO) -> dict
         "outs": [{LAYOUT.job_files: {"persist": True, "cache": False}}],
     }}
     for job in all_jobs:
-        st: dict = {"cmd": job.cmd, "deps": [LAYOUT.job_file(job.stage, job.name)] + job.deps + _code(job, repo),
-                    "outs": job.outs + [job.run_record]}
-        # metrics and curves are cached like any output: DVC reads them for every commit and
-        # experiment from its cache (`dvc exp show`, `dvc metrics diff`, `dvc plots diff`)
-        if job.metrics:
-            st["metrics"] = job.metrics
+        # the description file holds the content hash of the job's code closure: it changes when
+        # that code does, so the code files are not listed again here (the resolve stage reads them)
+        # DVC compares one metrics file, the report's summary (`dvc exp show` stays readable); each
+        # job's own metrics file is a cached output like the others. Metrics and curves are cached:
+        # DVC reads them for every commit and experiment (`dvc exp show`, `metrics diff`, `plots diff`)
+        metrics = [m for m in job.metrics if m == LAYOUT.summary_metrics]
+        st: dict = {"cmd": job.cmd, "deps": [LAYOUT.job_file(job.stage, job.name)] + job.deps,
+                    "outs": job.outs + [m for m in job.metrics if m not in metrics] + [job.run_record]}
+        if metrics:
+            st["metrics"] = metrics
         if job.plots:
             st["plots"] = job.plots
         stages[_dvc_stage_name(job)] = st

@@ -13,7 +13,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from tqdm import tqdm
 
-from ..io import write_text
+from ..io import write_json, write_text
 from ..layout import Layout
 from ..metrics import pearson
 from ..params import LoadedParams
@@ -267,6 +267,18 @@ def experiment_context(data: ReportData, name: str, book: ScoreBook | None = Non
 
 # ------------------------------------------------------------------ entry point
 
+def summary_metrics(data: ReportData) -> dict:
+    """The headline of every experiment and ensemble: its overall score on dev and, where the test
+    split is labelled, on test; one small file for `dvc exp show` and `dvc metrics diff`."""
+    out = {}
+    for name, run in data.runs.items():
+        scores = {split: run.split_metrics(split).get("overall") for split in ("dev", "test")}
+        scores = {split: score for split, score in scores.items() if score is not None}
+        if scores:
+            out[name] = scores
+    return out
+
+
 def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: Path = TEMPLATES,
                    progress: bool = True) -> list[Path]:
     """Write the final report and one page per experiment and ensemble; returns the paths written."""
@@ -286,6 +298,7 @@ def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: P
     html = env.get_template("final.html.j2").render(**final_context(data, book, analyses))
     write_text(layout.final_report, html)
     written.append(Path(layout.final_report))
+    write_json(layout.summary_metrics, summary_metrics(data))
     # A page of an experiment no longer in params.yaml would be linked from nowhere and mislead.
     for stale in sorted(set(Path(layout.experiment_reports).glob("*.html")) - set(written)):
         stale.unlink()
