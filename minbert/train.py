@@ -253,6 +253,7 @@ def save_state(run: Run, state: TrainState) -> None:
                 "state": asdict(state), "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
                 "teacher": run.teacher.module.state_dict() if run.teacher is not None else None,
                 "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if run.device.type == "cuda" else None,
                 "generators": {k: g.get_state() for k, g in run.generators.items()}}, run.last_path)
 
 
@@ -278,6 +279,8 @@ def resume_state(run: Run) -> TrainState | None:
     if run.teacher is not None and ck.get("teacher") is not None:
         run.teacher.module.load_state_dict(ck["teacher"])
     torch.set_rng_state(ck["torch_rng"])
+    if run.device.type == "cuda" and ck.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state_all(ck["cuda_rng"])
     for k, g in run.generators.items():
         g.set_state(ck["generators"][k])
     state = TrainState(**ck["state"])
@@ -386,8 +389,10 @@ def diverged(run: Run, what: str) -> None:
     it would diverge again, and with other settings it would not be resumed."""
     if run.dist.main:
         shutil.rmtree(run.state_dir, ignore_errors=True)
-    raise MinBertError(f"training diverged: {what}; lower the learning rate, enable grad_clip or disable bf16, "
-                       f"then run again (nothing was written)")
+    advice = ["lower the learning rate"] + ([] if run.cfg.grad_clip else ["set grad_clip (e.g. 1.0)"]) + \
+        (["set precision: fp32"] if run.bf16 else [])
+    raise MinBertError(f"training diverged: {what}; {', '.join(advice[:-1]) + ' or ' if len(advice) > 1 else ''}"
+                       f"{advice[-1]}, then run again (nothing was written)")
 
 
 # ---------------------------------------------------------------- end of an epoch
@@ -468,7 +473,9 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     sizes = {t: len(train[t]) for t in tasks}
     if description is None:
         description = {"settings": {"finetune": cfg.model_dump(), "seed": seed, "bf16": bf16}, "sizes": sizes}
-    description = {**description, "world": dist_info.world}
+    # where and how it runs: a state saved on one device type or in one precision never resumes in another
+    description = {**description, "world": dist_info.world, "device_type": device.type,
+                   "precision": "bf16" if bf16 else "fp32"}
     model.to(device)
     if cfg.freeze_encoder:
         model.encoder.freeze(True)

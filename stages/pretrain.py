@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from minbert.pretrain import pretrain
 from minbert.runinfo import running
-from minbert.runtime import pick_device, setup_logging
+from minbert.runtime import pick_device, resolve_precision, setup_logging
 from minbert.settings import PretrainSettings
 from minbert.weights import resolve_model
 
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     s = PretrainSettings(**the_job.settings)
     setup_logging()
     with running(the_job, pick_device(s.device), [resolve_model(s.model)], main_process()) as r:
+        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
         metrics = pretrain(s, L.data, L.pretrain_model(args.name), L.pretrain_history(args.name),
                            L.pretrain_metrics(args.name), start_model=s.model, cache_dir=L.token_cache,
                            state_dir=L.state("pretrain", args.name), description=r.description, name=args.name)
