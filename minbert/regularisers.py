@@ -46,6 +46,7 @@ def smart_adversarial_loss(
     steps: int = 1,
     generator: torch.Generator | None = None,
     zero_perturbation: bool = False,
+    ascent_grads: list | None = None,
 ) -> Tensor:
     """SMART's smoothness-inducing adversarial term ℓ_s(f(x + δ), f(x)) for one batch.
 
@@ -62,32 +63,47 @@ def smart_adversarial_loss(
         generator for a CUDA model gives the same δ₀ on every device).
     zero_perturbation: evaluate at δ = 0 (no noise, no ascent); the term is then exactly zero
         when forward_fn is deterministic (dropout off), which tests use.
+    ascent_grads: when a list, each ascent step's gradient g is appended to it (for inspection).
+
+    Precision: δ (ε = 1e-5 by default) is far below bf16's resolution (about 4e-3 relative), so
+    under bf16 autocast the perturbed pass would round x + δ back to x and the ascent would follow
+    rounding noise. The term is therefore computed in float32 whatever the autocast: with autocast
+    on, the clean output is recomputed in float32 (with its graph) and every pass of this term runs
+    with autocast off.
 
     The ascent only needs ∇_δ: it runs on detached embeddings and a detached clean output, takes
     the gradient with `torch.autograd.grad` and frees each graph immediately. The returned term
     is differentiable with respect to the model through both f(x + δ) and f(x) (`clean_out` is
     not detached), as in the reference implementations; δ itself is a constant.
     """
-    if zero_perturbation:
-        delta = torch.zeros_like(embeds)
-    else:
-        # Draw on the generator's device (a CPU generator may drive a CUDA model), then move.
-        noise_device = generator.device if generator is not None else embeds.device
-        noise = torch.randn(embeds.shape, generator=generator, device=noise_device,
-                            dtype=embeds.dtype).to(embeds.device)
-        delta = (noise * noise_var).clamp(-epsilon, epsilon)
-        x, target = embeds.detach(), clean_out.detach()
-        for _ in range(steps):
-            delta.requires_grad_(True)
-            with torch.enable_grad():
-                adv_loss = divergence(forward_fn(x + delta), target, kind)
-                (grad,) = torch.autograd.grad(adv_loss, delta)
-            # Overflow in low precision must not poison δ: non-finite entries take no step.
-            grad = torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
-            direction = grad / (_per_example_inf_norm(grad) + 1e-12)
-            delta = (delta.detach() + step_size * direction).clamp(-epsilon, epsilon)
-        delta = delta.detach()
-    return divergence(forward_fn(embeds + delta), clean_out, kind)
+    device_type = embeds.device.type
+    low_precision = torch.is_autocast_enabled(device_type)
+    with torch.autocast(device_type, enabled=False):
+        embeds = embeds if embeds.dtype in (torch.float32, torch.float64) else embeds.float()
+        if low_precision:   # the reference output in float32 too, or the term measures bf16 rounding
+            clean_out = forward_fn(embeds)
+        if zero_perturbation:
+            delta = torch.zeros_like(embeds)
+        else:
+            # Draw on the generator's device (a CPU generator may drive a CUDA model), then move.
+            noise_device = generator.device if generator is not None else embeds.device
+            noise = torch.randn(embeds.shape, generator=generator, device=noise_device,
+                                dtype=embeds.dtype).to(embeds.device)
+            delta = (noise * noise_var).clamp(-epsilon, epsilon)
+            x, target = embeds.detach(), clean_out.detach()
+            for _ in range(steps):
+                delta.requires_grad_(True)
+                with torch.enable_grad():
+                    adv_loss = divergence(forward_fn(x + delta), target, kind)
+                    (grad,) = torch.autograd.grad(adv_loss, delta)
+                # Overflow must not poison δ: non-finite entries take no step.
+                grad = torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
+                if ascent_grads is not None:
+                    ascent_grads.append(grad)
+                direction = grad / (_per_example_inf_norm(grad) + 1e-12)
+                delta = (delta.detach() + step_size * direction).clamp(-epsilon, epsilon)
+            delta = delta.detach()
+        return divergence(forward_fn(embeds + delta), clean_out, kind)
 
 
 # ---------------------------------------------------------------- SMART: Bregman proximal point
