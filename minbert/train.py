@@ -80,14 +80,19 @@ def init_distributed(device_setting: str = "auto") -> tuple[DistInfo, torch.devi
     return DistInfo(rank, world), device
 
 
-def average_gradients(params: list[torch.nn.Parameter], world: int) -> None:
+def average_gradients(params: list[torch.nn.Parameter], world: int, flag: torch.Tensor | None = None) -> None:
+    """Average the gradients over the ranks (one all-reduce); `flag` (a float tensor, e.g. this
+    update's count of non-finite losses) rides along and comes back summed over the ranks."""
     if world <= 1:
         return
     # every rank runs the same tasks, so the same parameters have no gradient on all ranks; they
     # stay None (a zero gradient would let AdamW move them by momentum and weight decay, unlike one process)
     grads = [p.grad for p in params if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    extra = [flag.reshape(-1).to(grads[0].dtype)] if flag is not None else []
+    flat = torch.cat([g.reshape(-1) for g in grads] + extra)
     dist.all_reduce(flat)
+    if flag is not None:
+        flag.copy_(flat[-flag.numel():].view_as(flag))
     flat /= world
     offset = 0
     for g in grads:
@@ -290,6 +295,39 @@ def resume_state(run: Run) -> TrainState | None:
 
 # ---------------------------------------------------------------- one epoch
 
+CHECK_EVERY = 50    # updates between the host's reads of the device's running totals (non-finite losses)
+
+
+class EpochTotals:
+    """An epoch's running totals, kept where they are computed: losses and outputs on the device,
+    labels and counts on the host (which knew them first). The host reads the device's part once
+    per CHECK_EVERY updates (the non-finite check) and at the end of the epoch (the history row),
+    never per batch."""
+
+    def __init__(self, tasks: list[str], device: torch.device):
+        self.tasks = list(tasks)
+        self.loss = {t: torch.zeros((), device=device) for t in tasks}       # Σ loss · n
+        self.outputs: dict[str, list[torch.Tensor]] = {t: [] for t in tasks}
+        self.labels: dict[str, list[np.ndarray]] = {t: [] for t in tasks}
+        self.n = {t: 0 for t in tasks}
+        # the first update whose loss of each task was not finite (-1: none yet)
+        self.first_bad = torch.full((len(tasks),), -1, dtype=torch.long, device=device)
+        self.flag = torch.zeros(1, device=device)      # non-finite losses this update (all ranks after the all-reduce)
+        self.flagged = torch.zeros(1, device=device)   # summed over the epoch's updates so far
+
+    def add(self, task: str, loss: torch.Tensor, output: torch.Tensor, labels: np.ndarray, update: int) -> None:
+        n = len(labels)
+        loss = loss.detach().float()
+        self.loss[task] += loss * n
+        self.outputs[task].append(output.detach().float())
+        self.labels[task].append(labels)
+        self.n[task] += n
+        bad = ~torch.isfinite(loss)
+        k = self.tasks.index(task)
+        self.first_bad[k] = torch.where(bad & (self.first_bad[k] < 0), update, self.first_bad[k])
+        self.flag += bad
+
+
 def run_epoch(run: Run, state: TrainState, plan: Plan) -> dict:
     """Train the updates of the state's current epoch; returns the epoch's history row (train part)."""
     cfg, si = run.cfg, state.stage
@@ -297,7 +335,7 @@ def run_epoch(run: Run, state: TrainState, plan: Plan) -> dict:
     streams = {t: TaskStream(run.train[t], run.tokenizer, cfg.batch_size, run.seed + 101 * (i + 1), state.epoch,
                              run.dist, plan.walked(si, state.epoch, t) if t in cfg.walk_through else None)
                for i, t in enumerate(stage_tasks)}
-    sums = {t: {"loss": 0.0, "n": 0, "pred": [], "true": []} for t in stage_tasks}
+    totals = EpochTotals(stage_tasks, run.device)
     run.model.train()
     if cfg.freeze_encoder and not cfg.frozen_encoder_dropout:
         run.model.encoder.eval()
@@ -305,50 +343,81 @@ def run_epoch(run: Run, state: TrainState, plan: Plan) -> dict:
     desc = (f"{'+'.join(stage_tasks)} " if len(plan.stages) > 1 else "") + f"epoch {state.epoch + 1}/{cfg.epochs}"
     bar = tqdm(plan.epochs[(si, state.epoch)], desc=desc, unit="upd", leave=False, dynamic_ncols=True,
                disable=not (run.progress and run.dist.main), mininterval=1.0 if sys.stderr.isatty() else 15.0)
-    for update_tasks in bar:
-        lr = set_lr(run.optimizer, state.update, plan.total_updates, plan.warmup, cfg.lr_schedule)
-        run.optimizer.zero_grad(set_to_none=True)
-        pc_losses = []
-        for task in update_tasks:
-            batch = to_device(streams[task].next(), run.device)
-            loss, out = task_objective(run, task, batch)
-            if not torch.isfinite(loss):
-                diverged(run, f"non-finite {task} loss at stage {si} epoch {state.epoch + 1} update {state.update}")
-            weighted = cfg.task_weights.get(task, 1.0) * loss
-            if cfg.pcgrad and len(update_tasks) > 1:
-                pc_losses.append(weighted)
-            else:
-                weighted.backward()
-            n = len(batch["labels"])
-            n_examples += n * run.dist.world
-            s = sums[task]
-            s["loss"] += float(loss.detach()) * n
-            s["n"] += n
-            s["pred"].append(predictions(task, run.model.heads_cfg, out)["prediction"])
-            s["true"].append(batch["labels"].cpu().numpy())
-        if pc_losses:
-            from .regularisers import pcgrad_backward
+    for k, update_tasks in enumerate(bar):
+        batches = [(task, streams[task].next()) for task in update_tasks]     # built on the host
+        labels = [b["labels"].numpy() for _, b in batches]
+        orders = None
+        if cfg.pcgrad and len(batches) > 1:   # PCGrad's random order, drawn on the host before the step
+            from .regularisers import pcgrad_orders
 
-            pcgrad_backward(pc_losses, run.params, generator=run.generators["pcgrad"])
-        average_gradients(run.params, run.dist.world)
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
-        run.optimizer.step()
-        if run.teacher is not None:
-            run.teacher.update(run.model)
-        state.update += 1
+            orders = pcgrad_orders(len(batches), run.generators["pcgrad"])
+        lr = train_step(run, state, plan, batches, labels, totals, orders)
+        n_examples += sum(len(y) for y in labels) * run.dist.world
+        if (k + 1) % CHECK_EVERY == 0:
+            check_finite(run, state, totals)
         bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
     bar.close()
+    check_finite(run, state, totals)
     seconds = time.perf_counter() - t0
     state.examples += n_examples
     row = {"epoch": len(state.history) + 1, "stage": "+".join(stage_tasks), "lr": lr,
            "seconds": round(seconds, 2), "examples_per_second": round(n_examples / max(seconds, 1e-9), 1)}
-    for t, s in sums.items():
-        if s["n"]:   # drop round-robin / sampling may skip a task in a short epoch
+    for t in stage_tasks:
+        if totals.n[t]:   # drop round-robin / sampling may skip a task in a short epoch
             short = TASKS[t].metric
-            row[f"train_{t}_loss"] = s["loss"] / s["n"]
-            row[f"train_{t}_{short}"] = task_metric(t, np.concatenate(s["pred"]), np.concatenate(s["true"]))
+            pred = predictions(t, run.model.heads_cfg, torch.cat(totals.outputs[t]))["prediction"]
+            row[f"train_{t}_loss"] = float(totals.loss[t]) / totals.n[t]
+            row[f"train_{t}_{short}"] = task_metric(t, pred, np.concatenate(totals.labels[t]))
     return row
+
+
+def train_step(run: Run, state: TrainState, plan: Plan, batches: list[tuple[str, dict]], labels: list[np.ndarray],
+               totals: EpochTotals, orders: list[list[int]] | None = None) -> float:
+    """One update from host batches [(task, batch)] and their labels as the host has them: forward, backward (PCGrad when asked), the
+    all-reduce under torchrun, clip, step. The host reads no value the device computed (no sync):
+    labels stay on the host, losses and outputs go to `totals`. Returns the learning rate."""
+    cfg = run.cfg
+    lr = set_lr(run.optimizer, state.update, plan.total_updates, plan.warmup, cfg.lr_schedule)
+    run.optimizer.zero_grad(set_to_none=True)
+    totals.flag.zero_()
+    pc_losses = []
+    for (task, host_batch), y in zip(batches, labels):
+        batch = to_device(host_batch, run.device)
+        loss, out = task_objective(run, task, batch)
+        totals.add(task, loss, out, y, state.update)
+        weighted = cfg.task_weights.get(task, 1.0) * loss
+        if cfg.pcgrad and len(batches) > 1:
+            pc_losses.append(weighted)
+        else:
+            weighted.backward()
+    if pc_losses:
+        from .regularisers import pcgrad_backward
+
+        pcgrad_backward(pc_losses, run.params, world=run.dist.world, with_stats=False, orders=orders)
+    average_gradients(run.params, run.dist.world, totals.flag)
+    totals.flagged += totals.flag
+    if cfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip, foreach=True)
+    run.optimizer.step()
+    if run.teacher is not None:
+        run.teacher.update(run.model)
+    state.update += 1
+    return lr
+
+
+def check_finite(run: Run, state: TrainState, totals: EpochTotals) -> None:
+    """Stop the run when a loss went non-finite since the last check (one read of the device's
+    totals). Under torchrun the flag was summed over the ranks with the gradients, so every rank
+    stops at the same update and none waits in an all-reduce for one that has stopped."""
+    if float(totals.flagged) == 0:
+        return
+    first = totals.first_bad.tolist()
+    bad = [(u, t) for u, t in zip(first, totals.tasks) if u >= 0]
+    where = f"stage {state.stage} epoch {state.epoch + 1}"
+    if bad:
+        update, task = min(bad)
+        diverged(run, f"non-finite {task} loss at {where} update {update}")
+    diverged(run, f"non-finite loss in another process at {where} by update {state.update}")
 
 
 def task_objective(run: Run, task: str, batch: dict):
@@ -404,8 +473,8 @@ def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: fl
     if not run.dist.main:
         return
     dev = evaluate(run.model, run.dev, run.tokenizer, EVAL_BATCH_SIZE, run.device, run.bf16)
-    bad = [f"dev {k}" for k, v in dev.items() if not math.isfinite(v)] or \
-        ([] if all(torch.isfinite(p).all() for p in run.model.parameters()) else ["weights"])
+    finite = torch.stack([torch.isfinite(p).all() for p in run.model.parameters()]).all()   # one read
+    bad = [f"dev {k}" for k, v in dev.items() if not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
     if bad:
         diverged(run, f"non-finite {', '.join(bad[:3])} after the last update of epoch {row['epoch']}")
     for t in run.dev:
