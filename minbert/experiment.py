@@ -19,7 +19,7 @@ from .runtime import autocast, configure, pick_device, seed_everything, set_thre
 from .settings import FinetuneSettings, NetworkSettings, PredictSettings, RetrainSettings
 from .tasks import TASKS
 from .tokenizer import Tokenizer
-from .train import DistInfo, FitResult, fit, init_distributed
+from .train import DistInfo, FitResult, fit, init_distributed, shutdown_distributed
 from .weights import load_encoder
 
 log = logging.getLogger("minbert.experiment")
@@ -102,10 +102,13 @@ def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: 
     if dist_info.main:
         log.info("%s of %s on %s: %s", stage, name or "an experiment", device,
                  ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
-    return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed,
-               device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
-               resume=resume, stop_after_epochs=stop_after_epochs, evaluate_first=evaluate_first,
-               checkpoint_extra={"experiment": name, "stage": stage})
+    try:
+        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed,
+                   device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
+                   resume=resume, stop_after_epochs=stop_after_epochs, evaluate_first=evaluate_first,
+                   checkpoint_extra={"experiment": name, "stage": stage})
+    finally:
+        shutdown_distributed()
 
 
 def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir, out_dir, *, state_dir=None,
@@ -131,9 +134,12 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
         for p in model.shared.parameters():
             p.requires_grad_(False)
     init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, bf16))
-    return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed + 1,
-               device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
-               resume=resume, checkpoint_extra={"experiment": name, "stage": "retrain_heads"})
+    try:
+        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed + 1,
+                   device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
+                   resume=resume, checkpoint_extra={"experiment": name, "stage": "retrain_heads"})
+    finally:
+        shutdown_distributed()
 
 
 # ---------------------------------------------------------------- predictions

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -332,6 +333,15 @@ def _loss_summary(history: list[dict], before: float) -> dict:
 
 
 # ---------------------------------------------------------------- a pretraining job
+
+def refuse_torchrun() -> None:
+    """Pretraining runs in one process: MLM and NLI have no data-parallel loop, and under torchrun
+    every rank would train a duplicate and write the same model folder."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise MinBertError(f"pretraining runs in one process, not under torchrun ({world} processes); start it with "
+                           f"python -m stages.pretrain (torchrun is for the finetune stage)")
+
 
 def pretrain(s: PretrainSettings, data_dir, model_dir, history_path, metrics_path, *, start_model: str,
              cache_dir=None, state_dir=None, description: dict | None = None, name: str = "") -> dict:

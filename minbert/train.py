@@ -65,19 +65,35 @@ class DistInfo:
 
 
 def init_distributed(device_setting: str = "auto") -> tuple[DistInfo, torch.device | None]:
-    """Under torchrun (WORLD_SIZE > 1) start the process group; gloo on CPU, nccl on CUDA."""
+    """Under torchrun (WORLD_SIZE > 1) start the process group; gloo on CPU, nccl on CUDA. The
+    rank's GPU is set first and named to the group (`device_id`), so NCCL binds each rank to its own
+    device; `shutdown_distributed` ends the group."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo(), None
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     use_cuda = torch.cuda.is_available() and device_setting != "cpu"
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
     device = torch.device(f"cuda:{local}") if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
     return DistInfo(rank, world), device
+
+
+def shutdown_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def refuse_batch_statistics_under_ddp(cfg: FinetuneParams, tasks: list[str], world: int) -> None:
+    """The correlation loss is a statistic of the whole batch: under torchrun each process would
+    compute it on its slice (one pair per rank at batch 8 on 8 GPUs: no gradient at all)."""
+    if world > 1 and cfg.heads.sts_loss != "mse" and any(TASKS[t].kind == "regression" for t in tasks):
+        raise MinBertError(f"finetune.heads.sts_loss '{cfg.heads.sts_loss}' is a correlation over the whole batch, "
+                           f"which {world} processes would each compute on their slice; run this experiment in one "
+                           f"process (python -m stages.finetune) or use sts_loss: mse")
 
 
 def average_gradients(params: list[torch.nn.Parameter], world: int, flag: torch.Tensor | None = None) -> None:
@@ -539,6 +555,7 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     missing = [t for t in tasks if train[t].labels is None or len(train[t]) == 0]
     if missing:
         raise MinBertError(f"training split of task '{missing[0]}' is empty or unlabelled; check the prepared data")
+    refuse_batch_statistics_under_ddp(cfg, tasks, dist_info.world)
     sizes = {t: len(train[t]) for t in tasks}
     if description is None:
         description = {"settings": {"finetune": cfg.model_dump(), "seed": seed, "bf16": bf16}, "sizes": sizes}

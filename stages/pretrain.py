@@ -6,7 +6,7 @@ pretraining, so all experiments with the same one share this single output.
 """
 from __future__ import annotations
 
-from minbert.pretrain import pretrain
+from minbert.pretrain import pretrain, refuse_torchrun
 from minbert.runinfo import running
 from minbert.runtime import pick_device, resolve_precision, setup_logging
 from minbert.settings import PretrainSettings
@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--name", required=True, help="pretraining name in params.yaml `pretrainings:`")
     args = p.parse_args(argv)
+    refuse_torchrun()
     the_job, L = job(args, "pretrain", args.name)
     s = PretrainSettings(**the_job.settings)
     setup_logging()
