@@ -133,10 +133,11 @@ class TaskStream:
     restart each epoch: it continues where the last epoch stopped, in passes over all its data."""
 
     def __init__(self, data: TaskData, tokenizer: Tokenizer, batch_size: int, seed: int, epoch: int,
-                 dist_info: DistInfo, walked: int | None = None):
+                 dist_info: DistInfo, walked: int | None = None, features=None):
         from .batching import BucketBatchSampler
 
         self.data, self.tokenizer, self.dist = data, tokenizer, dist_info
+        self.features = features     # a frozen encoder's stored embeddings (minbert.frozen): batches of those
         self.sampler = BucketBatchSampler(data.lengths(), batch_size, shuffle=True, seed=seed)
         self.epoch, self.cycle, self.walking = epoch, 0, walked is not None
         self.seed, self.batches = seed, 0
@@ -165,20 +166,27 @@ class TaskStream:
             swap = (rng.random(len(idx)) < 0.5).tolist()
         self.batches += 1
         keep = list(range(len(idx)))[self.dist.rank::self.dist.world] or [0]
-        return collate(self.data, [idx[k] for k in keep], self.tokenizer,
-                       None if swap is None else [swap[k] for k in keep])
+        rows, swaps = [idx[k] for k in keep], None if swap is None else [swap[k] for k in keep]
+        if self.features is not None:
+            return self.features.batch(rows, swaps)
+        return collate(self.data, rows, self.tokenizer, swaps)
 
 
 # ---------------------------------------------------------------- evaluation
 
 def evaluate(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, batch_size: int,
-             device, bf16: bool) -> dict[str, float]:
-    """Dev metrics and losses of every labelled task, plus overall/mean when they apply."""
+             device, bf16: bool, features: dict | None = None) -> dict[str, float]:
+    """Dev metrics and losses of every labelled task, plus overall/mean when they apply; a task
+    with stored embeddings of a frozen encoder (`features`, minbert.frozen) runs its head only."""
     out: dict[str, float] = {}
+    amp = lambda: autocast(device, bf16)  # noqa: E731
     for task, data in dev.items():
         if data.labels is None or len(data) == 0:
             continue
-        res = predict_task(model, data, tokenizer, batch_size, device, lambda: autocast(device, bf16))
+        if features and task in features:
+            res = features[task].predict(model, amp)
+        else:
+            res = predict_task(model, data, tokenizer, batch_size, device, amp)
         out[TASKS[task].metric_key] = task_metric(task, res["prediction"], data.labels)
         out[f"{task}_loss"] = res["loss"]
     return summarise(out)
@@ -256,6 +264,8 @@ class Run:
     description: dict
     checkpoint_extra: dict
     progress: bool
+    features: dict = field(default_factory=dict)       # task -> its training split's stored embeddings
+    dev_features: dict = field(default_factory=dict)   # task -> its dev split's (minbert.frozen)
 
     @property
     def last_path(self) -> Path:
@@ -349,7 +359,8 @@ def run_epoch(run: Run, state: TrainState, plan: Plan) -> dict:
     cfg, si = run.cfg, state.stage
     stage_tasks = plan.stages[si]
     streams = {t: TaskStream(run.train[t], run.tokenizer, cfg.batch_size, run.seed + 101 * (i + 1), state.epoch,
-                             run.dist, plan.walked(si, state.epoch, t) if t in cfg.walk_through else None)
+                             run.dist, plan.walked(si, state.epoch, t) if t in cfg.walk_through else None,
+                             run.features.get(t))
                for i, t in enumerate(stage_tasks)}
     totals = EpochTotals(stage_tasks, run.device)
     run.model.train()
@@ -448,6 +459,9 @@ def task_objective(run: Run, task: str, batch: dict):
         return distill_loss(task, model.heads_cfg, out, labels, soft, cfg.distill.weight, cfg.distill.temperature)
 
     with run.amp():
+        if "emb" in inputs:   # a frozen encoder's stored embeddings: the heads only
+            out = model.head_forward(task, inputs["emb"])
+            return loss_of(out), out
         if not cfg.smart.enabled or (cfg.smart.tasks is not None and task not in cfg.smart.tasks):
             out = model(task, inputs)
             return loss_of(out), out
@@ -488,7 +502,7 @@ def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: fl
     state.seconds = time.perf_counter() - t_start
     if not run.dist.main:
         return
-    dev = evaluate(run.model, run.dev, run.tokenizer, EVAL_BATCH_SIZE, run.device, run.bf16)
+    dev = evaluate(run.model, run.dev, run.tokenizer, EVAL_BATCH_SIZE, run.device, run.bf16, run.dev_features)
     finite = torch.stack([torch.isfinite(p).all() for p in run.model.parameters()]).all()   # one read
     bad = [f"dev {k}" for k, v in dev.items() if not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
     if bad:
@@ -584,6 +598,7 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
         state_dir.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(state_dir)
     state = (resume_state(run) if resume else None) or TrainState()
+    store_frozen_features(run, plan)
     if evaluate_first and state.dev_before is None and dist_info.main:
         state.dev_before = evaluate(model, dev, tokenizer, EVAL_BATCH_SIZE, device, bf16)
     t_start = time.perf_counter() - state.seconds
@@ -600,6 +615,28 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     if dist_info.main:
         finish(run, state, out_dir)
     return _result(state, t_start)
+
+
+def store_frozen_features(run: Run, plan: Plan) -> None:
+    """A frozen, deterministic encoder's embeddings, computed once (minbert.frozen): for the dev
+    splits (evaluated every epoch) and for each training split the run will walk through at least
+    once (a task of which it draws fewer rows is cheaper to embed batch by batch)."""
+    from .frozen import FrozenFeatures, cacheable
+
+    cfg = run.cfg
+    for si, stage_tasks in enumerate(plan.stages):
+        for task in stage_tasks:
+            drawn = sum(task in update for e in range(cfg.epochs) for update in plan.epochs[(si, e)])
+            if cacheable(run.model, cfg, task) and drawn * cfg.batch_size >= len(run.train[task]) \
+                    and task not in run.features:
+                run.features[task] = FrozenFeatures(run.model, run.train[task], run.tokenizer, run.device, run.amp)
+    if run.dist.main:
+        for task, data in run.dev.items():
+            if cacheable(run.model, cfg, task) and data.labels is not None and len(data) and task in run.model.heads:
+                run.dev_features[task] = FrozenFeatures(run.model, data, run.tokenizer, run.device, run.amp)
+    if run.features or run.dev_features:
+        log.info("frozen encoder: embeddings computed once for %s", ", ".join(
+            [f"{t} train" for t in run.features] + [f"{t} dev" for t in run.dev_features]))
 
 
 def finish(run: Run, state: TrainState, out_dir: Path) -> None:
