@@ -3,6 +3,8 @@ run.json, part of the resume fingerprint with the device type; the old `bf16` ke
 replaced it; SMART's perturbation in float32 under bf16 autocast."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import yaml
@@ -71,3 +73,24 @@ def test_a_state_saved_in_another_precision_is_not_resumed(tiny_model_dir, tmp_p
     notice = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]
     assert len(notice) == 1 and "precision: 'fp32' -> 'bf16'" in notice[0]
     assert len(res.history) == 2
+
+
+def test_deterministic_pins_the_algorithms_and_runs_on_cpu(tiny_model_dir, tmp_path, monkeypatch):
+    """`deterministic: true` runs (no op of the step lacks a deterministic kernel) and sets torch's
+    deterministic mode, cuDNN without autotuning and a fixed cuBLAS workspace."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic, \
+        torch.backends.cudnn.benchmark
+    data = write_prepared(tmp_path / "data", n_train=16, n_dev=16)
+    exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=3, schedule="simultaneous", pcgrad=True,
+                   smart={"enabled": True}).model_copy(update={"deterministic": True})
+    try:
+        a = finetune_experiment(exp, data, tmp_path / "a")
+        assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+        assert not torch.backends.cudnn.benchmark
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        b = finetune_experiment(exp, data, tmp_path / "b")
+        assert a.best_dev == b.best_dev
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1], before[2]
