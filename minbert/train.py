@@ -525,7 +525,13 @@ def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: fl
         state.best_dev = {k: v for k, v in dev.items() if not k.endswith("_loss")}
         torch_save(checkpoint_dict(run.model, run.tokenizer, epoch=row["epoch"], dev_metrics=state.best_dev,
                                    **run.checkpoint_extra), run.best_path)
-    save_state(run, state)
+    # the resumable state every `checkpoint_every` epochs and at the end of each stage (a later
+    # stage starts from it); the last epoch's is not needed: the run finishes right after it
+    last_of_stage = state.epoch == run.cfg.epochs
+    if last_of_stage and state.stage + 1 == len(plan.stages):
+        return
+    if state.epoch % run.cfg.checkpoint_every == 0 or last_of_stage:
+        save_state(run, state)
 
 
 def end_of_stage(run: Run, state: TrainState, plan: Plan) -> None:
