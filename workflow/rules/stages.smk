@@ -13,8 +13,8 @@ for stage_name in dict.fromkeys(j.stage for j in JOBS):   # in DAG order
     sample_job = next(j for j in JOBS if j.stage == stage_name)
     # a job that asks for GPUs runs on GPUs of its own (workflow/gpu_slot.py: Snakemake caps how many
     # such jobs run at once, not which device each gets)
-    on_own_gpus = "python -m workflow.gpu_slot --count {resources.gpu} -- " \
-        if "gpu" in dag.stage_resources(stage_name, GPUS) else ""
+    shell_cmd = "python -m workflow.gpu_slot --count {resources.gpu} -- {params.cmd} > {log} 2>&1" \
+        if "gpu" in dag.stage_resources(stage_name, GPUS) else "{params.cmd} > {log} 2>&1"
     if config.get("in_process", False):
         rule:
             name: stage_name
@@ -35,7 +35,7 @@ for stage_name in dict.fromkeys(j.stage for j in JOBS):   # in DAG order
             threads: dag.STAGE_RESOURCES[stage_name]["threads"]
             resources: **dag.stage_resources(stage_name, GPUS)
             conda: "../envs/minbert.yaml"
-            shell: on_own_gpus + "{params.cmd} > {log} 2>&1"
+            shell: shell_cmd
 
 
 onsuccess:
