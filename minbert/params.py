@@ -194,6 +194,9 @@ class FinetuneParams(Strict):
     # epochs between resumable states (last.pt: model, optimiser, SMART's teacher, RNGs; 1.3-1.8 GB
     # on bert-base): an interrupted run resumes, exactly, from the last one saved
     checkpoint_every: int = Field(1, ge=1)
+    # torch.compile the encoder (fused kernels, fewer launches: for a GPU; measure with
+    # bench/gpu_train.py --compile); the weights and checkpoints are the same modules
+    compile: bool = False
 
     @field_validator("tasks")
     @classmethod

@@ -593,6 +593,8 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
 
         teacher = MomentumTeacher(model, cfg.smart.beta)
         teacher.module.eval()   # the Bregman term compares with the teacher's deterministic output
+    if cfg.compile:   # in place: parameter names, checkpoints and the teacher's copy stay as they are
+        model.encoder.compile(dynamic=True)
     generators = {"smart": torch.Generator(device="cpu").manual_seed(seed + 17),
                   "pcgrad": torch.Generator(device="cpu").manual_seed(seed + 29)}
     run = Run(model, tokenizer, {t: train[t] for t in tasks}, dev, cfg, seed, device, bf16, dist_info, optimizer,

@@ -133,3 +133,16 @@ def test_two_gpus_under_torchrun_follow_one(tiny_model_dir, tmp_path):
     a, b = (tmp_path / r / "experiments" / "dp" / "finetune" / "model.pt" for r in ("one", "two"))
     ca, cb = (torch.load(p, map_location="cpu", weights_only=True) for p in (a, b))
     assert_same_weights(ca["state_dict"], cb["state_dict"], atol=1e-3)
+
+
+def test_compile_trains_the_same_model_on_cuda(tiny_model_dir, prepared, tmp_path):
+    exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=3, hidden_dropout=0.0, attention_dropout=0.0,
+                   heads={"dropout": 0.0}).model_copy(update={"device": "cuda", "precision": "fp32"})
+    plain = finetune_experiment(exp, prepared, tmp_path / "plain")
+    compiled = finetune_experiment(exp.model_copy(update={"finetune": exp.finetune.model_copy(update={"compile": True})}),
+                                   prepared, tmp_path / "compiled")
+    a, b = state_dict(tmp_path / "plain" / "model.pt"), state_dict(tmp_path / "compiled" / "model.pt")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4, msg=lambda m: f"{k}: {m}")
+    assert compiled.best_dev == pytest.approx(plain.best_dev, abs=1e-3)
