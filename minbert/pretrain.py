@@ -31,7 +31,8 @@ from . import nli
 from .batching import BucketBatchSampler, encode_cached
 from .data import downsample, load_splits
 from .errors import MinBertError
-from .mlm import build_mlm_head, mask_tokens, mlm_loss_sum
+from .mlm import IGNORE, build_mlm_head, mask_tokens, mlm_loss_sum
+from .multitask import padding_layout, to_device
 from .model import BertModel
 from .optim import build_adamw, set_lr
 from .io import atomic_path, write_json
@@ -114,8 +115,13 @@ class MlmObjective:
         ids, labels = mask_tokens(batch["input_ids"], batch["attention_mask"], self.tok.special_ids,
                                   self.tok.mask_id, self.tok.vocab_size, self.mask_prob,
                                   generator=generator or self.train_gen)
+        chosen = (labels != IGNORE).reshape(-1).nonzero().squeeze(1)    # on the host, where the labels were drawn
+        layout = padding_layout(batch["attention_mask"])
+        host = {"chosen": chosen.to(device, non_blocking=True), "n_chosen": len(chosen), "padded": layout["padded"]}
+        if "token_index" in layout:
+            host["token_index"] = layout["token_index"].to(device, non_blocking=True)
         return mlm_loss_sum(self.encoder, self.head, ids.to(device), batch["attention_mask"].to(device),
-                            batch["token_type_ids"].to(device), labels.to(device))
+                            batch["token_type_ids"].to(device), labels.to(device), host)
 
 
 # ---------------------------------------------------------------- NLI
@@ -148,7 +154,8 @@ class NliObjective:
     def loss_sum(self, split: str, indices: list[int], device, generator=None) -> tuple[torch.Tensor, int]:
         parts = self.data[split]["parts"]
         batch = self.tok.pad([p[i] for p in parts for i in indices])
-        emb = nli.embed(self.encoder, {k: v.to(device) for k, v in batch.items()}, self.pooling)
+        batch.update(padding_layout(batch["attention_mask"]))
+        emb = nli.embed(self.encoder, to_device(batch, device), self.pooling)
         chunks = emb.split(len(indices))
         if self.objective == "regression":
             target = self.data[split]["target"][indices].to(device)
@@ -261,11 +268,11 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
                 torch.nn.utils.clip_grad_norm_([p for _, p in params], pparams.grad_clip)
             optimizer.step()
             step += 1
-            total, count = total + loss_sum.item(), count + n
+            total, count = total + loss_sum.detach().float(), count + n    # summed on the device, read once
             bar.update(len(indices))
-            bar.set_postfix(loss=f"{total / max(count, 1):.4f}", lr=f"{lr:.2e}", refresh=False)
+            bar.set_postfix(lr=f"{lr:.2e}", refresh=False)
         bar.close()
-        train_loss = total / max(count, 1)
+        train_loss = float(total) / max(count, 1)
         dev_loss = evaluate(objective, device, bf16, pparams.batch_size)
         if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
             raise MinBertError(f"{desc}: the {'training' if not math.isfinite(train_loss) else 'dev'} loss became "
