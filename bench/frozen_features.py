@@ -1,12 +1,13 @@
 """Frozen-encoder training with and without the stored embeddings (minbert.frozen).
 
-    python bench/frozen_features.py            # 1,000 training / 500 dev rows per task, 3 rounds
-    python bench/frozen_features.py --quick    # smoke run: 64 / 32 rows, 1 round
+    python bench/frozen_features.py            # 200 training / 100 dev rows per task, 10 epochs, 2 rounds
+    python bench/frozen_features.py --quick    # smoke run: 32 / 16 rows, 2 epochs, 1 round
 
 Two jobs, each run both ways in turn (the order alternating per round, so load from other
-processes hits both alike): the frozen baseline (`finetune.freeze_encoder`, the packaged MiniLM,
-the minilm catalogue's heads: mean pooling, cross-encoded pairs read in both orders, 2 epochs over
-the largest task) and a head retraining over that model (`retrain_heads`, 2 epochs). `cached` is
+processes hits both alike), as params/full.yaml runs them but with the packaged MiniLM: the frozen
+baseline (p000_baseline: `finetune.freeze_encoder`, task-by-task, [u, v] pair heads, 10 epochs over
+the smallest task) and a head retraining over a fine-tuned model (`retrain_heads`: 10 epochs,
+task-by-task, the papers' default heads). `cached` is
 the pipeline as it is; `uncached` runs the encoder on every batch (minbert.frozen.cacheable
 patched to False), as before. Real SST / Quora / STS rows from ../shared/data (data/demo when
 absent). Prints each job's median seconds over the rounds (the whole fit, dev evaluation included,
@@ -45,27 +46,27 @@ def prepare(out: Path, n_train: int, n_dev: int) -> str:
     return str(src)
 
 
-def experiment(threads: int) -> ExperimentParams:
+def experiment(threads: int, epochs: int) -> ExperimentParams:
     return ExperimentParams.model_validate({
         "model": "all-MiniLM-L6-v2", "device": "cpu", "precision": "fp32", "threads": threads, "seed": 11711,
         "max_length": 128,
-        "finetune": {"epochs": 2, "batch_size": 32, "lr": 1e-3, "freeze_encoder": False, "epoch_unit": "largest",
-                     "downsample": {"mode": "none"},
-                     "heads": {"pooling": "mean", "para": "cross", "sts": "cross", "symmetric_pairs": True}},
-        "retrain_heads": {"enabled": True, "epochs": 2, "lr": 1e-3}})
+        "finetune": {"epochs": epochs, "batch_size": 8, "lr": 1e-3, "freeze_encoder": False, "schedule": "task_by_task",
+                     "downsample": {"mode": "none"}, "heads": {"para": "concat_uv", "sts": "concat_uv"}},
+        "retrain_heads": {"enabled": True, "epochs": epochs, "batch_size": 8, "lr": 1e-3, "schedule": "task_by_task"}})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--train", type=int, default=1000)
-    ap.add_argument("--dev", type=int, default=500)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--train", type=int, default=200)
+    ap.add_argument("--dev", type=int, default=100)
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     if args.quick:
-        args.train, args.dev, args.rounds = 64, 32, 1
-    exp = experiment(args.threads)
+        args.train, args.dev, args.epochs, args.rounds = 32, 16, 2, 1
+    exp = experiment(args.threads, args.epochs)
     frozen_exp = exp.model_copy(update={"finetune": exp.finetune.model_copy(update={"freeze_encoder": True}),
                                         "retrain_heads": exp.retrain_heads.model_copy(update={"enabled": False})})
     real_cacheable = frozen.cacheable
@@ -73,8 +74,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         src = prepare(tmp / "data", args.train, args.dev)
-        print(f"data: {src}, {args.train} train / {args.dev} dev rows per task; torch {torch.__version__}, "
-              f"threads {args.threads}, fp32")
+        print(f"data: {src}, {args.train} train / {args.dev} dev rows per task, {args.epochs} epochs; "
+              f"torch {torch.__version__}, threads {args.threads}, fp32", flush=True)
         # the fine-tuned model a head retraining starts from (not timed): one short unfrozen epoch
         warm = exp.model_copy(update={"finetune": exp.finetune.model_copy(update={"epochs": 1, "max_steps_per_epoch": 3})})
         finetune_experiment(finetune_settings(warm), tmp / "data", tmp / "ft")
@@ -92,6 +93,7 @@ def main() -> None:
                     t0 = time.perf_counter()
                     run(tmp / f"{job}-{way}-{r}".replace(" ", "_"))
                     times.setdefault((job, way), []).append(time.perf_counter() - t0)
+                    print(f"round {r + 1}: {job}, {way}: {times[(job, way)][-1]:.1f} s", flush=True)
         frozen.cacheable = real_cacheable
     print(f"\n| job | cached s | uncached s | uncached / cached (median, min-max over {args.rounds} rounds) |")
     print("|---|---|---|---|")
