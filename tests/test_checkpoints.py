@@ -3,7 +3,6 @@ after the run's last epoch (it finishes right after), and a resume from it stays
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 import torch
 
 from test_train import assert_same_weights, finetune_experiment, history, last_state, make_exp, state_dict, \
