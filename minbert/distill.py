@@ -20,7 +20,7 @@ from .errors import MinBertError
 from .io import atomic_path
 from .multitask import TaskData, load_checkpoint, load_task_data, predict_task
 from .params import DistillParams
-from .runtime import autocast, pick_device, set_threads
+from .runtime import autocast, configure, pick_device, set_threads
 from .settings import TeachSettings
 from .tasks import TASKS
 
@@ -37,6 +37,7 @@ def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir) -> dict[s
     to its model file. Returns the rows written per task."""
     set_threads(s.threads)
     device = pick_device(s.device)
+    bf16 = configure(device, s.precision, s.deterministic)
     per_task: dict[str, list[np.ndarray]] = {t: [] for t in s.tasks}
     ids: dict[str, list[str]] = {}
     for member in s.members:
@@ -45,7 +46,7 @@ def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir) -> dict[s
         data = load_task_data(data_dir, s.tasks, model.heads_cfg, tokenizer, splits=("train",))["train"]
         for task in s.tasks:
             td = data[task]
-            res = predict_task(model, td, tokenizer, BATCH_SIZE, device, lambda: autocast(device, s.bf16))
+            res = predict_task(model, td, tokenizer, BATCH_SIZE, device, lambda: autocast(device, bf16))
             out = res["probs"] if TASKS[task].prob_columns else res["prediction"]
             per_task[task].append(np.asarray(out, dtype=np.float64).reshape(len(td), -1))
             if ids.setdefault(task, td.ids) != td.ids:

@@ -15,11 +15,11 @@ from .errors import MinBertError
 from .io import atomic_path
 from .model import BertModel
 from .multitask import MultitaskModel, load_checkpoint, load_task_data, predict_task
-from .runtime import autocast, pick_device, seed_everything, set_threads
+from .runtime import autocast, configure, pick_device, seed_everything, set_threads
 from .settings import FinetuneSettings, NetworkSettings, PredictSettings, RetrainSettings
 from .tasks import TASKS
 from .tokenizer import Tokenizer
-from .train import DistInfo, FitResult, fit, init_distributed
+from .train import DistInfo, FitResult, fit, init_distributed, shutdown_distributed
 from .weights import load_encoder
 
 log = logging.getLogger("minbert.experiment")
@@ -65,10 +65,12 @@ def init_prototypes(model: MultitaskModel, train: dict, tokenizer: Tokenizer, de
         head.set_prototypes(torch.cat(embs), torch.tensor(data.labels[picks], dtype=torch.float32))
 
 
-def runtime_setup(s: NetworkSettings) -> tuple[torch.device, DistInfo]:
+def runtime_setup(s: NetworkSettings) -> tuple[torch.device, DistInfo, bool]:
+    """The device, the process group under torchrun, and whether bf16 autocast is on."""
     set_threads(s.threads)
     dist_info, dist_device = init_distributed(s.device)
-    return dist_device or pick_device(s.device), dist_info
+    device = dist_device or pick_device(s.device)
+    return device, dist_info, configure(device, s.precision, s.deterministic)
 
 
 def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: str | None = None, state_dir=None,
@@ -78,7 +80,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: 
     """Multi-task fine-tuning from `start_model` (default: the settings' model), with a teacher's
     outputs on the training data (`teacher_dir`) when it distils; writes out_dir/{model.pt,history.csv}
     when finished (see minbert.train.fit for the state folder)."""
-    device, dist_info = runtime_setup(s)
+    device, dist_info, bf16 = runtime_setup(s)
     cfg = s.finetune
     encoder, _, folder = load_encoder(start_model or s.model)
     with_dropout(encoder, cfg.hidden_dropout, cfg.attention_dropout)
@@ -96,14 +98,17 @@ def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: 
     seed_everything(s.seed)  # the heads' initialisation and dropout depend on it
     model = MultitaskModel(encoder, cfg.heads, cfg.tasks)
     if cfg.freeze_encoder:
-        init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, s.bf16))
+        init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, bf16))
     if dist_info.main:
         log.info("%s of %s on %s: %s", stage, name or "an experiment", device,
                  ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
-    return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed,
-               device=device, bf16=s.bf16, state_dir=state_dir, description=description, dist_info=dist_info,
-               resume=resume, stop_after_epochs=stop_after_epochs, evaluate_first=evaluate_first,
-               checkpoint_extra={"experiment": name, "stage": stage})
+    try:
+        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed,
+                   device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
+                   resume=resume, stop_after_epochs=stop_after_epochs, evaluate_first=evaluate_first,
+                   checkpoint_extra={"experiment": name, "stage": stage})
+    finally:
+        shutdown_distributed()
 
 
 def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir, out_dir, *, state_dir=None,
@@ -112,7 +117,7 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
     """Head retraining: the fine-tuned encoder frozen, the heads of the retrained tasks
     re-initialised (added when the fine-tuned model lacks them) and trained; the other heads kept
     as they are, frozen."""
-    device, dist_info = runtime_setup(s)
+    device, dist_info, bf16 = runtime_setup(s)
     model, tokenizer, _ = load_checkpoint(finetuned)
     cfg = s.train
     data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
@@ -128,10 +133,13 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
     if model.shared is not None and set(model.heads_cfg.shared.tasks) & set(kept):
         for p in model.shared.parameters():
             p.requires_grad_(False)
-    init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, s.bf16))
-    return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed + 1,
-               device=device, bf16=s.bf16, state_dir=state_dir, description=description, dist_info=dist_info,
-               resume=resume, checkpoint_extra={"experiment": name, "stage": "retrain_heads"})
+    init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, bf16))
+    try:
+        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed + 1,
+                   device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
+                   resume=resume, checkpoint_extra={"experiment": name, "stage": "retrain_heads"})
+    finally:
+        shutdown_distributed()
 
 
 # ---------------------------------------------------------------- predictions
@@ -154,6 +162,7 @@ def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out
     """Write <task>-<split>.csv for every trained task and each of its dev/test splits."""
     set_threads(s.threads)
     device = pick_device(s.device)
+    bf16 = configure(device, s.precision, s.deterministic)
     model, tokenizer, _ = load_checkpoint(checkpoint)
     model.to(device)
     data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=("dev", "test"), cache_dir=cache_dir)
@@ -162,7 +171,7 @@ def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out
         tmp.mkdir(parents=True)
         for split, tasks in data.items():
             for task, td in tasks.items():
-                res = predict_task(model, td, tokenizer, s.batch_size, device, lambda: autocast(device, s.bf16))
+                res = predict_task(model, td, tokenizer, s.batch_size, device, lambda: autocast(device, bf16))
                 frame = prediction_frame(task, td, res)
                 frame.to_csv(tmp / f"{task}-{split}.csv", index=False, float_format="%.6g")
                 written[f"{task}-{split}"] = len(frame)

@@ -66,6 +66,11 @@ class PrototypeHead(nn.Module):
         self.register_buffer("labels", torch.zeros(n))
         self.register_buffer("ready", torch.zeros((), dtype=torch.bool))
         self.net = mlp(2 * n, classes, hidden, 0, dropout)
+        self._ready = False     # the buffer's value, known to the host (reading the buffer waits for the device)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._ready = bool(self.ready)
 
     @torch.no_grad()
     def set_prototypes(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
@@ -74,9 +79,10 @@ class PrototypeHead(nn.Module):
         self.prototypes.copy_(F.normalize(embeddings.float(), dim=-1))
         self.labels.copy_(labels.float())
         self.ready.fill_(True)
+        self._ready = True
 
     def forward(self, emb):  # (B, H) -> (B, C)
-        if not bool(self.ready):
+        if not self._ready:
             raise RuntimeError("PrototypeHead used before set_prototypes")
         sims = F.normalize(emb.float(), dim=-1) @ self.prototypes.T                  # (B, P)
         feats = torch.cat([sims, self.labels.expand(len(emb), -1)], -1).to(emb.dtype)
@@ -178,8 +184,8 @@ class Branch(nn.Module):
         for p in self.layers.parameters():
             p.requires_grad_(True)
 
-    def forward(self, hidden, attention_mask):  # (B, T, H) -> (B, T, H), zeros at padding
-        bias = BertModel.attention_bias(attention_mask)
+    def forward(self, hidden, attention_mask, padded: bool | None = None):  # (B, T, H) -> (B, T, H), zeros at padding
+        bias = BertModel.attention_bias(attention_mask, padded)
         for layer in self.layers:
             hidden = layer(hidden, bias)
         return hidden * attention_mask[..., None].to(hidden.dtype)

@@ -128,15 +128,23 @@ def build_mlm_head(encoder: BertModel, tensors: dict[str, torch.Tensor] | None,
 
 
 def mlm_loss_sum(encoder: BertModel, head: MlmHead, input_ids, attention_mask, token_type_ids,
-                 labels) -> tuple[torch.Tensor, int]:
+                 labels, host: dict | None = None) -> tuple[torch.Tensor, int]:
     """Summed cross-entropy over the chosen positions and their count (so epochs average per token).
 
     Only chosen positions go through the vocabulary projection: (N, H) -> (N, V), not (B, T, V).
+    `host`: what the host knows of the batch (`chosen`: the flat indices of the chosen positions;
+    `padded`, `token_index`: minbert.multitask.padding_layout), so nothing is read from the device.
     """
-    hidden, _ = encoder(input_ids, attention_mask, token_type_ids)
-    chosen = labels != IGNORE
-    n = int(chosen.sum())
+    host = host or {}
+    hidden, _ = encoder(input_ids, attention_mask, token_type_ids, padded=host.get("padded"),
+                        token_index=host.get("token_index"))
+    if "chosen" in host:
+        idx = host["chosen"]
+        n = int(host["n_chosen"])
+    else:
+        idx = (labels != IGNORE).reshape(-1).nonzero().squeeze(1)
+        n = len(idx)
     if n == 0:
         return hidden.sum() * 0.0, 0
-    logits = head(hidden[chosen])
-    return F.cross_entropy(logits.float(), labels[chosen], reduction="sum"), n
+    logits = head(hidden.reshape(-1, hidden.shape[-1]).index_select(0, idx))
+    return F.cross_entropy(logits.float(), labels.reshape(-1).index_select(0, idx), reduction="sum"), n

@@ -140,9 +140,11 @@ class Unpadded:
     """Where a padded batch's real tokens are: everything but attention works on the (N, H)
     real tokens only, so padding costs no matrix products outside attention."""
 
-    def __init__(self, attention_mask):
+    def __init__(self, attention_mask, index=None):
         self.B, self.T = attention_mask.shape
-        self.index = attention_mask.reshape(-1).nonzero().squeeze(1)  # (N,)
+        # (N,) flat positions of the real tokens; computing them from a device mask waits for the
+        # device (nonzero's size is data-dependent), so the batch brings them from the host
+        self.index = attention_mask.reshape(-1).nonzero().squeeze(1) if index is None else index
 
     def unpad(self, x):  # (B, T, D) -> (N, D)
         return x.reshape(self.B * self.T, -1).index_select(0, self.index)
@@ -215,25 +217,31 @@ class BertModel(nn.Module):
             p.requires_grad_(not frozen)
 
     @staticmethod
-    def attention_bias(attention_mask):
+    def attention_bias(attention_mask, padded: bool | None = None):
         # (B, T) of 1/0 -> boolean (B, 1, 1, T), True where a key may be attended to.
         # A batch without padding needs no mask, and SDPA without one may pick a faster kernel.
-        if attention_mask is None or bool(attention_mask.all()):
+        # `padded`: whether the mask has padding, when the caller knows (else it is read from the
+        # mask, which waits for the device when the mask lives there)
+        if attention_mask is None:
             return None
-        return attention_mask[:, None, None, :].bool()
+        if padded is None:
+            padded = not bool(attention_mask.all())
+        return attention_mask[:, None, None, :].bool() if padded else None
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None,
-                return_embeddings=False):
+                return_embeddings=False, padded: bool | None = None, token_index=None):
         """`inputs_embeds` replaces the word-embedding lookup (SMART perturbs it).
 
         With `return_embeddings`, the word embeddings used are returned as a third value, so a
-        caller can perturb them and call again.
+        caller can perturb them and call again. `padded` and `token_index` (the flat positions of
+        the real tokens) say what the host knows of the mask (minbert.multitask.padding_layout), so
+        the forward pass never waits for the device to read the mask.
         """
         if inputs_embeds is None:
             inputs_embeds = self.embeddings.word(input_ids)
         x = self.embeddings(None, token_type_ids, inputs_embeds=inputs_embeds)
-        attn_bias = self.attention_bias(attention_mask)
-        tokens = Unpadded(attention_mask) if attn_bias is not None else None
+        attn_bias = self.attention_bias(attention_mask, padded)
+        tokens = Unpadded(attention_mask, token_index) if attn_bias is not None else None
         if tokens is not None:
             x = tokens.unpad(x)
         for layer in self.layers:

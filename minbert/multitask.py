@@ -96,10 +96,11 @@ class MultitaskModel(nn.Module):
         """Sentence embeddings (N, H) per the pooling choice (through `task`'s branch, if it has
         one); optionally the word embeddings used."""
         out = self.encoder(batch.get("input_ids"), batch["attention_mask"], batch.get("token_type_ids"),
-                           inputs_embeds=inputs_embeds, return_embeddings=return_embeddings)
+                           inputs_embeds=inputs_embeds, return_embeddings=return_embeddings,
+                           padded=batch.get("padded"), token_index=batch.get("token_index"))
         hidden, pooled = out[0], out[1]
         if task in self.branches:
-            hidden = self.branches[task](hidden, batch["attention_mask"])
+            hidden = self.branches[task](hidden, batch["attention_mask"], batch.get("padded"))
             pooled = self.encoder.pooler(hidden)
         pooling = self.heads_cfg.pooling_of(task) if task else self.heads_cfg.pooling
         if pooling == "cls":
@@ -182,10 +183,15 @@ def build_task_data(task: str, frame, tokenizer: Tokenizer, heads: HeadsParams, 
                     labels, frame, symmetric)
 
 
-def collate(data: TaskData, indices: list[int], tokenizer: Tokenizer, swap=None) -> dict[str, torch.Tensor]:
-    """Pad a batch (its rows stacked as the task's view says); `swap` (one bool per index) reads
-    those pairs in the order (b, a)."""
-    batch = tokenizer.pad(data.rows(indices, swap))
+PAD_MULTIPLE = 8    # sequence lengths padded to a multiple of 8: fewer distinct shapes, tensor-core friendly
+
+
+def collate(data: TaskData, indices: list[int], tokenizer: Tokenizer, swap=None) -> dict:
+    """Pad a batch (its rows stacked as the task's view says) to a multiple of 8 tokens; `swap` (one
+    bool per index) reads those pairs in the order (b, a). What the host knows of the padding comes
+    with it (`padding_layout`)."""
+    batch = tokenizer.pad(data.rows(indices, swap), multiple_of=PAD_MULTIPLE)
+    batch.update(padding_layout(batch["attention_mask"]))
     if data.labels is not None:
         batch["labels"] = torch.from_numpy(data.labels[indices])
     if data.soft is not None:
@@ -193,8 +199,16 @@ def collate(data: TaskData, indices: list[int], tokenizer: Tokenizer, swap=None)
     return batch
 
 
+def padding_layout(attention_mask: torch.Tensor) -> dict:
+    """From a host mask: whether it has padding (`padded`, a Python bool) and, if so, the flat
+    positions of the real tokens (`token_index`), so the encoder never reads a device mask."""
+    padded = not bool(attention_mask.all())
+    return {"padded": padded, **({"token_index": attention_mask.reshape(-1).nonzero().squeeze(1)} if padded else {})}
+
+
 def to_device(batch: dict, device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    """The batch's tensors on `device` (copies that do not block the host); other values as they are."""
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
 
 
 @torch.no_grad()

@@ -55,7 +55,8 @@ def regression_targets(labels, source: str = "nli") -> torch.Tensor:
 
 def embed(encoder: BertModel, batch: dict[str, torch.Tensor], pooling: str = "mean") -> torch.Tensor:
     """Sentence embeddings (B, H) of a padded batch of single sentences."""
-    hidden, _ = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    hidden, _ = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                        padded=batch.get("padded"), token_index=batch.get("token_index"))
     if pooling == "mean":
         return mean_pool(hidden, batch["attention_mask"])
     if pooling == "cls":

@@ -191,6 +191,12 @@ class FinetuneParams(Strict):
     walk_through: list[Task] = []
     distill: DistillParams | None = None        # learn from a teacher's outputs too
     max_steps_per_epoch: int | None = Field(None, ge=1)
+    # epochs between resumable states (last.pt: model, optimiser, SMART's teacher, RNGs; 1.3-1.8 GB
+    # on bert-base): an interrupted run resumes, exactly, from the last one saved
+    checkpoint_every: int = Field(1, ge=1)
+    # torch.compile the encoder (fused kernels, fewer launches: for a GPU; measure with
+    # bench/gpu_train.py --compile); the weights and checkpoints are the same modules
+    compile: bool = False
 
     @field_validator("tasks")
     @classmethod
@@ -242,7 +248,7 @@ class PretrainParams(Strict):
     grad_clip: float | None = Field(1.0, gt=0)  # global gradient-norm clip (MLM, NLI), as in BERT's pretraining
     max_steps_per_epoch: int | None = Field(None, ge=1)
     dev_size: int | None = Field(None, ge=1)    # cap on dev examples (a seeded subset), for quick runs
-    bf16: bool | None = None                    # bf16 autocast; None: the base's `bf16`
+    precision: Literal["auto", "bf16", "fp32"] | None = None   # None: the base's `precision`
     # para_first: what it changes in base.finetune, whose heads, dropout and optimiser it trains
     # with (e.g. {hidden_dropout: 0.3, heads: {para: cross}})
     finetune: dict[str, Any] = {}
@@ -260,7 +266,13 @@ class ExperimentParams(Strict):
     # (seed, seed + 1, ...) or the list of seeds; studies show the mean and spread over them
     repeats: Annotated[int, Field(ge=1, le=100)] | list[Seed] = 1
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    bf16: bool = False                          # bf16 autocast on CPU; always on for CUDA
+    # auto: bf16 autocast where bf16 is native (CUDA GPUs from Ampere on, CPUs with avx512_bf16 /
+    # amx_bf16), float32 elsewhere; bf16 / fp32: that precision on every device (fp32 on CUDA
+    # multiplies matrices in TF32)
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    # pin the algorithms (torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace, the math
+    # attention backend): a CUDA run repeats bit for bit, at some cost in speed
+    deterministic: bool = False
     threads: int | None = Field(None, ge=1, le=1024)
     max_length: int = Field(128, ge=8, le=512)
     pretrain: str | None = None                 # name in `pretrainings`
@@ -370,10 +382,17 @@ def _suggest(model_cls, loc, bad_key) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+# keys an earlier version read -> what replaced them (said in the error instead of a bare "unknown key")
+RENAMED = {"bf16": "use 'precision' (auto | bf16 | fp32): bf16: true -> precision: bf16, bf16: false -> "
+                   "precision: fp32, or precision: auto for bf16 wherever it is native"}
+
+
 def _raise_validation(err: ValidationError, model_cls, where: str, prefix: str = "") -> None:
     e = err.errors()[0]
     loc = tuple(e["loc"])
     key = prefix + _key_path(loc)
+    if e["type"] == "extra_forbidden" and loc and loc[-1] in RENAMED:
+        raise MinBertError(f"{where}: key '{key}' is no longer read; {RENAMED[loc[-1]]}") from None
     if e["type"] == "extra_forbidden":
         raise MinBertError(f"{where}: unknown key '{key}'{_suggest(model_cls, loc, loc[-1] if loc else '')}") from None
     msg = e["msg"].removeprefix("Value error, ")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +31,13 @@ from . import nli
 from .batching import BucketBatchSampler, encode_cached
 from .data import downsample, load_splits
 from .errors import MinBertError
-from .mlm import build_mlm_head, mask_tokens, mlm_loss_sum
+from .mlm import IGNORE, build_mlm_head, mask_tokens, mlm_loss_sum
+from .multitask import padding_layout, to_device
 from .model import BertModel
 from .optim import build_adamw, set_lr
 from .io import atomic_path, write_json
 from .params import PretrainParams
-from .runtime import autocast, pick_device, seed_everything, set_threads
+from .runtime import autocast, configure, pick_device, seed_everything, set_threads
 from .settings import PretrainSettings, pretrain_splits
 from .tasks import TASKS
 from .tokenizer import Tokenizer
@@ -113,8 +115,13 @@ class MlmObjective:
         ids, labels = mask_tokens(batch["input_ids"], batch["attention_mask"], self.tok.special_ids,
                                   self.tok.mask_id, self.tok.vocab_size, self.mask_prob,
                                   generator=generator or self.train_gen)
+        chosen = (labels != IGNORE).reshape(-1).nonzero().squeeze(1)    # on the host, where the labels were drawn
+        layout = padding_layout(batch["attention_mask"])
+        host = {"chosen": chosen.to(device, non_blocking=True), "n_chosen": len(chosen), "padded": layout["padded"]}
+        if "token_index" in layout:
+            host["token_index"] = layout["token_index"].to(device, non_blocking=True)
         return mlm_loss_sum(self.encoder, self.head, ids.to(device), batch["attention_mask"].to(device),
-                            batch["token_type_ids"].to(device), labels.to(device))
+                            batch["token_type_ids"].to(device), labels.to(device), host)
 
 
 # ---------------------------------------------------------------- NLI
@@ -147,7 +154,8 @@ class NliObjective:
     def loss_sum(self, split: str, indices: list[int], device, generator=None) -> tuple[torch.Tensor, int]:
         parts = self.data[split]["parts"]
         batch = self.tok.pad([p[i] for p in parts for i in indices])
-        emb = nli.embed(self.encoder, {k: v.to(device) for k, v in batch.items()}, self.pooling)
+        batch.update(padding_layout(batch["attention_mask"]))
+        emb = nli.embed(self.encoder, to_device(batch, device), self.pooling)
         chunks = emb.split(len(indices))
         if self.objective == "regression":
             target = self.data[split]["target"][indices].to(device)
@@ -221,7 +229,8 @@ def _named_parameters(modules) -> list[tuple[str, torch.nn.Parameter]]:
     return named
 
 
-def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc: str) -> tuple[list[dict], float]:
+def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc: str,
+          bf16: bool = False) -> tuple[list[dict], float]:
     """Train `objective` for `pparams.epochs` and keep the epoch with the lowest dev loss (the
     modules end with its weights); returns (history rows, dev loss before training)."""
     modules = objective.modules()
@@ -237,7 +246,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
     total_steps = pparams.epochs * steps_per_epoch
     warmup = int(pparams.warmup_ratio * total_steps)
 
-    dev_before = evaluate(objective, device, s.bf16, pparams.batch_size)
+    dev_before = evaluate(objective, device, bf16, pparams.batch_size)
     log.info("%s: dev loss before training %.4f", desc, dev_before)
     history, step, best = [], 0, (math.inf, None)
     for epoch in range(1, pparams.epochs + 1):
@@ -250,7 +259,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
                    unit="ex", dynamic_ncols=True, mininterval=1.0)
         for indices in batches:
             lr = set_lr(optimizer, step, total_steps, warmup, pparams.lr_schedule)
-            with autocast(device, s.bf16):
+            with autocast(device, bf16):
                 loss_sum, n = objective.loss_sum("train", indices, device)
             loss = loss_sum / max(n, 1)
             optimizer.zero_grad(set_to_none=True)
@@ -259,15 +268,16 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
                 torch.nn.utils.clip_grad_norm_([p for _, p in params], pparams.grad_clip)
             optimizer.step()
             step += 1
-            total, count = total + loss_sum.item(), count + n
+            total, count = total + loss_sum.detach().float(), count + n    # summed on the device, read once
             bar.update(len(indices))
-            bar.set_postfix(loss=f"{total / max(count, 1):.4f}", lr=f"{lr:.2e}", refresh=False)
+            bar.set_postfix(lr=f"{lr:.2e}", refresh=False)
         bar.close()
-        train_loss = total / max(count, 1)
-        dev_loss = evaluate(objective, device, s.bf16, pparams.batch_size)
+        train_loss = float(total) / max(count, 1)
+        dev_loss = evaluate(objective, device, bf16, pparams.batch_size)
         if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
             raise MinBertError(f"{desc}: the {'training' if not math.isfinite(train_loss) else 'dev'} loss became "
-                               f"non-finite in epoch {epoch}; lower `lr` or switch off bf16")
+                               f"non-finite in epoch {epoch}; lower `lr`"
+                               f"{' or set precision: fp32' if bf16 else ''}")
         history.append({"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss})
         log.info("%s epoch %d: train loss %.4f, dev loss %.4f (%.1fs, %d steps)", desc, epoch, train_loss,
                  dev_loss, time.perf_counter() - t0, len(batches))
@@ -282,15 +292,16 @@ def _setup(s: PretrainSettings, model_name: str):
     set_threads(s.threads)
     seed_everything(s.seed)
     device = pick_device(s.device)
+    bf16 = configure(device, s.precision, s.deterministic)
     encoder, mlm_tensors, folder = load_encoder(model_name)
     tok = Tokenizer(folder, s.max_length)
-    return device, encoder, mlm_tensors, folder, tok
+    return device, bf16, encoder, mlm_tensors, folder, tok
 
 
 def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=None) -> PretrainResult:
     """Masked-LM further pretraining on the texts of the pretraining's `mlm.tasks`."""
     pparams = s.pretraining
-    device, encoder, mlm_tensors, folder, tok = _setup(s, model_name)
+    device, bf16, encoder, mlm_tensors, folder, tok = _setup(s, model_name)
     head, loaded = build_mlm_head(encoder, mlm_tensors, str(folder))
     log.info("MLM head %s", "loaded from the checkpoint" if loaded else "freshly initialised (the checkpoint has none)")
     train_frames = mlm_frames(data["train"], pparams, s.seed)
@@ -298,7 +309,7 @@ def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=Non
     train_set = encode_texts(tok, train_frames, cache_dir)
     dev_set = _cap(encode_texts(tok, dev_frames, cache_dir), pparams.dev_size, s.seed)
     objective = MlmObjective(encoder, head, tok, train_set, dev_set, pparams.mlm.mask_prob, s.seed)
-    history, before = train(objective, pparams, s, device, "mlm")
+    history, before = train(objective, pparams, s, device, "mlm", bf16)
     metrics = {"mlm_head_loaded": loaded, "tasks": list(pparams.mlm.tasks),
                "train_examples": {t: len(f) for t, f in train_frames.items()}, "dev_examples": len(dev_set)}
     return PretrainResult(encoder.cpu(), head.cpu(), history, _loss_summary(history, before) | metrics)
@@ -307,7 +318,7 @@ def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=Non
 def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, data_dir="results/data") -> PretrainResult:
     """NLI pretraining of sentence embeddings with the pretraining's `nli.objective`."""
     pparams = s.pretraining
-    device, encoder, _, folder, tok = _setup(s, model_name)
+    device, bf16, encoder, _, folder, tok = _setup(s, model_name)
     objective_name = pparams.nli.objective
     examples = {split: nli_examples(tok, data[split]["nli"], objective_name, str(Path(data_dir) / f"nli-{split}.tsv"),
                                     cache_dir)
@@ -315,7 +326,7 @@ def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=Non
     examples["dev"] = _subset(examples["dev"], pparams.dev_size, s.seed)
     objective = NliObjective(encoder, tok, objective_name, examples["train"], examples["dev"],
                              pparams.nli.temperature, pparams.nli.margin, pparams.nli.pooling)
-    history, before = train(objective, pparams, s, device, f"nli-{objective_name}")
+    history, before = train(objective, pparams, s, device, f"nli-{objective_name}", bf16)
     metrics = {"objective": objective_name, "pooling": pparams.nli.pooling,
                "train_examples": len(examples["train"]["parts"][0]), "dev_examples": len(examples["dev"]["parts"][0])}
     return PretrainResult(encoder.cpu(), None, history, _loss_summary(history, before) | metrics)
@@ -329,6 +340,15 @@ def _loss_summary(history: list[dict], before: float) -> dict:
 
 
 # ---------------------------------------------------------------- a pretraining job
+
+def refuse_torchrun() -> None:
+    """Pretraining runs in one process: MLM and NLI have no data-parallel loop, and under torchrun
+    every rank would train a duplicate and write the same model folder."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise MinBertError(f"pretraining runs in one process, not under torchrun ({world} processes); start it with "
+                           f"python -m stages.pretrain (torchrun is for the finetune stage)")
+
 
 def pretrain(s: PretrainSettings, data_dir, model_dir, history_path, metrics_path, *, start_model: str,
              cache_dir=None, state_dir=None, description: dict | None = None, name: str = "") -> dict:
@@ -361,7 +381,8 @@ def _paraphrase_first(s: PretrainSettings, data_dir, start_model: str, cache_dir
     from .settings import FinetuneSettings, para_first_config
 
     ft = FinetuneSettings(model=start_model, seed=s.seed, max_length=s.max_length, finetune=para_first_config(s),
-                          device=s.device, bf16=s.bf16, threads=s.threads)
+                          device=s.device, precision=s.precision, deterministic=s.deterministic,
+                          threads=s.threads)
     with tempfile.TemporaryDirectory(prefix="para_first.") as work:
         result = finetune_experiment(ft, data_dir, work, state_dir=state_dir, description=description,
                                      cache_dir=cache_dir, name=name or "para_first", evaluate_first=True,

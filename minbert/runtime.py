@@ -33,19 +33,62 @@ def cpu_has_native_bf16() -> bool | None:
     return None if flags is None else bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
-_warned_bf16 = False
+def bf16_is_native(device: torch.device) -> bool:
+    """Whether `device` computes bf16 in hardware: a CUDA GPU that supports it (Ampere on), a CPU
+    with avx512_bf16 / amx_bf16. Elsewhere bf16 is emulated and slower than float32."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return cpu_has_native_bf16() is True
+
+
+def resolve_precision(setting: str, device: torch.device) -> str:
+    """The precision a run uses on `device`: 'bf16' or 'fp32'. `auto` picks bf16 where it is native;
+    an explicit value is honoured on every device."""
+    if setting not in ("auto", "bf16", "fp32"):
+        raise MinBertError(f"params: precision {setting!r} is not one of auto, bf16, fp32")
+    if setting == "auto":
+        return "bf16" if bf16_is_native(device) else "fp32"
+    return setting
+
+
+def configure(device: torch.device, precision: str, deterministic: bool = False) -> bool:
+    """Set up the process for a run on `device` in `precision` (a setting: auto | bf16 | fp32) and
+    return whether bf16 autocast is on. float32 on CUDA multiplies matrices in TF32 (what fp32 means
+    on a GPU with tensor cores). `deterministic` pins algorithms (minbert.runtime.make_deterministic).
+    Asking for bf16 on a CPU that only emulates it is honoured, and said once in the log."""
+    bf16 = resolve_precision(precision, device) == "bf16"
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if device.type == "cpu" and bf16 and cpu_has_native_bf16() is False:
+        logging.getLogger("minbert").warning(
+            "precision: bf16 on a CPU without native bf16 (no avx512_bf16 / amx_bf16): bf16 autocast is "
+            "emulated and about 4x slower than float32 here; set precision: auto (or fp32) for speed")
+    if deterministic:
+        make_deterministic(device)
+    return bf16
+
+
+def make_deterministic(device: torch.device) -> None:
+    """Algorithms that give the same bits on every run: torch's deterministic mode (an error where an
+    op has no deterministic kernel), cuDNN without autotuning, cuBLAS with a fixed workspace, and the
+    math attention backend (the fused ones may pick kernels by shape and hardware)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # read when cuBLAS starts: before any matmul
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    if device.type == "cuda":
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+            torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.backends.cuda.enable_math_sdp(True)
 
 
 def autocast(device: torch.device, bf16: bool):
-    """bf16 autocast on CUDA always, on CPU when asked; otherwise a no-op context. On a CPU without
-    native bf16, emulated bf16 is several times slower than float32: said once, in the log."""
-    global _warned_bf16
-    if device.type == "cpu" and bf16 and not _warned_bf16 and cpu_has_native_bf16() is False:
-        _warned_bf16 = True
-        logging.getLogger("minbert").warning(
-            "bf16: true on a CPU without native bf16 (no avx512_bf16 / amx_bf16): bf16 autocast is "
-            "emulated and slower than float32 here; set bf16: false in the params for speed")
-    if device.type == "cuda" or bf16:
+    """bf16 autocast when `bf16` (a resolved precision, minbert.runtime.configure); otherwise a
+    no-op context (float32; TF32 matrix products on CUDA)."""
+    if bf16:
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

@@ -19,7 +19,8 @@ Device = Literal["auto", "cpu", "cuda"]
 class NetworkSettings(Strict):
     """How a stage that runs the network runs it."""
     device: Device = "auto"
-    bf16: bool = False
+    precision: Literal["auto", "bf16", "fp32"] = "auto"   # resolved per device by minbert.runtime
+    deterministic: bool = False
     threads: int | None = None
 
 
@@ -61,8 +62,9 @@ class EnsembleSettings(Strict):
     similarity: str
 
 
-def _network(exp: ExperimentParams, bf16: bool | None = None) -> dict:
-    return {"device": exp.device, "bf16": exp.bf16 if bf16 is None else bf16, "threads": exp.threads}
+def _network(exp: ExperimentParams, precision: str | None = None) -> dict:
+    return {"device": exp.device, "precision": precision or exp.precision, "deterministic": exp.deterministic,
+            "threads": exp.threads}
 
 
 def prepare_settings(lp: LoadedParams) -> DataParams:
@@ -76,7 +78,7 @@ def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
     base = lp.base
     return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
                             pretraining=pre, finetune=base.finetune if pre.kind == "para_first" else None,
-                            **_network(base, pre.bf16))
+                            **_network(base, pre.precision))
 
 
 def pretrain_splits(s: PretrainSettings) -> list[tuple[str, str]]:

@@ -126,9 +126,11 @@ class Tokenizer:
             raise
         return [(e.ids, e.type_ids) for e in encs]
 
-    def pad(self, encoded: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
-        """Pad a batch to its longest member: input_ids, token_type_ids, attention_mask (B, T)."""
+    def pad(self, encoded: list[tuple[list[int], list[int]]], multiple_of: int = 1) -> dict[str, torch.Tensor]:
+        """Pad a batch to its longest member (rounded up to `multiple_of`): input_ids,
+        token_type_ids, attention_mask (B, T)."""
         T = max(len(ids) for ids, _ in encoded)
+        T = min(-(-T // multiple_of) * multiple_of, max(T, self.max_length))   # never past max_length
         B = len(encoded)
         input_ids = torch.full((B, T), self.pad_id, dtype=torch.long)
         type_ids = torch.zeros((B, T), dtype=torch.long)

@@ -65,29 +65,50 @@ class DistInfo:
 
 
 def init_distributed(device_setting: str = "auto") -> tuple[DistInfo, torch.device | None]:
-    """Under torchrun (WORLD_SIZE > 1) start the process group; gloo on CPU, nccl on CUDA."""
+    """Under torchrun (WORLD_SIZE > 1) start the process group; gloo on CPU, nccl on CUDA. The
+    rank's GPU is set first and named to the group (`device_id`), so NCCL binds each rank to its own
+    device; `shutdown_distributed` ends the group."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo(), None
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     use_cuda = torch.cuda.is_available() and device_setting != "cpu"
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
     device = torch.device(f"cuda:{local}") if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
     return DistInfo(rank, world), device
 
 
-def average_gradients(params: list[torch.nn.Parameter], world: int) -> None:
+def shutdown_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def refuse_batch_statistics_under_ddp(cfg: FinetuneParams, tasks: list[str], world: int) -> None:
+    """The correlation loss is a statistic of the whole batch: under torchrun each process would
+    compute it on its slice (one pair per rank at batch 8 on 8 GPUs: no gradient at all)."""
+    if world > 1 and cfg.heads.sts_loss != "mse" and any(TASKS[t].kind == "regression" for t in tasks):
+        raise MinBertError(f"finetune.heads.sts_loss '{cfg.heads.sts_loss}' is a correlation over the whole batch, "
+                           f"which {world} processes would each compute on their slice; run this experiment in one "
+                           f"process (python -m stages.finetune) or use sts_loss: mse")
+
+
+def average_gradients(params: list[torch.nn.Parameter], world: int, flag: torch.Tensor | None = None) -> None:
+    """Average the gradients over the ranks (one all-reduce); `flag` (a float tensor, e.g. this
+    update's count of non-finite losses) rides along and comes back summed over the ranks."""
     if world <= 1:
         return
     # every rank runs the same tasks, so the same parameters have no gradient on all ranks; they
     # stay None (a zero gradient would let AdamW move them by momentum and weight decay, unlike one process)
     grads = [p.grad for p in params if p.grad is not None]
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    extra = [flag.reshape(-1).to(grads[0].dtype)] if flag is not None else []
+    flat = torch.cat([g.reshape(-1) for g in grads] + extra)
     dist.all_reduce(flat)
+    if flag is not None:
+        flag.copy_(flat[-flag.numel():].view_as(flag))
     flat /= world
     offset = 0
     for g in grads:
@@ -112,10 +133,11 @@ class TaskStream:
     restart each epoch: it continues where the last epoch stopped, in passes over all its data."""
 
     def __init__(self, data: TaskData, tokenizer: Tokenizer, batch_size: int, seed: int, epoch: int,
-                 dist_info: DistInfo, walked: int | None = None):
+                 dist_info: DistInfo, walked: int | None = None, features=None):
         from .batching import BucketBatchSampler
 
         self.data, self.tokenizer, self.dist = data, tokenizer, dist_info
+        self.features = features     # a frozen encoder's stored embeddings (minbert.frozen): batches of those
         self.sampler = BucketBatchSampler(data.lengths(), batch_size, shuffle=True, seed=seed)
         self.epoch, self.cycle, self.walking = epoch, 0, walked is not None
         self.seed, self.batches = seed, 0
@@ -144,20 +166,27 @@ class TaskStream:
             swap = (rng.random(len(idx)) < 0.5).tolist()
         self.batches += 1
         keep = list(range(len(idx)))[self.dist.rank::self.dist.world] or [0]
-        return collate(self.data, [idx[k] for k in keep], self.tokenizer,
-                       None if swap is None else [swap[k] for k in keep])
+        rows, swaps = [idx[k] for k in keep], None if swap is None else [swap[k] for k in keep]
+        if self.features is not None:
+            return self.features.batch(rows, swaps)
+        return collate(self.data, rows, self.tokenizer, swaps)
 
 
 # ---------------------------------------------------------------- evaluation
 
 def evaluate(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, batch_size: int,
-             device, bf16: bool) -> dict[str, float]:
-    """Dev metrics and losses of every labelled task, plus overall/mean when they apply."""
+             device, bf16: bool, features: dict | None = None) -> dict[str, float]:
+    """Dev metrics and losses of every labelled task, plus overall/mean when they apply; a task
+    with stored embeddings of a frozen encoder (`features`, minbert.frozen) runs its head only."""
     out: dict[str, float] = {}
+    amp = lambda: autocast(device, bf16)  # noqa: E731
     for task, data in dev.items():
         if data.labels is None or len(data) == 0:
             continue
-        res = predict_task(model, data, tokenizer, batch_size, device, lambda: autocast(device, bf16))
+        if features and task in features:
+            res = features[task].predict(model, amp)
+        else:
+            res = predict_task(model, data, tokenizer, batch_size, device, amp)
         out[TASKS[task].metric_key] = task_metric(task, res["prediction"], data.labels)
         out[f"{task}_loss"] = res["loss"]
     return summarise(out)
@@ -235,6 +264,8 @@ class Run:
     description: dict
     checkpoint_extra: dict
     progress: bool
+    features: dict = field(default_factory=dict)       # task -> its training split's stored embeddings
+    dev_features: dict = field(default_factory=dict)   # task -> its dev split's (minbert.frozen)
 
     @property
     def last_path(self) -> Path:
@@ -253,6 +284,7 @@ def save_state(run: Run, state: TrainState) -> None:
                 "state": asdict(state), "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
                 "teacher": run.teacher.module.state_dict() if run.teacher is not None else None,
                 "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if run.device.type == "cuda" else None,
                 "generators": {k: g.get_state() for k, g in run.generators.items()}}, run.last_path)
 
 
@@ -278,6 +310,8 @@ def resume_state(run: Run) -> TrainState | None:
     if run.teacher is not None and ck.get("teacher") is not None:
         run.teacher.module.load_state_dict(ck["teacher"])
     torch.set_rng_state(ck["torch_rng"])
+    if run.device.type == "cuda" and ck.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state_all(ck["cuda_rng"])
     for k, g in run.generators.items():
         g.set_state(ck["generators"][k])
     state = TrainState(**ck["state"])
@@ -287,14 +321,48 @@ def resume_state(run: Run) -> TrainState | None:
 
 # ---------------------------------------------------------------- one epoch
 
+CHECK_EVERY = 50    # updates between the host's reads of the device's running totals (non-finite losses)
+
+
+class EpochTotals:
+    """An epoch's running totals, kept where they are computed: losses and outputs on the device,
+    labels and counts on the host (which knew them first). The host reads the device's part once
+    per CHECK_EVERY updates (the non-finite check) and at the end of the epoch (the history row),
+    never per batch."""
+
+    def __init__(self, tasks: list[str], device: torch.device):
+        self.tasks = list(tasks)
+        self.loss = {t: torch.zeros((), device=device) for t in tasks}       # Σ loss · n
+        self.outputs: dict[str, list[torch.Tensor]] = {t: [] for t in tasks}
+        self.labels: dict[str, list[np.ndarray]] = {t: [] for t in tasks}
+        self.n = {t: 0 for t in tasks}
+        # the first update whose loss of each task was not finite (-1: none yet)
+        self.first_bad = torch.full((len(tasks),), -1, dtype=torch.long, device=device)
+        self.flag = torch.zeros(1, device=device)      # non-finite losses this update (all ranks after the all-reduce)
+        self.flagged = torch.zeros(1, device=device)   # summed over the epoch's updates so far
+
+    def add(self, task: str, loss: torch.Tensor, output: torch.Tensor, labels: np.ndarray, update: int) -> None:
+        n = len(labels)
+        loss = loss.detach().float()
+        self.loss[task] += loss * n
+        self.outputs[task].append(output.detach().float())
+        self.labels[task].append(labels)
+        self.n[task] += n
+        bad = ~torch.isfinite(loss)
+        k = self.tasks.index(task)
+        self.first_bad[k] = torch.where(bad & (self.first_bad[k] < 0), update, self.first_bad[k])
+        self.flag += bad
+
+
 def run_epoch(run: Run, state: TrainState, plan: Plan) -> dict:
     """Train the updates of the state's current epoch; returns the epoch's history row (train part)."""
     cfg, si = run.cfg, state.stage
     stage_tasks = plan.stages[si]
     streams = {t: TaskStream(run.train[t], run.tokenizer, cfg.batch_size, run.seed + 101 * (i + 1), state.epoch,
-                             run.dist, plan.walked(si, state.epoch, t) if t in cfg.walk_through else None)
+                             run.dist, plan.walked(si, state.epoch, t) if t in cfg.walk_through else None,
+                             run.features.get(t))
                for i, t in enumerate(stage_tasks)}
-    sums = {t: {"loss": 0.0, "n": 0, "pred": [], "true": []} for t in stage_tasks}
+    totals = EpochTotals(stage_tasks, run.device)
     run.model.train()
     if cfg.freeze_encoder and not cfg.frozen_encoder_dropout:
         run.model.encoder.eval()
@@ -302,50 +370,81 @@ def run_epoch(run: Run, state: TrainState, plan: Plan) -> dict:
     desc = (f"{'+'.join(stage_tasks)} " if len(plan.stages) > 1 else "") + f"epoch {state.epoch + 1}/{cfg.epochs}"
     bar = tqdm(plan.epochs[(si, state.epoch)], desc=desc, unit="upd", leave=False, dynamic_ncols=True,
                disable=not (run.progress and run.dist.main), mininterval=1.0 if sys.stderr.isatty() else 15.0)
-    for update_tasks in bar:
-        lr = set_lr(run.optimizer, state.update, plan.total_updates, plan.warmup, cfg.lr_schedule)
-        run.optimizer.zero_grad(set_to_none=True)
-        pc_losses = []
-        for task in update_tasks:
-            batch = to_device(streams[task].next(), run.device)
-            loss, out = task_objective(run, task, batch)
-            if not torch.isfinite(loss):
-                diverged(run, f"non-finite {task} loss at stage {si} epoch {state.epoch + 1} update {state.update}")
-            weighted = cfg.task_weights.get(task, 1.0) * loss
-            if cfg.pcgrad and len(update_tasks) > 1:
-                pc_losses.append(weighted)
-            else:
-                weighted.backward()
-            n = len(batch["labels"])
-            n_examples += n * run.dist.world
-            s = sums[task]
-            s["loss"] += float(loss.detach()) * n
-            s["n"] += n
-            s["pred"].append(predictions(task, run.model.heads_cfg, out)["prediction"])
-            s["true"].append(batch["labels"].cpu().numpy())
-        if pc_losses:
-            from .regularisers import pcgrad_backward
+    for k, update_tasks in enumerate(bar):
+        batches = [(task, streams[task].next()) for task in update_tasks]     # built on the host
+        labels = [b["labels"].numpy() for _, b in batches]
+        orders = None
+        if cfg.pcgrad and len(batches) > 1:   # PCGrad's random order, drawn on the host before the step
+            from .regularisers import pcgrad_orders
 
-            pcgrad_backward(pc_losses, run.params, generator=run.generators["pcgrad"])
-        average_gradients(run.params, run.dist.world)
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
-        run.optimizer.step()
-        if run.teacher is not None:
-            run.teacher.update(run.model)
-        state.update += 1
+            orders = pcgrad_orders(len(batches), run.generators["pcgrad"])
+        lr = train_step(run, state, plan, batches, labels, totals, orders)
+        n_examples += sum(len(y) for y in labels) * run.dist.world
+        if (k + 1) % CHECK_EVERY == 0:
+            check_finite(run, state, totals)
         bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
     bar.close()
+    check_finite(run, state, totals)
     seconds = time.perf_counter() - t0
     state.examples += n_examples
     row = {"epoch": len(state.history) + 1, "stage": "+".join(stage_tasks), "lr": lr,
            "seconds": round(seconds, 2), "examples_per_second": round(n_examples / max(seconds, 1e-9), 1)}
-    for t, s in sums.items():
-        if s["n"]:   # drop round-robin / sampling may skip a task in a short epoch
+    for t in stage_tasks:
+        if totals.n[t]:   # drop round-robin / sampling may skip a task in a short epoch
             short = TASKS[t].metric
-            row[f"train_{t}_loss"] = s["loss"] / s["n"]
-            row[f"train_{t}_{short}"] = task_metric(t, np.concatenate(s["pred"]), np.concatenate(s["true"]))
+            pred = predictions(t, run.model.heads_cfg, torch.cat(totals.outputs[t]))["prediction"]
+            row[f"train_{t}_loss"] = float(totals.loss[t]) / totals.n[t]
+            row[f"train_{t}_{short}"] = task_metric(t, pred, np.concatenate(totals.labels[t]))
     return row
+
+
+def train_step(run: Run, state: TrainState, plan: Plan, batches: list[tuple[str, dict]], labels: list[np.ndarray],
+               totals: EpochTotals, orders: list[list[int]] | None = None) -> float:
+    """One update from host batches [(task, batch)] and their labels as the host has them: forward, backward (PCGrad when asked), the
+    all-reduce under torchrun, clip, step. The host reads no value the device computed (no sync):
+    labels stay on the host, losses and outputs go to `totals`. Returns the learning rate."""
+    cfg = run.cfg
+    lr = set_lr(run.optimizer, state.update, plan.total_updates, plan.warmup, cfg.lr_schedule)
+    run.optimizer.zero_grad(set_to_none=True)
+    totals.flag.zero_()
+    pc_losses = []
+    for (task, host_batch), y in zip(batches, labels):
+        batch = to_device(host_batch, run.device)
+        loss, out = task_objective(run, task, batch)
+        totals.add(task, loss, out, y, state.update)
+        weighted = cfg.task_weights.get(task, 1.0) * loss
+        if cfg.pcgrad and len(batches) > 1:
+            pc_losses.append(weighted)
+        else:
+            weighted.backward()
+    if pc_losses:
+        from .regularisers import pcgrad_backward
+
+        pcgrad_backward(pc_losses, run.params, world=run.dist.world, with_stats=False, orders=orders)
+    average_gradients(run.params, run.dist.world, totals.flag)
+    totals.flagged += totals.flag
+    if cfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip, foreach=True)
+    run.optimizer.step()
+    if run.teacher is not None:
+        run.teacher.update(run.model)
+    state.update += 1
+    return lr
+
+
+def check_finite(run: Run, state: TrainState, totals: EpochTotals) -> None:
+    """Stop the run when a loss went non-finite since the last check (one read of the device's
+    totals). Under torchrun the flag was summed over the ranks with the gradients, so every rank
+    stops at the same update and none waits in an all-reduce for one that has stopped."""
+    if float(totals.flagged) == 0:
+        return
+    first = totals.first_bad.tolist()
+    bad = [(u, t) for u, t in zip(first, totals.tasks) if u >= 0]
+    where = f"stage {state.stage} epoch {state.epoch + 1}"
+    if bad:
+        update, task = min(bad)
+        diverged(run, f"non-finite {task} loss at {where} update {update}")
+    diverged(run, f"non-finite loss in another process at {where} by update {state.update}")
 
 
 def task_objective(run: Run, task: str, batch: dict):
@@ -360,6 +459,9 @@ def task_objective(run: Run, task: str, batch: dict):
         return distill_loss(task, model.heads_cfg, out, labels, soft, cfg.distill.weight, cfg.distill.temperature)
 
     with run.amp():
+        if "emb" in inputs:   # a frozen encoder's stored embeddings: the heads only
+            out = model.head_forward(task, inputs["emb"])
+            return loss_of(out), out
         if not cfg.smart.enabled or (cfg.smart.tasks is not None and task not in cfg.smart.tasks):
             out = model(task, inputs)
             return loss_of(out), out
@@ -386,8 +488,10 @@ def diverged(run: Run, what: str) -> None:
     it would diverge again, and with other settings it would not be resumed."""
     if run.dist.main:
         shutil.rmtree(run.state_dir, ignore_errors=True)
-    raise MinBertError(f"training diverged: {what}; lower the learning rate, enable grad_clip or disable bf16, "
-                       f"then run again (nothing was written)")
+    advice = ["lower the learning rate"] + ([] if run.cfg.grad_clip else ["set grad_clip (e.g. 1.0)"]) + \
+        (["set precision: fp32"] if run.bf16 else [])
+    raise MinBertError(f"training diverged: {what}; {', '.join(advice[:-1]) + ' or ' if len(advice) > 1 else ''}"
+                       f"{advice[-1]}, then run again (nothing was written)")
 
 
 # ---------------------------------------------------------------- end of an epoch
@@ -398,9 +502,9 @@ def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: fl
     state.seconds = time.perf_counter() - t_start
     if not run.dist.main:
         return
-    dev = evaluate(run.model, run.dev, run.tokenizer, EVAL_BATCH_SIZE, run.device, run.bf16)
-    bad = [f"dev {k}" for k, v in dev.items() if not math.isfinite(v)] or \
-        ([] if all(torch.isfinite(p).all() for p in run.model.parameters()) else ["weights"])
+    dev = evaluate(run.model, run.dev, run.tokenizer, EVAL_BATCH_SIZE, run.device, run.bf16, run.dev_features)
+    finite = torch.stack([torch.isfinite(p).all() for p in run.model.parameters()]).all()   # one read
+    bad = [f"dev {k}" for k, v in dev.items() if not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
     if bad:
         diverged(run, f"non-finite {', '.join(bad[:3])} after the last update of epoch {row['epoch']}")
     for t in run.dev:
@@ -421,7 +525,13 @@ def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: fl
         state.best_dev = {k: v for k, v in dev.items() if not k.endswith("_loss")}
         torch_save(checkpoint_dict(run.model, run.tokenizer, epoch=row["epoch"], dev_metrics=state.best_dev,
                                    **run.checkpoint_extra), run.best_path)
-    save_state(run, state)
+    # the resumable state every `checkpoint_every` epochs and at the end of each stage (a later
+    # stage starts from it); the last epoch's is not needed: the run finishes right after it
+    last_of_stage = state.epoch == run.cfg.epochs
+    if last_of_stage and state.stage + 1 == len(plan.stages):
+        return
+    if state.epoch % run.cfg.checkpoint_every == 0 or last_of_stage:
+        save_state(run, state)
 
 
 def end_of_stage(run: Run, state: TrainState, plan: Plan) -> None:
@@ -465,10 +575,13 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     missing = [t for t in tasks if train[t].labels is None or len(train[t]) == 0]
     if missing:
         raise MinBertError(f"training split of task '{missing[0]}' is empty or unlabelled; check the prepared data")
+    refuse_batch_statistics_under_ddp(cfg, tasks, dist_info.world)
     sizes = {t: len(train[t]) for t in tasks}
     if description is None:
         description = {"settings": {"finetune": cfg.model_dump(), "seed": seed, "bf16": bf16}, "sizes": sizes}
-    description = {**description, "world": dist_info.world}
+    # where and how it runs: a state saved on one device type or in one precision never resumes in another
+    description = {**description, "world": dist_info.world, "device_type": device.type,
+                   "precision": "bf16" if bf16 else "fp32"}
     model.to(device)
     if cfg.freeze_encoder:
         model.encoder.freeze(True)
@@ -480,6 +593,8 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
 
         teacher = MomentumTeacher(model, cfg.smart.beta)
         teacher.module.eval()   # the Bregman term compares with the teacher's deterministic output
+    if cfg.compile:   # in place: parameter names, checkpoints and the teacher's copy stay as they are
+        model.encoder.compile(dynamic=True)
     generators = {"smart": torch.Generator(device="cpu").manual_seed(seed + 17),
                   "pcgrad": torch.Generator(device="cpu").manual_seed(seed + 29)}
     run = Run(model, tokenizer, {t: train[t] for t in tasks}, dev, cfg, seed, device, bf16, dist_info, optimizer,
@@ -491,6 +606,7 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
         state_dir.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(state_dir)
     state = (resume_state(run) if resume else None) or TrainState()
+    store_frozen_features(run, plan)
     if evaluate_first and state.dev_before is None and dist_info.main:
         state.dev_before = evaluate(model, dev, tokenizer, EVAL_BATCH_SIZE, device, bf16)
     t_start = time.perf_counter() - state.seconds
@@ -507,6 +623,28 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     if dist_info.main:
         finish(run, state, out_dir)
     return _result(state, t_start)
+
+
+def store_frozen_features(run: Run, plan: Plan) -> None:
+    """A frozen, deterministic encoder's embeddings, computed once (minbert.frozen): for the dev
+    splits (evaluated every epoch) and for each training split the run will walk through at least
+    once (a task of which it draws fewer rows is cheaper to embed batch by batch)."""
+    from .frozen import FrozenFeatures, cacheable
+
+    cfg = run.cfg
+    for si, stage_tasks in enumerate(plan.stages):
+        for task in stage_tasks:
+            drawn = sum(task in update for e in range(cfg.epochs) for update in plan.epochs[(si, e)])
+            if cacheable(run.model, cfg, task) and drawn * cfg.batch_size >= len(run.train[task]) \
+                    and task not in run.features:
+                run.features[task] = FrozenFeatures(run.model, run.train[task], run.tokenizer, run.device, run.amp)
+    if run.dist.main:
+        for task, data in run.dev.items():
+            if cacheable(run.model, cfg, task) and data.labels is not None and len(data) and task in run.model.heads:
+                run.dev_features[task] = FrozenFeatures(run.model, data, run.tokenizer, run.device, run.amp)
+    if run.features or run.dev_features:
+        log.info("frozen encoder: embeddings computed once for %s", ", ".join(
+            [f"{t} train" for t in run.features] + [f"{t} dev" for t in run.dev_features]))
 
 
 def finish(run: Run, state: TrainState, out_dir: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from minbert.experiment import finetune_experiment, model_for_pretraining
 from minbert.runinfo import running
-from minbert.runtime import pick_device, setup_logging
+from minbert.runtime import pick_device, resolve_precision, setup_logging
 from minbert.settings import FinetuneSettings
 from minbert.weights import resolve_model
 
@@ -28,6 +28,7 @@ def main(argv=None):
     start = model_for_pretraining(L.pretrain_model(s.pretrain)) if s.pretrain else s.model
     setup_logging()
     with running(the_job, pick_device(s.device), [resolve_model(start)], main_process()) as r:
+        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
         res = finetune_experiment(s, L.data, L.training(name, "finetune"), start_model=start,
                                   state_dir=L.state("finetune", name), description=r.description,
                                   cache_dir=L.token_cache, resume=not args.no_resume, name=name,

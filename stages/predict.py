@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from minbert.experiment import predict_experiment
 from minbert.runinfo import running
-from minbert.runtime import pick_device, setup_logging
+from minbert.runtime import pick_device, resolve_precision, setup_logging
 from minbert.settings import PredictSettings
 
 from ._cli import experiment_parser, job, run
@@ -22,6 +22,7 @@ def main(argv=None):
     s = PredictSettings(**the_job.settings)
     setup_logging()
     with running(the_job, pick_device(s.device)) as r:
+        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
         r.fields["files"] = predict_experiment(s, L.model(name, s.model_stage), L.data, L.predictions(name),
                                                cache_dir=L.token_cache)
 

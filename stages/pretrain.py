@@ -6,9 +6,9 @@ pretraining, so all experiments with the same one share this single output.
 """
 from __future__ import annotations
 
-from minbert.pretrain import pretrain
+from minbert.pretrain import pretrain, refuse_torchrun
 from minbert.runinfo import running
-from minbert.runtime import pick_device, setup_logging
+from minbert.runtime import pick_device, resolve_precision, setup_logging
 from minbert.settings import PretrainSettings
 from minbert.weights import resolve_model
 
@@ -19,10 +19,12 @@ def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--name", required=True, help="pretraining name in params.yaml `pretrainings:`")
     args = p.parse_args(argv)
+    refuse_torchrun()
     the_job, L = job(args, "pretrain", args.name)
     s = PretrainSettings(**the_job.settings)
     setup_logging()
     with running(the_job, pick_device(s.device), [resolve_model(s.model)], main_process()) as r:
+        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
         metrics = pretrain(s, L.data, L.pretrain_model(args.name), L.pretrain_history(args.name),
                            L.pretrain_metrics(args.name), start_model=s.model, cache_dir=L.token_cache,
                            state_dir=L.state("pretrain", args.name), description=r.description, name=args.name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from minbert.experiment import retrain_heads_experiment
 from minbert.runinfo import running
-from minbert.runtime import pick_device, setup_logging
+from minbert.runtime import pick_device, resolve_precision, setup_logging
 from minbert.settings import RetrainSettings
 
 from ._cli import experiment_parser, job, main_process, run
@@ -21,6 +21,7 @@ def main(argv=None):
     s = RetrainSettings(**the_job.settings)
     setup_logging()
     with running(the_job, pick_device(s.device), main_process=main_process()) as r:
+        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
         res = retrain_heads_experiment(s, L.model(name, "finetune"), L.data, L.training(name, "retrain_heads"),
                                        state_dir=L.state("retrain_heads", name), description=r.description,
                                        cache_dir=L.token_cache, name=name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from minbert.distill import teach
 from minbert.runinfo import running
-from minbert.runtime import pick_device, setup_logging
+from minbert.runtime import pick_device, resolve_precision, setup_logging
 from minbert.settings import TeachSettings
 
 from ._cli import job, parser, run
@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     models = {m: L.model(m, stage) for m, stage in s.members.items()}
     setup_logging()
     with running(the_job, pick_device(s.device)) as r:
+        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
         r.fields["rows"] = teach(s, models, L.data, L.teacher(args.name))
     print(f"teacher '{args.name}' ({len(s.members)} model(s)) wrote {L.teacher(args.name)}")
 

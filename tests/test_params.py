@@ -164,7 +164,7 @@ def test_minilm_catalogue_is_valid(repo_root, tmp_path):
     (tmp_path / "params.yaml").write_text(text)
     minilm = load_params(tmp_path / "params.yaml")
     mt = minilm.experiment("mt")
-    assert mt.model == "all-MiniLM-L6-v2" and mt.bf16 and mt.finetune.heads.symmetric_pairs
+    assert mt.model == "all-MiniLM-L6-v2" and mt.precision == "auto" and mt.finetune.heads.symmetric_pairs
     assert mt.finetune.downsample.caps == {"para": 6040}           # Quora at the STS training size
     kinds = {(p.kind, p.nli.objective if p.kind == "nli" else None) for p in minilm.params.pretrainings.values()}
     assert kinds == {("mlm", None), ("nli", "regression"), ("nli", "contrastive"), ("nli", "triplet"),

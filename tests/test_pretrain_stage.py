@@ -184,11 +184,14 @@ def test_a_pretraining_may_set_its_own_precision(tiny_model_dir, prepared, tmp_p
     quick = {**FAST, "epochs": 1, "max_steps_per_epoch": 2, "dev_size": 16}
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({
-        "base": {"model": str(tiny_model_dir), "max_length": 32, "device": "cpu", "bf16": True},
+        "base": {"model": str(tiny_model_dir), "max_length": 32, "device": "cpu", "precision": "bf16"},
         "pretrainings": {"inherits": {"kind": "nli", **quick},
-                         "fp32": {"kind": "nli", **quick, "bf16": False}},
+                         "fp32": {"kind": "nli", **quick, "precision": "fp32"}},
         "experiments": {"a": {"pretrain": "fp32", "finetune": {"heads": {"pooling": "mean"}}}}}), encoding="utf-8")
+    results = results_with(prepared, tmp_path)
     for name, expected in (("inherits", {True}), ("fp32", {False})):
         seen.clear()
-        stage.main(["--params", str(path), "--results", str(results_with(prepared, tmp_path)), "--name", name])
+        stage.main(["--params", str(path), "--results", str(results), "--name", name])
         assert seen and set(seen) == expected, name
+        record = json.loads((results / "runs" / "pretrain" / f"{name}.json").read_text())
+        assert record["precision"] == ("bf16" if expected == {True} else "fp32"), name   # what ran

@@ -430,3 +430,33 @@ def test_pcgrad_backward_skips_frozen_parameters():
     model.trunk.requires_grad_(False)
     pcgrad_backward(_two_task_losses(model), list(model.parameters()))
     assert model.trunk.weight.grad is None and model.head0.weight.grad is not None
+
+
+def test_smart_perturbation_gradient_under_bf16_autocast_is_the_float32_one(minilm_dir):
+    """ε = 1e-5 is below bf16's resolution: computed under bf16 autocast, the ascent would follow
+    rounding noise (cosine about 0.2 with the float32 gradient on MiniLM). The term runs in float32
+    whatever the autocast, so the gradients agree."""
+    from minbert.multitask import MultitaskModel
+    from minbert.params import HeadsParams
+    from minbert.tokenizer import Tokenizer
+    from minbert.weights import load_encoder
+
+    encoder, _, folder = load_encoder(str(minilm_dir))
+    torch.manual_seed(0)
+    model = MultitaskModel(encoder, HeadsParams(), ["sst"]).eval()     # dropout off: deterministic passes
+    tok = Tokenizer(folder, 64)
+    batch = tok.pad(tok.encode(["a gripping , funny and moving film .", "dull , flat and far too long .",
+                                "it is not a bad movie , just an unremarkable one ."]))
+
+    def ascent_gradient(bf16: bool) -> torch.Tensor:
+        grads = []
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out, word = model("sst", batch, return_embeddings=True)
+            term = smart_adversarial_loss(lambda e: model("sst", batch, inputs_embeds=e), word, out, "classification",
+                                          generator=torch.Generator().manual_seed(3), ascent_grads=grads)
+        assert term.dtype == torch.float32 and torch.isfinite(term)
+        return grads[0].flatten()
+
+    fp32, bf16 = ascent_gradient(False), ascent_gradient(True)
+    assert fp32.abs().max() > 0
+    assert torch.nn.functional.cosine_similarity(fp32, bf16, dim=0) > 0.99

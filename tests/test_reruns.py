@@ -275,7 +275,7 @@ def _new_data(folder):
 
 @pytest.mark.parametrize("change,notice", [
     (_edit(("base", "max_length"), 24), "settings.max_length: 32 -> 24"),
-    (_edit(("base", "bf16"), True), "settings.bf16: False -> True"),
+    (_edit(("base", "precision"), "bf16"), "settings.precision: 'auto' -> 'bf16'"),
     (_new_model, "settings.model: "),
     (_new_data, "input results/data/sst-train.tsv changed"),
 ])

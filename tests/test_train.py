@@ -404,23 +404,20 @@ def test_torchrun_two_processes_match_one(tiny_model_dir, tmp_path):
     assert changed(start, ca["state_dict"], "encoder.")
 
 
-def test_bf16_on_a_cpu_without_native_bf16_is_said_once(monkeypatch, caplog):
+def test_bf16_asked_for_on_a_cpu_without_native_bf16_is_honoured_and_said(monkeypatch, caplog):
     from minbert import runtime
 
-    monkeypatch.setattr(runtime, "_warned_bf16", False)
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
     cpu = torch.device("cpu")
     with caplog.at_level("WARNING", logger="minbert"):
-        for _ in range(3):
-            with runtime.autocast(cpu, True):
-                assert torch.is_autocast_enabled("cpu")
+        assert runtime.configure(cpu, "bf16") is True
+        with runtime.autocast(cpu, True):
+            assert torch.is_autocast_enabled("cpu")
         with runtime.autocast(cpu, False):
             assert not torch.is_autocast_enabled("cpu")
-    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
-    assert "set bf16: false" in caplog.records[0].message
-    monkeypatch.setattr(runtime, "_warned_bf16", False)
+    assert len(caplog.records) == 1 and "set precision: auto (or fp32)" in caplog.records[0].message
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
     caplog.clear()
-    with runtime.autocast(cpu, True):
-        pass
+    with caplog.at_level("WARNING", logger="minbert"):
+        assert runtime.configure(cpu, "bf16") is True
     assert not caplog.records

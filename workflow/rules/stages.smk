@@ -11,6 +11,10 @@ wildcard_constraints:
 
 for stage_name in dict.fromkeys(j.stage for j in JOBS):   # in DAG order
     sample_job = next(j for j in JOBS if j.stage == stage_name)
+    # a job that asks for GPUs runs on GPUs of its own (workflow/gpu_slot.py: Snakemake caps how many
+    # such jobs run at once, not which device each gets)
+    shell_cmd = "python -m workflow.gpu_slot --count {resources.gpu} -- {params.cmd} > {log} 2>&1" \
+        if "gpu" in dag.stage_resources(stage_name, GPUS) else "{params.cmd} > {log} 2>&1"
     if config.get("in_process", False):
         rule:
             name: stage_name
@@ -31,7 +35,7 @@ for stage_name in dict.fromkeys(j.stage for j in JOBS):   # in DAG order
             threads: dag.STAGE_RESOURCES[stage_name]["threads"]
             resources: **dag.stage_resources(stage_name, GPUS)
             conda: "../envs/minbert.yaml"
-            shell: "{params.cmd} > {log} 2>&1"
+            shell: shell_cmd
 
 
 onsuccess:

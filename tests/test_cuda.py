@@ -1,0 +1,148 @@
+"""The CUDA path, where a GPU is at hand (every test here is marked `cuda` and skips without one):
+a resume is bit-identical to an uninterrupted run under `deterministic: true`, the masked-attention
+backward is finite on every attention backend torch selects, the training step makes no host sync
+(torch's own sync debug mode), and two GPUs under torchrun follow one."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+import minbert.train as train
+
+from conftest import REPO
+from test_train import assert_same_weights, finetune_experiment, history, last_state, make_exp, state_dict, write_prepared
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    return write_prepared(tmp_path_factory.mktemp("data"), n_train=40, n_dev=32)
+
+
+@pytest.fixture
+def deterministic_mode():
+    """`deterministic: true` changes process-wide flags: put them back for the tests that follow."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark, torch.backends.cuda.flash_sdp_enabled(),
+              torch.backends.cuda.mem_efficient_sdp_enabled())
+    yield
+    torch.use_deterministic_algorithms(before[0])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1], before[2]
+    torch.backends.cuda.enable_flash_sdp(before[3])
+    torch.backends.cuda.enable_mem_efficient_sdp(before[4])
+
+
+def cuda_exp(tiny_model_dir, **finetune):
+    exp = make_exp(tiny_model_dir, **finetune)
+    return exp.model_copy(update={"device": "cuda", "deterministic": True})
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_a_cuda_resume_is_bit_identical_under_deterministic(tiny_model_dir, prepared, tmp_path, deterministic_mode,
+                                                            precision):
+    exp = cuda_exp(tiny_model_dir, epochs=3).model_copy(update={"precision": precision})
+    full = finetune_experiment(exp, prepared, tmp_path / "full")
+    part = tmp_path / "part"
+    finetune_experiment(exp, prepared, part, stop_after_epochs=1)
+    state = torch.load(last_state(part), map_location="cpu", weights_only=True)
+    assert state["cuda_rng"] is not None and state["description"]["device_type"] == "cuda"
+    resumed = finetune_experiment(exp, prepared, part)
+    assert resumed.best_dev == full.best_dev
+    assert history(part).equals(history(tmp_path / "full"))
+    assert_same_weights(state_dict(part / "model.pt"), state_dict(tmp_path / "full" / "model.pt"))
+
+
+BACKENDS = ["MATH", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_masked_attention_backward_is_finite_on_every_backend(backend, dtype):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from minbert.model import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=128)).cuda()
+    ids = torch.randint(1, 100, (4, 16), device="cuda")
+    mask = torch.ones(4, 16, dtype=torch.long, device="cuda")
+    mask[1, 5:] = 0
+    mask[3, 1:] = 0             # one real token: a row of the attention that sees itself only
+    try:
+        with sdpa_kernel(getattr(SDPBackend, backend)), torch.autocast("cuda", dtype=dtype,
+                                                                     enabled=dtype != torch.float32):
+            hidden, pooled = model(ids, mask)
+            loss = hidden.float().pow(2).mean() + pooled.float().pow(2).mean()
+        loss.backward()
+    except RuntimeError as e:    # a backend this GPU / dtype / mask does not support: not selected by torch
+        if "No available kernel" in str(e) or "not supported" in str(e).lower():
+            pytest.skip(f"{backend} not available here: {str(e).splitlines()[0][:100]}")
+        raise
+    assert torch.isfinite(loss)
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            assert torch.isfinite(p.grad).all(), name
+
+
+def test_no_host_sync_in_the_cuda_training_step(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    real_step = train.train_step
+
+    def strict(*args, **kwargs):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return real_step(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(train, "train_step", strict)
+    exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=3, schedule="simultaneous", pcgrad=True,
+                   smart={"enabled": True}).model_copy(update={"device": "cuda"})
+    finetune_experiment(exp, prepared, tmp_path / "run")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_two_gpus_under_torchrun_follow_one(tiny_model_dir, tmp_path):
+    data = write_prepared(tmp_path / "data", n_train=32, n_dev=32)
+    params = tmp_path / "params.yaml"
+    ft = {"epochs": 2, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.25, "max_steps_per_epoch": 6,
+          "hidden_dropout": 0.0, "attention_dropout": 0.0, "downsample": {"mode": "none"},
+          "heads": {"dropout": 0.0, "pooling": "mean"}}
+    params.write_text(yaml.safe_dump({
+        "base": {"model": str(tiny_model_dir), "device": "cuda", "precision": "fp32", "seed": 5, "max_length": 32},
+        "experiments": {"dp": {"finetune": ft}}}), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for r in ("one", "two"):
+        shutil.copytree(data, tmp_path / r / "data")
+    common = ["-m", "stages.finetune", "--experiment", "dp", "--params", str(params)]
+    one = subprocess.run([sys.executable, *common, "--results", str(tmp_path / "one")], cwd=tmp_path,
+                         env={**env, "CUDA_VISIBLE_DEVICES": "0"}, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", *common,
+                          "--results", str(tmp_path / "two")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = (tmp_path / r / "experiments" / "dp" / "finetune" / "model.pt" for r in ("one", "two"))
+    ca, cb = (torch.load(p, map_location="cpu", weights_only=True) for p in (a, b))
+    assert_same_weights(ca["state_dict"], cb["state_dict"], atol=1e-3)
+
+
+def test_compile_trains_the_same_model_on_cuda(tiny_model_dir, prepared, tmp_path):
+    exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=3, hidden_dropout=0.0, attention_dropout=0.0,
+                   heads={"dropout": 0.0}).model_copy(update={"device": "cuda", "precision": "fp32"})
+    plain = finetune_experiment(exp, prepared, tmp_path / "plain")
+    compiled = finetune_experiment(exp.model_copy(update={"finetune": exp.finetune.model_copy(update={"compile": True})}),
+                                   prepared, tmp_path / "compiled")
+    a, b = state_dict(tmp_path / "plain" / "model.pt"), state_dict(tmp_path / "compiled" / "model.pt")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4, msg=lambda m: f"{k}: {m}")
+    assert compiled.best_dev == pytest.approx(plain.best_dev, abs=1e-3)

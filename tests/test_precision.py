@@ -1,0 +1,96 @@
+"""The precision setting (auto | bf16 | fp32): resolved per device, honoured everywhere, recorded in
+run.json, part of the resume fingerprint with the device type; the old `bf16` key says what
+replaced it; SMART's perturbation in float32 under bf16 autocast."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import yaml
+
+import minbert.experiment as experiment
+from minbert import runtime
+from minbert.errors import MinBertError
+from minbert.params import load_params
+
+from test_train import finetune_experiment, make_exp, write_prepared
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+@pytest.mark.parametrize("native,setting,expected", [
+    (True, "auto", "bf16"), (False, "auto", "fp32"), (None, "auto", "fp32"),
+    (False, "bf16", "bf16"), (True, "fp32", "fp32"), (False, "fp32", "fp32")])
+def test_precision_on_a_cpu(monkeypatch, native, setting, expected):
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
+    assert runtime.resolve_precision(setting, CPU) == expected
+
+
+@pytest.mark.parametrize("supported,setting,expected", [
+    (True, "auto", "bf16"), (False, "auto", "fp32"), (True, "fp32", "fp32"), (False, "bf16", "bf16")])
+def test_precision_on_cuda(monkeypatch, supported, setting, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: supported)
+    assert runtime.resolve_precision(setting, CUDA) == expected
+
+
+def test_fp32_on_cuda_multiplies_in_tf32(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert runtime.configure(CUDA, "fp32") is False        # bf16 off on CUDA means off
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        assert runtime.configure(CUDA, "auto") is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_the_old_bf16_key_says_what_replaced_it(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"base": {"bf16": True}, "experiments": {"a": {}}}), encoding="utf-8")
+    with pytest.raises(MinBertError) as err:
+        load_params(path)
+    msg = str(err.value)
+    assert "\n" not in msg and "'base.bf16'" in msg and "precision: bf16" in msg and "precision: auto" in msg
+
+
+def test_a_state_saved_in_another_precision_is_not_resumed(tiny_model_dir, tmp_path, monkeypatch, caplog):
+    """Same settings (precision: auto) resolved differently, e.g. a state from a CPU without native
+    bf16 met on a GPU: the run starts fresh and says why."""
+    data = write_prepared(tmp_path / "data", n_train=16, n_dev=16)
+    exp = make_exp(tiny_model_dir, epochs=2, max_steps_per_epoch=2, tasks=["sst"])
+    out = tmp_path / "run"
+    monkeypatch.setattr(experiment, "configure", lambda device, precision, deterministic=False: False)
+    finetune_experiment(exp, data, out, stop_after_epochs=1)
+    state = torch.load(out.with_name("run.state") / "last.pt", map_location="cpu", weights_only=True)
+    assert state["description"]["device_type"] == "cpu" and state["description"]["precision"] == "fp32"
+    monkeypatch.setattr(experiment, "configure", lambda device, precision, deterministic=False: True)
+    with caplog.at_level("WARNING", logger="minbert.train"):
+        res = finetune_experiment(exp, data, out)
+    notice = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]
+    assert len(notice) == 1 and "precision: 'fp32' -> 'bf16'" in notice[0]
+    assert len(res.history) == 2
+
+
+def test_deterministic_pins_the_algorithms_and_runs_on_cpu(tiny_model_dir, tmp_path, monkeypatch):
+    """`deterministic: true` runs (no op of the step lacks a deterministic kernel) and sets torch's
+    deterministic mode, cuDNN without autotuning and a fixed cuBLAS workspace."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic, \
+        torch.backends.cudnn.benchmark
+    data = write_prepared(tmp_path / "data", n_train=16, n_dev=16)
+    exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=3, schedule="simultaneous", pcgrad=True,
+                   smart={"enabled": True}).model_copy(update={"deterministic": True})
+    try:
+        a = finetune_experiment(exp, data, tmp_path / "a")
+        assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+        assert not torch.backends.cudnn.benchmark
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        b = finetune_experiment(exp, data, tmp_path / "b")
+        assert a.best_dev == b.best_dev
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1], before[2]
