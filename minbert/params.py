@@ -862,10 +862,13 @@ def _check_combinations(params: Params, experiments: dict[str, ExperimentParams]
                                f"retrain_heads (retrain_heads.tasks: [sst]) or set finetune.freeze_encoder")
         if exp.pretrain is not None:
             pre = params.pretrainings[exp.pretrain]
-            if pre.kind == "nli" and pre.nli.pooling != ft.heads.pooling:   # the pooling every task reads by default
-                raise MinBertError(f"{where}: key '{key}.finetune.heads.pooling': the NLI pretraining "
-                                   f"'{exp.pretrain}' trains {pre.nli.pooling}-pooled sentence embeddings but this "
-                                   f"experiment reads '{ft.heads.pooling}'; set the same pooling in both "
+            # every task reads the sentence embedding NLI trained (a task's own pooling included)
+            other = next((t for t in model_tasks(exp) if ft.heads.pooling_of(t) != pre.nli.pooling), None)
+            if pre.kind == "nli" and other is not None:
+                where_key = (f"task_pooling.{other}" if other in ft.heads.task_pooling else "pooling")
+                raise MinBertError(f"{where}: key '{key}.finetune.heads.{where_key}': the NLI pretraining "
+                                   f"'{exp.pretrain}' trains {pre.nli.pooling}-pooled sentence embeddings but "
+                                   f"{other} reads '{ft.heads.pooling_of(other)}'; set the same pooling in both "
                                    f"(pretrainings.{exp.pretrain}.nli.pooling)")
     groups = groups or {}
     for name, exp in experiments.items():
