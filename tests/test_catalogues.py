@@ -20,7 +20,8 @@ from minbert.params import load_params
 
 from test_workflow import SNAKEMAKE, make_copy, run
 
-CATALOGUES = {"demo": "params.yaml", "minilm": "params/minilm.yaml", "full": "params/full.yaml"}
+CATALOGUES = {"demo": "params.yaml", "minilm": "params/minilm.yaml", "full": "params/full.yaml",
+              "reproduce": "params/reproduce.yaml"}
 ROWS = {"train": 40, "dev": 16, "test": 8}
 
 
