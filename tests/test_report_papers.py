@@ -124,7 +124,7 @@ def test_scale_line_says_how_the_run_differs_from_the_paper(paper_report):
     assert note is not None
     text = note.text()
     assert "model all-MiniLM-L6-v2 (the paper: bert-base-uncased)" in text
-    assert "2 epochs (the paper: 10)" in text
+    assert "2 epochs (the paper: 10 for most rows)" in text
 
 
 def test_claim_verdict_rule():

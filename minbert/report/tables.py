@@ -685,7 +685,7 @@ def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
         text = f"{'/'.join(map(str, epochs))} epochs"
         if steps:
             text += f" of at most {'/'.join(map(str, steps))} steps"
-        parts.append(f"{text} (the paper: {paper.epochs})")
+        parts.append(f"{text} (the paper: {paper.epochs} for most rows)")
     kept = {}
     for r in data_summary:
         name = str(r.get("file", ""))
