@@ -13,7 +13,7 @@ from minbert.params import read_yaml, validate_params
 
 from conftest import REPO
 
-CATALOGUES = ["params.yaml", "params/full.yaml", "params/minilm.yaml"]
+CATALOGUES = ["params.yaml", "params/full.yaml", "params/minilm.yaml", "params/reproduce.yaml"]
 
 
 @pytest.fixture(scope="module")
