@@ -684,7 +684,7 @@ def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
     if paper.epochs is not None and (epochs != [paper.epochs] or steps):
         text = f"{'/'.join(map(str, epochs))} epochs"
         if steps:
-            text += f" of at most {'/'.join(map(str, steps))} steps"
+            text += f" of at most {'/'.join(map(str, steps))} step{'s' if steps != [1] else ''}"
         parts.append(f"{text} (the paper: {paper.epochs} for most rows)")
     kept = {}
     for r in data_summary:
