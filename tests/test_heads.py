@@ -119,7 +119,7 @@ def test_predictions_from_outputs():
     p = predictions("para", HeadsParams(), torch.tensor([2.0, -2.0]))
     assert p["prediction"].tolist() == [1, 0] and p["probs"][0] == pytest.approx(1 / (1 + math.exp(-2)))
     p = predictions("sts", HeadsParams(), torch.tensor([0.5, 1.5]))
-    assert p["prediction"].tolist() == pytest.approx([2.5, 5.0])
+    assert p["prediction"].tolist() == pytest.approx([2.5, 7.5])       # the 0-1 target scaled to 0-5, unclipped
 
 
 # ---------------------------------------------------------------- the model on the tiny encoder
