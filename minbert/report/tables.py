@@ -25,6 +25,7 @@ import numpy as np
 from .. import stats
 from ..errors import MinBertError
 from ..metrics import selection_score as _selection_score
+from ..params import PAPER_OVERALL
 from ..tasks import LEADERBOARD_TASKS, TASKS
 from .data import ReportData, RunResults
 
@@ -633,8 +634,6 @@ FORMULA_TEXT = {"leaderboard": "(SST acc + Para acc + (STS r + 1) / 2) / 3, the 
 
 def paper_metric_key(metric: str, formula: str) -> str:
     """The metrics.json key a paper column reads: its overall in the paper's formula, else the metric."""
-    from ..params import PAPER_OVERALL
-
     return PAPER_OVERALL[formula] if metric == "overall" else metric
 
 
