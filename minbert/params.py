@@ -8,7 +8,9 @@ params.yaml has these top-level sections:
                   experiments with the same pretraining share one pretrained output
     experiments:  named experiments, each a (deep-merged) override of `base`
     ensembles:    named ensembles over member experiments
-    studies:      the report's tables: a title, experiments as rows, a baseline row
+    papers:       the reports that studies reproduce (title, overall formula, scale)
+    studies:      the report's tables: a title, experiments as rows, a baseline row; a study may
+                  carry its paper's table (`paper`: rows, columns, printed values, claims)
     report:       report settings
 
 Errors are one line naming the key (and the nearest valid key for a typo).
@@ -26,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import MinBertError
 from .schedules import SCHEDULES
-from .tasks import DEFAULT_TASKS, PAIR_TASKS, TASK_NAMES, TaskName
+from .tasks import DEFAULT_TASKS, PAIR_TASKS, TASK_NAMES, TASKS, TaskName
 from .views import BI_ENCODER_HEADS, PAIR_HEADS
 
 Task = TaskName
@@ -321,6 +323,113 @@ class GridParams(Strict):
     axes: list[GridAxis] = Field(min_length=1, max_length=2)
 
 
+# ---------------------------------------------------------------- the papers' tables
+
+PAPER_OVERALL = {"leaderboard": "overall", "mean": "mean"}   # a paper's overall formula -> metrics.json key
+# what a paper column reads: its overall score (in the paper's formula) or one task's metric
+PaperMetric = Literal[("overall",) + tuple(t.metric_key for t in TASKS.values())]
+Split = Literal["dev", "test"]
+
+
+class PaperParams(Strict):
+    """A report the catalogue reproduces: its title, its own overall formula and the scale it ran
+    at (for the line under each of its tables that says how this run's scale differs)."""
+    title: str
+    # leaderboard: (SST acc + Para acc + (STS r + 1) / 2) / 3; mean: the plain mean of the three
+    overall: Literal["leaderboard", "mean"]
+    model: str = "bert-base-uncased"
+    epochs: int | None = Field(None, ge=1)      # the epochs of most of its rows
+    # rows per task as the paper prints them (its training split where it gives one)
+    data: dict[Task, Annotated[int, Field(ge=1)]] = {}
+
+
+class PaperColumn(Strict):
+    name: str                                   # as printed: "Overall Dev", "QQP", "DEV_TOTAL"
+    metric: PaperMetric                         # overall: the paper's formula (`papers.<id>.overall`)
+
+
+class PaperRow(Strict):
+    """One printed row: its label, what reproduces it (`run`: an experiment, a repeated experiment
+    or an ensemble; or `best_of`: the best by dev of experiments or of studies' rows, as a paper's
+    best-of-a-sweep row), and every value it prints, per split, by column name."""
+    label: str
+    run: str | None = None
+    best_of: list[str] = []
+    dev: dict[str, float] = {}
+    test: dict[str, float] = {}
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.run is None) == (not self.best_of):
+            raise ValueError(f"row '{self.label}': give either 'run' (an experiment or ensemble) or 'best_of' "
+                             f"(experiments or studies whose best by dev stands for the row)")
+        return self
+
+
+class PaperClaim(Strict):
+    """A comparison the paper makes between two of its rows: `better` scores higher than `worse`
+    on `column` (the paper's difference is that of its printed values)."""
+    text: str                                   # the claim in a few words
+    better: str                                 # row labels
+    worse: str
+    column: str
+    split: Split = "dev"
+
+
+class StudyPaper(Strict):
+    """The paper table a study reproduces, as data: which paper and table, its columns in order,
+    its rows with every printed value, the summary rows it prints, and its claims."""
+    id: str                                     # a key of `papers`
+    table: str                                  # "Table 2", "Figure 5"
+    columns: list[PaperColumn] = Field(min_length=1)
+    rows: list[PaperRow] = Field(min_length=1)
+    summary: dict[Literal["mean", "std"], dict[str, float]] = {}   # printed Average / Std rows
+    claims: list[PaperClaim] = []
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise ValueError("columns: a column name is given twice")
+        labels = [r.label for r in self.rows]
+        if len(set(labels)) != len(labels):
+            dup = next(x for x in labels if labels.count(x) > 1)
+            raise ValueError(f"rows: label '{dup}' is given twice")
+        for r in self.rows:
+            for split in ("dev", "test"):
+                for col in getattr(r, split):
+                    if col not in names:
+                        raise ValueError(f"row '{r.label}' {split}: unknown column '{col}'{_close(col, names)}")
+        for kind, values in self.summary.items():
+            for col in values:
+                if col not in names:
+                    raise ValueError(f"summary {kind}: unknown column '{col}'{_close(col, names)}")
+        for c in self.claims:
+            for side in (c.better, c.worse):
+                if side not in labels:
+                    raise ValueError(f"claim '{c.text}': unknown row '{side}'{_close(side, labels)}")
+            if c.column not in names:
+                raise ValueError(f"claim '{c.text}': unknown column '{c.column}'{_close(c.column, names)}")
+            rows = {r.label: getattr(r, c.split) for r in self.rows}
+            if c.column not in rows[c.better] or c.column not in rows[c.worse]:
+                raise ValueError(f"claim '{c.text}': the paper prints no {c.split} {c.column} for "
+                                 f"'{c.better if c.column not in rows[c.better] else c.worse}'")
+            if rows[c.better][c.column] <= rows[c.worse][c.column]:
+                raise ValueError(f"claim '{c.text}': the paper's {c.better} ({rows[c.better][c.column]}) is not "
+                                 f"above {c.worse} ({rows[c.worse][c.column]}) on {c.column}")
+        return self
+
+    def column(self, name: str) -> PaperColumn:
+        return next(c for c in self.columns if c.name == name)
+
+    def row(self, label: str) -> PaperRow:
+        return next(r for r in self.rows if r.label == label)
+
+    def paper_difference(self, claim: PaperClaim) -> float:
+        return (getattr(self.row(claim.better), claim.split)[claim.column]
+                - getattr(self.row(claim.worse), claim.split)[claim.column])
+
+
 class StudyParams(Strict):
     name: str
     title: str
@@ -331,6 +440,7 @@ class StudyParams(Strict):
     baseline: str | None = None                 # None: the first row
     splits: list[Literal["dev", "test"]] = ["dev", "test"]
     source: str = ""                            # which paper table it reproduces
+    paper: StudyPaper | None = None             # that table as data: rows, columns, printed values, claims
 
 
 class ReportParams(Strict):
@@ -345,6 +455,7 @@ class Params(Strict):
     pretrainings: dict[str, PretrainParams] = {}
     experiments: dict[str, dict[str, Any]]
     ensembles: dict[str, EnsembleParams] = {}
+    papers: dict[str, PaperParams] = {}        # the reports whose tables studies reproduce (`studies[].paper`)
     studies: list[StudyParams] = []
     report: ReportParams = ReportParams()
 
@@ -465,7 +576,7 @@ def load_params(path: str | Path = "params.yaml") -> "LoadedParams":
 
 
 # The sections a catalogue file provides; params.yaml keeps `catalogue` and `report`.
-CATALOGUE_SECTIONS = ("data", "base", "pretrainings", "experiments", "ensembles", "studies")
+CATALOGUE_SECTIONS = ("data", "base", "pretrainings", "experiments", "ensembles", "papers", "studies")
 
 
 def catalogue_file(params_path: str | Path, name: str) -> Path:
@@ -641,6 +752,7 @@ def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
                                f"members (got {ens.members})")
     _check_combinations(params, experiments, where, groups)
     runnable = known | set(params.ensembles)
+    _check_papers(params, runnable, where)
     seen_studies = set()
     for i, st in enumerate(params.studies):
         if st.name in seen_studies:
@@ -655,8 +767,40 @@ def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
                                f"'{st.baseline}' is not one of the study's experiments")
     for i, st in enumerate(params.studies):
         if not st.experiments:
-            raise MinBertError(f"{where}: key 'studies[{i}]' (study '{st.name}'): no rows; list experiments or a grid")
+            raise MinBertError(f"{where}: key 'studies[{i}]' (study '{st.name}'): no rows; list experiments, a grid "
+                               f"or a paper table")
     return LoadedParams(params=params, experiments=experiments, raw=raw, groups=groups, grids=grids)
+
+
+def _check_papers(params: Params, runnable: set, where: str) -> None:
+    """A study's paper table names a known paper, and its rows runs that exist: a row's `run` joins
+    the study's experiments; a `best_of` that names a study stands for that study's rows."""
+    rows_of = {st.name: list(st.experiments) for st in params.studies}
+    for i, st in enumerate(params.studies):
+        if st.paper is None:
+            continue
+        key = f"studies[{i}].paper"
+        if st.paper.id not in params.papers:
+            raise MinBertError(f"{where}: key '{key}.id' (study '{st.name}'): unknown paper '{st.paper.id}'"
+                               f"{_close(st.paper.id, params.papers)}; describe it under 'papers'")
+        for j, row in enumerate(st.paper.rows):
+            if row.run is not None:
+                if row.run not in runnable:
+                    raise MinBertError(f"{where}: key '{key}.rows[{j}].run' (row '{row.label}'): unknown experiment "
+                                       f"or ensemble '{row.run}'{_close(row.run, runnable)}")
+                if row.run not in st.experiments:
+                    st.experiments = list(st.experiments) + [row.run]
+                continue
+            names = []
+            for name in row.best_of:
+                if name in rows_of and name not in runnable:
+                    names += rows_of[name]
+                elif name in runnable:
+                    names.append(name)
+                else:
+                    raise MinBertError(f"{where}: key '{key}.rows[{j}].best_of' (row '{row.label}'): '{name}' is no "
+                                       f"experiment, ensemble or study{_close(name, runnable | set(rows_of))}")
+            row.best_of = list(dict.fromkeys(names))
 
 
 MULTI_TASK_UPDATES = ("simultaneous",)          # the schedules whose updates sum several tasks' losses
@@ -737,10 +881,13 @@ def _check_combinations(params: Params, experiments: dict[str, ExperimentParams]
                                f"retrain_heads (retrain_heads.tasks: [sst]) or set finetune.freeze_encoder")
         if exp.pretrain is not None:
             pre = params.pretrainings[exp.pretrain]
-            if pre.kind == "nli" and pre.nli.pooling != ft.heads.pooling:   # the pooling every task reads by default
-                raise MinBertError(f"{where}: key '{key}.finetune.heads.pooling': the NLI pretraining "
-                                   f"'{exp.pretrain}' trains {pre.nli.pooling}-pooled sentence embeddings but this "
-                                   f"experiment reads '{ft.heads.pooling}'; set the same pooling in both "
+            # every task reads the sentence embedding NLI trained (a task's own pooling included)
+            other = next((t for t in model_tasks(exp) if ft.heads.pooling_of(t) != pre.nli.pooling), None)
+            if pre.kind == "nli" and other is not None:
+                where_key = (f"task_pooling.{other}" if other in ft.heads.task_pooling else "pooling")
+                raise MinBertError(f"{where}: key '{key}.finetune.heads.{where_key}': the NLI pretraining "
+                                   f"'{exp.pretrain}' trains {pre.nli.pooling}-pooled sentence embeddings but "
+                                   f"{other} reads '{ft.heads.pooling_of(other)}'; set the same pooling in both "
                                    f"(pretrainings.{exp.pretrain}.nli.pooling)")
     groups = groups or {}
     for name, exp in experiments.items():

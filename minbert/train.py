@@ -540,6 +540,8 @@ def end_of_stage(run: Run, state: TrainState, plan: Plan) -> None:
         barrier(run.dist)
         best = torch.load(run.best_path, map_location="cpu", weights_only=True)
         run.model.load_state_dict(best["state_dict"])
+        if run.teacher is not None:     # SMART's momentum copy restarts from the weights this stage starts from
+            run.teacher.module.load_state_dict(best["state_dict"])
         state.stage_best = -math.inf
     state.stage += 1
     state.epoch = 0

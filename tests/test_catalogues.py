@@ -1,7 +1,8 @@
 """The catalogue smoke run: every experiment, pretraining, ensemble and study of every catalogue
-(the demo params.yaml, params/minilm.yaml, params/full.yaml) runs end to end through Snakemake on
+(the demo params.yaml, params/minilm.yaml, params/full.yaml, params/reproduce.yaml) runs end to end through Snakemake on
 tiny data with a tiny random BERT of the real vocabulary, each training stage for at most two
-epochs of one update, and the report renders every study. The stages run inside Snakemake's own
+epochs of one update, and the report renders every study (a paper's table with its rows, and every
+claim of the scorecard with a verdict). The stages run inside Snakemake's own
 process (`--config in_process=true --force-use-threads`): the real stage code, without a Python
 start-up per job."""
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from html import escape as html_escape
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +22,8 @@ from minbert.params import load_params
 
 from test_workflow import SNAKEMAKE, make_copy, run
 
-CATALOGUES = {"demo": "params.yaml", "minilm": "params/minilm.yaml", "full": "params/full.yaml"}
+CATALOGUES = {"demo": "params.yaml", "minilm": "params/minilm.yaml", "full": "params/full.yaml",
+              "reproduce": "params/reproduce.yaml"}
 ROWS = {"train": 40, "dev": 16, "test": 8}
 
 
@@ -122,4 +125,16 @@ def test_every_catalogue_runs_end_to_end(repo_root, tmp_path, four_layer_model, 
         section = re.search(rf'<section class="study" id="study-{re.escape(study.name)}">(.*?)</section>', html, re.S)
         assert section, f"study {study.name} is not in the report"
         assert "No results yet" not in section.group(1), study.name
+        if study.paper is not None:         # the paper's table, every row run, every claim given a verdict
+            table = re.search(rf'<table class="results paper" id="paper-{re.escape(study.name)}".*?</table>',
+                              section.group(1), re.S)
+            assert table, f"study {study.name} has no paper table"
+            labels = re.findall(r'<tr data-label="([^"]*)"', table.group(0))
+            assert labels == [html_escape(r.label, quote=True) for r in study.paper.rows], study.name
+            assert "(no results yet)" not in table.group(0), study.name
+    card = re.search(r'<section id="scorecard">(.*?)</section>', html, re.S)
+    claims = sum(len(s.paper.claims) for s in lp.params.studies if s.paper)
+    if claims:
+        verdicts = re.findall(r'<tr data-verdict="([^"]*)"', card.group(1))
+        assert len(verdicts) == claims and "not run" not in verdicts, verdicts
     shutil.rmtree(folder / "results" / "cache", ignore_errors=True)

@@ -77,7 +77,7 @@ def test_the_teacher_predicts_every_training_row(project):
     assert sst["id"].tolist() == train_ids.tolist()          # all 40 rows, not the students' 32
     np.testing.assert_allclose(sst[[f"prob_{k}" for k in range(5)]].sum(axis=1), 1.0, atol=1e-6)
     sts = pd.read_csv(project / "results" / "teachers" / "ens" / "sts-train.csv")
-    assert list(sts.columns) == ["id", "score"] and sts["score"].between(0, 5).all()
+    assert list(sts.columns) == ["id", "score"] and np.isfinite(sts["score"]).all()   # on the label scale, unclipped
     # the mean of the two models' probabilities
     from minbert.distill import BATCH_SIZE
     from minbert.multitask import load_checkpoint, load_task_data, predict_task

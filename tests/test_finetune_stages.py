@@ -117,8 +117,8 @@ def test_finetune_retrain_predict_write_the_file_contract(params_file, prepared,
                 assert (frame["prediction"] == probs.argmax(1)).all()
             elif task == "para":
                 assert ((frame["prob_1"] > 0.5).astype(int) == frame["prediction"]).all()
-            else:
-                assert frame["prediction"].between(0, 5).all()
+            else:                                   # STS scores: on the 0-5 scale by an affine map, not clipped
+                assert np.isfinite(frame["prediction"]).all()
 
 
 def test_predict_uses_finetune_model_without_head_retraining(params_file, prepared, tmp_path, capsys):

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from scipy import stats
 
 from minbert.errors import MinBertError
 from minbert.heads import BiPairHead, ClassifierHead, CrossPairHead, PrototypeHead, SharedBlock
@@ -90,8 +91,12 @@ def test_sts_target_prediction_round_trip(sts_head, target):
     lo = -1.0 if (sts_head == "cosine" and target == "-1_1") else 0.0   # only cosine heads use [-1, 1]
     assert float(t.min()) == pytest.approx(lo) and float(t.max()) == pytest.approx(1.0)
     torch.testing.assert_close(regression_prediction("sts", heads, t), labels)
-    # predictions out of range are clipped to the 0-5 scale
-    assert regression_prediction("sts", heads, torch.tensor([-5.0, 5.0])).tolist() == [0.0, 5.0]
+    # predictions out of range are not clipped: the map onto 0-5 is affine, so it keeps Pearson r
+    out = torch.tensor([-1.4, 0.1, 0.5, 0.9, 1.3])
+    pred = regression_prediction("sts", heads, out)
+    assert float(pred.min()) < 0.0 and float(pred.max()) > 5.0
+    truth = np.array([0.0, 1.0, 2.6, 3.9, 4.8])
+    assert stats.pearsonr(pred.numpy(), truth)[0] == pytest.approx(stats.pearsonr(out.numpy(), truth)[0], abs=1e-6)
 
 
 def test_task_losses_match_torch_references():
@@ -114,7 +119,7 @@ def test_predictions_from_outputs():
     p = predictions("para", HeadsParams(), torch.tensor([2.0, -2.0]))
     assert p["prediction"].tolist() == [1, 0] and p["probs"][0] == pytest.approx(1 / (1 + math.exp(-2)))
     p = predictions("sts", HeadsParams(), torch.tensor([0.5, 1.5]))
-    assert p["prediction"].tolist() == pytest.approx([2.5, 5.0])
+    assert p["prediction"].tolist() == pytest.approx([2.5, 7.5])       # the 0-1 target scaled to 0-5, unclipped
 
 
 # ---------------------------------------------------------------- the model on the tiny encoder

@@ -102,8 +102,14 @@ def test_settings_that_would_do_nothing_or_disagree_are_refused():
     # NLI pretraining trains the pooled embedding fine-tuning must read
     raw = with_(pretrainings={"mlm_a": {"kind": "mlm"}, "nli_a": {"kind": "nli", "nli": {"pooling": "mean"}}},
                 experiments__a={"pretrain": "nli_a", "finetune": {"heads": {"pooling": "cls"}}})
-    assert "the NLI pretraining 'nli_a' trains mean-pooled sentence embeddings but this experiment reads 'cls'" \
+    assert "the NLI pretraining 'nli_a' trains mean-pooled sentence embeddings but sst reads 'cls'" \
         in error_of(raw)
+    # ... a task's own pooling included
+    raw = with_(pretrainings={"mlm_a": {"kind": "mlm"}, "nli_a": {"kind": "nli", "nli": {"pooling": "mean"}}},
+                experiments__a={"pretrain": "nli_a", "finetune": {"heads": {"pooling": "mean",
+                                                                             "task_pooling": {"sts": "cls"}}}})
+    assert ("key 'experiments.a.finetune.heads.task_pooling.sts': the NLI pretraining 'nli_a' trains mean-pooled "
+            "sentence embeddings but sts reads 'cls'") in error_of(raw)
     # a prototypes head needs the encoder frozen while it trains
     raw = with_(experiments__a={"finetune": {"heads": {"sst": "prototypes"}}})
     assert "key 'experiments.a.finetune.heads.sst': a prototypes head" in error_of(raw)

@@ -301,6 +301,28 @@ def test_sequential_trains_tasks_one_after_another(tiny_model_dir, prepared, tmp
     assert res.best_epoch in (5, 6)   # the last stage's best checkpoint is the model
 
 
+def test_sequential_stages_restart_the_smart_teacher_from_the_reloaded_best(tiny_model_dir, prepared, tmp_path,
+                                                                          monkeypatch):
+    """After each sequential stage the model goes back to that stage's best checkpoint; SMART's
+    momentum teacher goes back with it (it would otherwise carry the last epoch's average)."""
+    import minbert.train as train
+
+    seen = []
+    original = train.end_of_stage
+
+    def spy(run, state, plan):
+        original(run, state, plan)
+        if state.stage < len(plan.stages):
+            model, teacher = run.model.state_dict(), run.teacher.module.state_dict()
+            seen.append(all(torch.equal(model[k], teacher[k]) for k in model))
+
+    monkeypatch.setattr(train, "end_of_stage", spy)
+    exp = make_exp(tiny_model_dir, schedule="sequential", tasks=["sst", "sts"], epochs=2, max_steps_per_epoch=2,
+                   smart={"enabled": True, "mu": 1.0, "beta": 0.5})
+    finetune_experiment(exp, prepared, tmp_path / "run")
+    assert seen == [True]
+
+
 def test_smart_and_pcgrad_runs_complete_and_change_the_weights(tiny_model_dir, prepared, tmp_path):
     base = {"schedule": "simultaneous", "epochs": 1, "max_steps_per_epoch": 3, "hidden_dropout": 0.0,
             "heads": {"dropout": 0.0, "sts": "cosine", "sts_loss": "mse+pearson"}}

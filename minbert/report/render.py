@@ -22,7 +22,8 @@ from . import plots
 from .analysis import analyse
 from .data import ReportData, RunResults, load_report_data
 from .tables import (DASH, METRIC_COLUMNS, ScoreBook, best_experiment, delta_class, ensemble_tables, fmt_delta,
-                     fmt_interval, fmt_metric, is_number, selection_score, study_grids, study_tables)
+                     fmt_interval, fmt_metric, is_number, paper_tables, scorecard, selection_score, study_grids,
+                     study_tables)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CODE_DATA = ("templates",)      # part of this module's code for the re-run checks (minbert.jobs)
@@ -204,11 +205,13 @@ def final_context(data: ReportData, book: ScoreBook | None = None, analyses: dic
     k = data.params.params.report.worst_k
     tables = study_tables(data, book)
     grids = study_grids(data, book)
+    papers = paper_tables(data, book)
     best = best_experiment(data)
     return {
         "title": data.params.params.report.title,
+        "scorecard": scorecard(papers, data),
         # a grid study's figure is its heatmap (two axes) or sweep plot (one axis), not the bar chart
-        "studies": [{"table": t, "grid": grids.get(t.name),
+        "studies": [{"table": t, "grid": grids.get(t.name), "paper": papers.get(t.name),
                      "plot": plots.study_plot(t) if t.name not in grids else None,
                      "sweep": plots.sweep_plot(grids[t.name]) if t.name in grids else None} for t in tables],
         "ensembles": [{"table": t, "plot": None} for t in ensemble_tables(data, book)],

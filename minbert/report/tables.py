@@ -25,6 +25,7 @@ import numpy as np
 from .. import stats
 from ..errors import MinBertError
 from ..metrics import selection_score as _selection_score
+from ..params import PAPER_OVERALL
 from ..tasks import LEADERBOARD_TASKS, TASKS
 from .data import ReportData, RunResults
 
@@ -548,3 +549,232 @@ def best_of(names, data: ReportData) -> str | None:
 def best_experiment(data: ReportData) -> str | None:
     """The best model: the experiment (not ensemble) with the highest dev overall score."""
     return best_of(list(data.params.experiments), data)
+
+
+# ------------------------------------------------------------------ the paper's table and its claims
+
+VERDICTS = ("reproduced", "not significant", "reversed", "not run")
+VERDICT_TITLES = {
+    "reproduced": "the same sign as the paper's difference, and its paired-bootstrap interval excludes 0",
+    "not significant": "the paired-bootstrap interval of our difference contains 0",
+    "reversed": "the opposite sign to the paper's difference, and its interval excludes 0",
+    "not run": "one of the two rows has no dev scores (with predictions) yet",
+}
+
+
+def claim_verdict(paper_difference: float, ours: stats.Estimate | None, confidence: float = stats.CONFIDENCE) -> str:
+    """A claim's verdict from the paper's difference (better − worse) and ours (a paired bootstrap
+    estimate of the same difference): reproduced, not significant, reversed or not run."""
+    if ours is None:
+        return "not run"
+    iv = ours.interval(confidence)
+    if not iv.excludes_zero:
+        return "not significant"
+    return "reproduced" if (ours.value > 0) == (paper_difference > 0) else "reversed"
+
+
+@dataclass
+class PaperCell:
+    paper: float | None                         # the value the paper prints
+    value: float | None = None                  # ours
+    interval: stats.Interval | None = None
+    difference: float | None = None             # ours − the paper's
+    outside: bool = False                       # the paper's value lies outside our interval
+
+
+@dataclass
+class PaperRowView:
+    label: str
+    run: str | None                             # what stands for the row here (best_of: the chosen one)
+    description: str
+    has_results: bool
+    note: str = ""                              # how a best-of row was chosen
+    link: str | None = None                     # the run's page (a repeated experiment has none)
+    cells: dict = field(default_factory=dict)   # (split, column name) -> PaperCell
+
+
+@dataclass
+class ClaimView:
+    study: str
+    text: str
+    better: str                                 # row labels
+    worse: str
+    column: str
+    split: str
+    paper_difference: float
+    better_run: str | None
+    worse_run: str | None
+    difference: float | None = None             # ours, better − worse
+    interval: stats.Interval | None = None
+    verdict: str = "not run"
+
+
+@dataclass
+class PaperTableView:
+    study: str
+    paper_id: str
+    paper_title: str
+    table: str
+    formula: str                                # leaderboard | mean
+    formula_text: str
+    columns: list                               # [(split, column name, metrics.json key)]
+    splits: list
+    rows: list                                  # PaperRowView
+    summary: list = field(default_factory=list)   # [(label, kind, {(split, name): PaperCell})]
+    claims: list = field(default_factory=list)  # ClaimView
+    scale: str = ""                             # how this run's scale differs from the paper's
+
+    def span(self, split: str) -> int:
+        return sum(1 for s, *_ in self.columns if s == split)
+
+
+FORMULA_TEXT = {"leaderboard": "(SST acc + Para acc + (STS r + 1) / 2) / 3, the leaderboard score",
+                "mean": "the plain mean of SST acc, Para acc and STS r"}
+
+
+def paper_metric_key(metric: str, formula: str) -> str:
+    """The metrics.json key a paper column reads: its overall in the paper's formula, else the metric."""
+    return PAPER_OVERALL[formula] if metric == "overall" else metric
+
+
+def _dev_score(name: str, book: ScoreBook) -> float | None:
+    """The dev selection score of a run or group: the overall score, else the mean of its task metrics."""
+    overall = book.value(name, "dev", "overall")
+    if overall is not None:
+        return overall
+    values = [v for t in TASKS.values() if (v := book.value(name, "dev", t.metric_key)) is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _has_results(name: str, book: ScoreBook) -> bool:
+    return any(book.data.runs[m].metrics is not None for m in book.members(name))
+
+
+def row_run(row, book: ScoreBook) -> tuple[str | None, str]:
+    """What stands for a paper row: its run, or the best by dev of its `best_of` (and why)."""
+    if row.run is not None:
+        return row.run, ""
+    scored = [(n, s) for n in row.best_of if (s := _dev_score(n, book)) is not None]
+    if not scored:
+        return None, f"the best by dev of {len(row.best_of)} runs, none of which has results yet"
+    best = max(scored, key=lambda ns: ns[1])[0]          # ties: the first listed
+    return best, f"the best by dev overall of {len(row.best_of)} runs ({len(scored)} with results): {best}"
+
+
+def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
+    """One line saying how this run's scale (model, epochs, training rows) differs from the
+    paper's, from the resolved settings of the rows' experiments and the prepare summary; ''
+    when nothing differs."""
+    exps = []
+    for name in runs:
+        if name in lp.params.ensembles:
+            names = lp.params.ensembles[name].members
+        else:
+            names = lp.groups.get(name, [name])
+        exps += [lp.experiments[n] for n in names if n in lp.experiments]
+    if not exps:
+        return ""
+    parts = []
+    models = sorted({e.model for e in exps})
+    if models != [paper.model]:
+        parts.append(f"model {', '.join(models)} (the paper: {paper.model})")
+    epochs = sorted({e.finetune.epochs for e in exps})
+    steps = sorted({e.finetune.max_steps_per_epoch for e in exps if e.finetune.max_steps_per_epoch})
+    if paper.epochs is not None and (epochs != [paper.epochs] or steps):
+        text = f"{'/'.join(map(str, epochs))} epochs"
+        if steps:
+            text += f" of at most {'/'.join(map(str, steps))} step{'s' if steps != [1] else ''}"
+        parts.append(f"{text} (the paper: {paper.epochs} for most rows)")
+    kept = {}
+    for r in data_summary:
+        name = str(r.get("file", ""))
+        rows = r.get("rows_kept")
+        for task in paper.data:
+            if name == f"{task}-train.tsv" and isinstance(rows, int):
+                kept[task] = rows
+    smaller = [f"{TASKS[t].short} {kept[t]:,} (the paper: {n:,})" for t, n in paper.data.items()
+               if t in kept and not 0.9 <= kept[t] / n <= 1.1]
+    if smaller:
+        parts.append("training rows " + ", ".join(smaller))
+    return ("Scale differs from the paper's: " + "; ".join(parts) + ".") if parts else ""
+
+
+def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | None:
+    """A study's paper table: the paper's rows and columns, each cell the paper's value beside
+    ours (interval, difference, whether the paper's value lies outside our interval), the summary
+    rows over the same rows, and each claim's verdict."""
+    sp = study.paper
+    if sp is None:
+        return None
+    lp = data.params
+    paper = lp.params.papers[sp.id]
+    splits = [s for s in ("dev", "test") if s == "dev" or any(getattr(r, s) for r in sp.rows)]
+    columns = [(s, c.name, paper_metric_key(c.metric, paper.overall)) for s in splits for c in sp.columns]
+    view = PaperTableView(study.name, sp.id, paper.title, sp.table, paper.overall, FORMULA_TEXT[paper.overall],
+                          columns, splits, [])
+    chosen = {}
+    for row in sp.rows:
+        run, note = row_run(row, book)
+        chosen[row.label] = run
+        rv = PaperRowView(row.label, run, _description(run, data) if run else "",
+                          run is not None and _has_results(run, book), note,
+                          run if run is not None and not book.is_group(run) else None)
+        for split, name, key in columns:
+            cell = PaperCell(getattr(row, split).get(name))
+            if run is not None:
+                cell.value = book.value(run, split, key)
+                cell.interval = book.interval(run, split, key)
+            if cell.value is not None and cell.paper is not None:
+                cell.difference = cell.value - cell.paper
+                cell.outside = cell.interval is not None and not (cell.interval.low <= cell.paper <= cell.interval.high)
+            rv.cells[(split, name)] = cell
+        view.rows.append(rv)
+    for kind in [k for k in ("mean", "std") if k in sp.summary or k in study.summary]:
+        label = SUMMARIES[kind][0]
+        cells = {}
+        for split, name, _ in columns:
+            ours = [r.cells[(split, name)].value for r in view.rows if r.cells[(split, name)].value is not None]
+            value = None
+            if ours:
+                value = float(np.mean(ours)) if kind == "mean" else float(np.std(ours, ddof=0))
+            printed = sp.summary.get(kind, {}).get(name) if split == "dev" else None
+            cell = PaperCell(printed, value)
+            if value is not None and printed is not None:
+                cell.difference = value - printed
+            cells[(split, name)] = cell
+        view.summary.append((label, kind, cells))
+    for claim in sp.claims:
+        key = paper_metric_key(sp.column(claim.column).metric, paper.overall)
+        cv = ClaimView(study.name, claim.text, claim.better, claim.worse, claim.column, claim.split,
+                       sp.paper_difference(claim), chosen[claim.better], chosen[claim.worse])
+        est = None
+        if cv.better_run and cv.worse_run:
+            try:
+                est = book.difference(cv.better_run, cv.worse_run, claim.split, key)
+            except MinBertError:
+                est = None
+        if est is not None:
+            cv.difference, cv.interval = est.value, est.interval(book.confidence)
+        cv.verdict = claim_verdict(cv.paper_difference, est, book.confidence)
+        view.claims.append(cv)
+    view.scale = scale_line(lp, paper, [r for r in chosen.values() if r], data.data_summary)
+    return view
+
+
+def paper_tables(data: ReportData, book: ScoreBook | None = None) -> dict[str, PaperTableView]:
+    book = book or ScoreBook(data)
+    return {st.name: t for st in data.params.params.studies if (t := paper_table(st, data, book)) is not None}
+
+
+@dataclass
+class Scorecard:
+    claims: list                                # ClaimView, every study's
+    counts: dict                                # verdict -> number
+    demo: bool                                  # the demo data: the verdicts say nothing of the papers
+
+
+def scorecard(tables: dict[str, PaperTableView], data: ReportData) -> Scorecard:
+    claims = [c for t in tables.values() for c in t.claims]
+    counts = {v: sum(1 for c in claims if c.verdict == v) for v in VERDICTS}
+    demo = str(data.params.params.data.dir).rstrip("/").endswith("data/demo")
+    return Scorecard(claims, counts, demo)

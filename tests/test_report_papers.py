@@ -1,0 +1,137 @@
+"""A study in its paper's shape and the claims scorecard, on tiny inputs with known outcomes (the
+runs of tests/test_report.py: `sbert` far better than `cls` on every task, `near` one SST
+sentence better than `cls`, `ghost` never run): the paper's labels, columns and overall formula,
+the paper's value beside ours with its interval, and each claim's verdict."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minbert import stats
+from minbert.params import load_params
+from minbert.report.render import render_reports
+from minbert.report.tables import claim_verdict, fmt_delta, fmt_metric
+
+from test_report import PARAMS, _metrics, build_inputs, expected, parse
+
+PAPER = """\
+papers:
+  "000": {title: "A paper with a plain-mean score", overall: mean, epochs: 10, data: {sst: 8544, para: 141498}}
+studies:
+  - name: paper_study
+    title: A paper's table
+    summary: [mean]
+    paper:
+      id: "000"
+      table: Table 9
+      columns: [{name: Score, metric: overall}, {name: SST acc., metric: sst_acc}, {name: QQP, metric: para_acc},
+                {name: STS, metric: sts_pearson}]
+      rows:
+        - {label: "R1 plain", run: cls, dev: {Score: 0.300, SST acc.: 0.900, QQP: 0.500, STS: 0.100}}
+        - {label: "R2 better", run: sbert, dev: {Score: 0.700, SST acc.: 0.100, QQP: 0.900, STS: 0.900}}
+        - {label: "R3 near", run: near, dev: {SST acc.: 0.950}}
+        - {label: "R4 never run", run: ghost, dev: {SST acc.: 0.990}}
+        - {label: "R5 best of", best_of: [cls, sbert], dev: {Score: 0.650}}
+      summary: {mean: {Score: 0.5}}
+      claims:
+        - {text: holds, better: "R2 better", worse: "R1 plain", column: QQP}
+        - {text: reverses, better: "R1 plain", worse: "R2 better", column: SST acc.}
+        - {text: within noise, better: "R3 near", worse: "R1 plain", column: SST acc.}
+        - {text: never ran, better: "R4 never run", worse: "R1 plain", column: SST acc.}
+"""
+
+
+@pytest.fixture(scope="module")
+def paper_report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("paper_report")
+    params_path, layout = build_inputs(root)
+    text = PARAMS.replace("experiments:\n", "experiments:\n  ghost: {description: never run, seed: 9}\n", 1)
+    text = text.replace("studies:\n", PAPER + "\n", 1)      # the paper study first, then the others
+    params_path.write_text(text)
+    render_reports(load_params(params_path), layout, progress=False)
+    final = Path(layout.final_report)
+    return {"layout": layout, "final": parse(final), "html": final.read_text()}
+
+
+def _table(final):
+    return final.find("table", id="paper-paper_study")
+
+
+def test_paper_table_has_the_papers_labels_columns_and_formula(paper_report):
+    table = _table(paper_report["final"])
+    assert table is not None and table.attrs["data-formula"] == "mean"
+    heads = [th.text().strip() for th in table.iter("th") if th.attrs.get("data-key")]
+    assert heads == ["Score", "SST acc.", "QQP", "STS"]                      # the paper's names, its order
+    keys = [th.attrs["data-key"] for th in table.iter("th") if th.attrs.get("data-key")]
+    assert keys == ["mean", "sst_acc", "para_acc", "sts_pearson"]            # Score is its plain mean
+    labels = [tr.attrs["data-label"] for tr in table.iter("tr") if "data-label" in tr.attrs]
+    assert labels == ["R1 plain", "R2 better", "R3 near", "R4 never run", "R5 best of"]
+    assert "the plain mean of SST acc, Para acc and STS r" in paper_report["html"]
+
+
+def test_each_cell_shows_the_papers_value_ours_its_interval_and_the_difference(paper_report):
+    layout, table = paper_report["layout"], _table(paper_report["final"])
+    row = next(tr for tr in table.iter("tr") if tr.attrs.get("data-label") == "R1 plain")
+    cells = {td.attrs["data-column"]: td for td in row.iter("td") if "data-column" in td.attrs}
+    mean = _metrics(layout, "cls")["dev"]["mean"]
+    score = cells["Score"]
+    assert score.find("span", **{"class": "paper-value"}).text() == "0.300"
+    assert score.find("span", **{"class": "value"}).text() == fmt_metric(mean)
+    est = expected(layout, "cls", "dev", "mean")
+    iv = est.interval()
+    assert f"[{fmt_metric(iv.low)}, {fmt_metric(iv.high)}]" in score.text()
+    assert fmt_delta(mean - 0.300) in score.text()
+    assert ("outside" in score.attrs["class"]) == (not iv.low <= 0.300 <= iv.high)
+    # a best-of row stands for the best of its runs by dev overall: sbert
+    best = next(tr for tr in table.iter("tr") if tr.attrs.get("data-label") == "R5 best of")
+    assert best.attrs["data-run"] == "sbert"
+    # the summary row is the mean over the same rows, beside the paper's printed value
+    foot = next(tr for tr in table.iter("tr") if tr.attrs.get("data-summary") == "mean")
+    foot_score = next(td for td in foot.iter("td") if td.attrs.get("data-column") == "Score")
+    ours = np.mean([_metrics(layout, n)["dev"]["mean"] for n in ("cls", "sbert", "near", "sbert")])
+    assert foot_score.find("span", **{"class": "value"}).text() == fmt_metric(ours)
+    assert foot_score.find("span", **{"class": "paper-value"}).text() == "0.500"
+
+
+def test_claims_get_their_verdicts_and_the_scorecard_opens_the_page(paper_report):
+    final, layout = paper_report["final"], paper_report["layout"]
+    card = final.find("section", id="scorecard")
+    assert card is not None
+    body = final.find("body") or final
+    first_section = next(body.iter("section"))
+    assert first_section.attrs.get("id") == "scorecard"                    # the page opens with it
+    by_text = {}
+    for tr in card.iter("tr"):
+        if "data-verdict" in tr.attrs:
+            tds = list(tr.iter("td"))
+            by_text[tds[1].text()] = tr.attrs["data-verdict"]
+            assert tds[0].find("a").attrs["href"] == "#study-paper_study"
+    assert by_text == {"holds": "reproduced", "reverses": "reversed", "within noise": "not significant",
+                       "never ran": "not run"}
+    counts = {s.attrs["data-count"]: s.text() for s in card.iter("span") if "data-count" in s.attrs}
+    assert all(counts[v].strip().endswith(" 1") for v in ("reproduced", "reversed", "not significant", "not run"))
+    assert "Demo data" in card.text()                                       # data.dir is data/demo
+    # ours is the paired bootstrap difference, as minbert.stats gives it on the same files
+    holds = next(tr for tr in card.iter("tr") if tr.attrs.get("data-verdict") == "reproduced")
+    diff = expected(layout, "sbert", "dev", "para_acc").minus(expected(layout, "cls", "dev", "para_acc"))
+    assert fmt_delta(diff.value) in holds.text() and fmt_delta(0.4) in holds.text()
+
+
+def test_scale_line_says_how_the_run_differs_from_the_paper(paper_report):
+    note = paper_report["final"].find("p", **{"class": "note scale"})
+    assert note is not None
+    text = note.text()
+    assert "model all-MiniLM-L6-v2 (the paper: bert-base-uncased)" in text
+    assert "2 epochs (the paper: 10 for most rows)" in text
+
+
+def test_claim_verdict_rule():
+    def est(values):
+        return stats.Estimate(float(np.mean(values)), np.asarray(values, dtype=float), ())
+    assert claim_verdict(0.02, est([0.01, 0.02, 0.03] * 50)) == "reproduced"
+    assert claim_verdict(0.02, est([-0.01, -0.02, -0.03] * 50)) == "reversed"
+    assert claim_verdict(-0.02, est([-0.01, -0.02, -0.03] * 50)) == "reproduced"
+    assert claim_verdict(0.02, est([-0.01, 0.0, 0.03] * 50)) == "not significant"
+    assert claim_verdict(0.02, None) == "not run"
