@@ -299,14 +299,14 @@ def test_unreadable_files(tmp_path, monkeypatch, kind):
         _write(path, SST_HEADER + "0\ta\tb\t1\n")
         path.chmod(0)
         if ROOT:   # root reads anything: make the read fail as it would for a user
-            real = Path.read_bytes
+            real = os.open
 
-            def denied(self):
-                if self == path:
-                    raise PermissionError(errno.EACCES, "Permission denied", str(self))
-                return real(self)
+            def denied(name, *args, **kwargs):
+                if Path(name) == path:
+                    raise PermissionError(errno.EACCES, "Permission denied", str(name))
+                return real(name, *args, **kwargs)
 
-            monkeypatch.setattr(Path, "read_bytes", denied)
+            monkeypatch.setattr(os, "open", denied)
     _one_line_error(read_cs224n, path, "sst", pattern=re.escape(str(path)) + ": " + expected)
 
 
@@ -737,8 +737,9 @@ def _load(folder):
     ({"pad_token_id": 99999}, r"pad_token_id is 99999, expected an integer from 0 to vocab_size - 1"),
     ({"hidden_act": "swish"}, r"hidden_act 'swish' is not supported"),
     ({"model_type": "roberta"}, r"model_type 'roberta' is not supported"),
-    ({"vocab_size": 10**12}, r"model\.safetensors: tensor 'embeddings\.word\.weight' has shape \(30522, 32\), config\.json "
-                             r"implies \(1000000000000, 32\)"),
+    ({"vocab_size": 10**12}, r"config\.json: vocab_size is 1000000000000, more than any BERT has \(at most 1048576\)"),
+    ({"vocab_size": 1000}, r"model\.safetensors: tensor 'embeddings\.word\.weight' has shape \(30522, 32\), config\.json "
+                           r"implies \(1000, 32\)"),
 ])
 def test_bad_config_json(tmp_path, tiny_model_dir, change, pattern):
     folder = _model(tmp_path, tiny_model_dir, config=change)

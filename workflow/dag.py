@@ -129,6 +129,12 @@ def snakemake_outputs(sample: Job) -> list:
     return out
 
 
+def all_outputs(all_jobs: list[Job]) -> list[str]:
+    """Every declared output of every job: what `rule all` asks for (Snakemake would otherwise take
+    a deleted intermediate output for a temporary one and re-run nothing)."""
+    return [o for job in all_jobs for o in job.outputs]
+
+
 def snakemake_log(sample: Job) -> str:
     return _pattern(LAYOUT.log(sample.stage, sample.name), sample)
 
@@ -221,7 +227,7 @@ def _dvc_plot_views(all_jobs: list[Job], params_path, repo: Path) -> list:
             for task in (t for t in TASKS if t in tasks and TASKS[t].kind != "regression"):
                 views.append({f"{job.name}-{task}-dev-confusion": {
                     "template": "confusion", "x": "prediction",
-                    "y": {f"{job.outs[0]}/{task}-dev.csv": "label"},
+                    "y": {next(o for o in job.outs if o.endswith(f"/{task}-dev.csv")): "label"},
                     "title": f"{job.name}: {task} dev confusion"}})
     return views
 

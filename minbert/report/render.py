@@ -13,9 +13,9 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from tqdm import tqdm
 
-from ..io import write_text
+from ..io import read_manifest, write_manifest, write_text
 from ..layout import Layout
-from ..metrics import pearson
+from ..metrics import Undefined, pearson, pearson_undefined
 from ..params import LoadedParams
 from ..tasks import LEADERBOARD_TASKS, TASKS
 from . import plots
@@ -125,6 +125,8 @@ def error_analysis(run: RunResults, k: int, book: ScoreBook | None = None, cache
         section["interval"] = est.interval(book.confidence) if est is not None else None
         if task.kind == "regression":
             section["pearson"] = pearson(frame["prediction"], frame["label"])
+            if section["pearson"] is None:
+                section["pearson"] = Undefined(pearson_undefined(frame["prediction"], frame["label"]))
             section["histogram"] = plots.regression_histogram(frame, task.label_range)
             section["scatter"] = plots.regression_scatter(frame, [r["id"] for r in section["worst"]],
                                                           task.label_range)
@@ -271,6 +273,7 @@ def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: P
                    progress: bool = True) -> list[Path]:
     """Write the final report and one page per experiment and ensemble; returns the paths written."""
     data = load_report_data(params, layout)
+    earlier = read_manifest(layout.experiment_reports)   # the pages an earlier rendering wrote
     book = ScoreBook(data)                      # every bootstrap once, shared by all pages
     env = environment(templates)
     written = []
@@ -286,7 +289,10 @@ def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: P
     html = env.get_template("final.html.j2").render(**final_context(data, book, analyses))
     write_text(layout.final_report, html)
     written.append(Path(layout.final_report))
-    # A page of an experiment no longer in params.yaml would be linked from nowhere and mislead.
-    for stale in sorted(set(Path(layout.experiment_reports).glob("*.html")) - set(written)):
-        stale.unlink()
+    # A page of an experiment no longer in params.yaml would be linked from nowhere and mislead: the
+    # pages an earlier rendering wrote go; any other file in the folder is someone else's and stays.
+    pages = [p.name for p in written[:-1]]
+    for stale in sorted(set(earlier) - set(pages)):
+        (Path(layout.experiment_reports) / stale).unlink(missing_ok=True)
+    write_manifest(layout.experiment_reports, pages)
     return written
