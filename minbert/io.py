@@ -157,11 +157,38 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+class _Watched:
+    """A file torch.save writes to that keeps the OSError of a failed write: torch turns it into
+    `RuntimeError: ... unexpected pos`, which says nothing of a full disk."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def torch_save(obj, path) -> None:
+    """torch.save, atomically; a full disk is the OSError it is (ENOSPC, naming `path`), not torch's
+    `unexpected pos`."""
     import torch
 
     with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+        with open(tmp, "wb") as f:
+            sink = _Watched(f)
+            try:
+                torch.save(obj, sink)
+            except RuntimeError:
+                if sink.error is not None:
+                    raise sink.error from None
+                raise
 
 
 # what an input may weigh at most, by default: far above any real data file (the largest, an NLI

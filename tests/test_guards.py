@@ -489,3 +489,102 @@ def test_a_second_process_refuses_and_a_crashed_holder_is_taken_over(tmp_path, t
     assert f"taking over the lock of hand, PID {first.pid}" in third.stderr
     assert lock.read_text() == "" and (Path(layout.model("e", "finetune"))).is_file()
     assert not os.path.exists(state)
+
+
+# ================================================================ full disk, missing package, bidi text
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs: room for the prepared demo data, not for a checkpoint (needs root, or
+    CAP_SYS_ADMIN, as in CI's container; skipped elsewhere)."""
+    import os
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.decode(errors='replace').strip()[:80]})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+        assert not os.path.ismount(mount)
+
+
+def test_torch_save_on_a_full_disk_is_the_no_space_error(small_disk):
+    import torch
+
+    from minbert.io import torch_save
+
+    with pytest.raises(OSError) as err:
+        torch_save({"weights": torch.zeros(2_000_000)}, small_disk / "model.pt")     # 8 MB on 3 MiB
+    assert err.value.errno == 28 and err.value.filename == str(small_disk / "model.pt")
+    assert list(small_disk.iterdir()) == []                                         # no temporary left
+    torch_save({"weights": torch.arange(5)}, small_disk / "small.pt")
+    assert torch.load(small_disk / "small.pt", weights_only=True)["weights"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_finetune_on_a_full_disk_says_no_space_in_one_line(small_disk, tmp_path, tiny_model_dir):
+    _training_params(tmp_path, tiny_model_dir, epochs=1)
+    results = small_disk / "results"
+    prepare = subprocess.run([sys.executable, "-m", "stages.prepare", "--params", str(tmp_path / "params.yaml"),
+                              "--results", str(results)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert prepare.returncode == 0, prepare.stderr
+    r = subprocess.run([sys.executable, "-m", "stages.finetune", "--params", str(tmp_path / "params.yaml"),
+                        "--results", str(results), "--experiment", "e"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2
+    assert "unexpected pos" not in r.stderr and "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(rf"error: no space left on {re.escape(str(results))}/state/finetune/e/\S+\.pt; free some "
+                        rf"space \(or point --results elsewhere\) and run again", last), last
+    assert not [p for p in results.rglob(".*.tmp")]
+
+
+@pytest.mark.parametrize("module,package", [("matplotlib", "matplotlib>=3.7"), ("scipy", "scipy>=1.10")])
+def test_a_missing_package_is_one_line_naming_it_and_the_install_command(tmp_path, module, package):
+    """The report stage in a Python where the package cannot be imported (a real subprocess)."""
+    _params(tmp_path)
+    code = (f"import sys, runpy; sys.modules[{module!r}] = None; "   # `import {module}` now fails as if absent
+            f"sys.argv = ['stages.report', '--params', {str(tmp_path / 'params.yaml')!r}, "
+            f"'--results', {str(tmp_path / 'results')!r}, '--out', {str(tmp_path / 'reports')!r}]; "
+            "runpy.run_module('stages.report', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    _one_line(r.stderr, rf"^error: the Python package .{module}. is not installed \(import {module}[.\w]* failed\); "
+                        rf"install it with `pip install '{re.escape(package)}'`")
+    assert not (tmp_path / "reports" / "final.html").exists()
+
+
+def test_bidirectional_controls_in_data_text_are_shown_not_obeyed(tmp_path):
+    from html.parser import HTMLParser
+
+    from minbert.params import load_params
+    from minbert.report.render import render_reports
+
+    params = _params(tmp_path, "experiments:\n  a: {}\n")
+    layout = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
+    folder = Path(layout.predictions("a"))
+    write_predictions(folder)
+    controls = "\u202e\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+    for task in ("sst", "para", "sts"):
+        column = "sentence" if task == "sst" else "sentence1"
+        _edit(folder / f"{task}-dev.csv", lambda f: f.assign(**{column: f"abc \u202eevil{controls} xyz"}))
+    Path(layout.metrics("a")).write_text(json.dumps(evaluate_folder(folder)))
+    render_reports(load_params(params), layout, progress=False)
+    page = Path(layout.experiment_report("a")).read_text(encoding="utf-8")
+    assert "abc \u27e6U+202E\u27e7evil" in page                       # shown, visibly
+    assert not any(c in page for c in controls)                        # and never obeyed
+
+    class Texts(HTMLParser):
+        dirs: list = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "td" and ("class", "text") in attrs:
+                self.dirs.append(None)
+            elif tag == "div" and self.dirs and self.dirs[-1] is None:
+                self.dirs[-1] = dict(attrs).get("dir")
+
+    texts = Texts()
+    texts.feed(page)
+    assert texts.dirs and set(texts.dirs) == {"auto"}                  # each text isolated in its own direction

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 from tqdm import tqdm
 
 from ..io import read_manifest, write_manifest, write_text
@@ -100,10 +101,27 @@ def grid_heat(cell) -> str:
     return f"background-color: {background}; color: {ink}"
 
 
+# Bidirectional controls (embeddings, overrides, isolates, marks) in data texts would reorder what
+# follows them on the page (a right-to-left override shows "gnirts" for "string"): every value a
+# template prints shows them as visible code points instead, and data texts sit in dir="auto"
+# elements, so each text keeps its own direction without turning its neighbours.
+BIDI_CONTROLS = {c: f"\u27e6U+{c:04X}\u27e7" for c in
+                 [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+
+
+def show_bidi_controls(value):
+    """`value` with every bidirectional control replaced by a visible ⟦U+XXXX⟧ (markup stays markup)."""
+    if isinstance(value, Markup):
+        return Markup(str.translate(value, BIDI_CONTROLS))
+    if isinstance(value, str):
+        return value.translate(BIDI_CONTROLS)
+    return value
+
+
 def environment(templates: Path = TEMPLATES) -> Environment:
     env = Environment(loader=FileSystemLoader(str(templates)), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                      keep_trailing_newline=True)
+                      keep_trailing_newline=True, finalize=show_bidi_controls)
     env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value, history=fmt_history, short_id=short_id,
                        label=fmt_label, heat=heat, grid_heat=grid_heat, delta_class=delta_class, interval=fmt_interval, std=fmt_std)
     env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS, heat_gradient=plots.heat_gradient())
