@@ -588,3 +588,92 @@ def test_bidirectional_controls_in_data_text_are_shown_not_obeyed(tmp_path):
     texts = Texts()
     texts.feed(page)
     assert texts.dirs and set(texts.dirs) == {"auto"}                  # each text isolated in its own direction
+
+
+def _wait_for_engine(lock: Path, engine: str, process, timeout: float = 300) -> dict:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        try:
+            info = json.loads(lock.read_text())
+            if info.get("engine") == engine:
+                return info
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{lock} never named {engine}")
+
+
+def _stop(process) -> None:
+    import os
+    import signal
+
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.mark.slow
+def test_snakemake_dvc_and_a_hand_run_never_run_one_job_at_once(tmp_path, tiny_model_dir):
+    """Real engines on one folder: while Snakemake fine-tunes `a`, `dvc repro` of the same job and
+    the stage run by hand refuse, naming Snakemake's process; while DVC runs it, Snakemake and the
+    hand-run refuse, naming DVC's. The holder's state is never touched."""
+    import os
+    import socket
+
+    from test_workflow import DVC, SNAKEMAKE, make_copy, run
+
+    if SNAKEMAKE is None or DVC is None:
+        pytest.skip("snakemake and dvc are not installed (pip install -e .[workflow])")
+    params = {"data": {"dir": "data/demo", "nli_file": None},
+              "base": {"model": "models/tiny", "device": "cpu", "threads": 1, "max_length": 32,
+                       "finetune": {"epochs": 400, "batch_size": 8, "max_steps_per_epoch": 2,
+                                    "downsample": {"mode": "fixed", "size": 16}}},
+              "experiments": {"a": {}}}
+    repo = make_copy(REPO, tmp_path / "repo", tiny_model_dir, params)
+    run(["git", "init", "-q"], repo)
+    if not (repo / ".dvc").is_dir():
+        run([DVC, "init", "-q"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-q", "-m", "copy"], repo)
+    lock, state = repo / "results/locks/finetune/a.lock", repo / "results/state/finetune/a"
+    target = "results/experiments/a/finetune/model.pt"
+    hand = [sys.executable, "-m", "stages.finetune", "--experiment", "a"]
+    host = re.escape(socket.gethostname())
+
+    snake = subprocess.Popen([SNAKEMAKE, "--cores", "1", target], cwd=repo, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        holder = _wait_for_engine(lock, "snakemake", snake)
+        _training_started(state, snake)
+        out = run([DVC, "repro", "--single-item", "finetune-a"], repo, ok=False)
+        assert re.search(rf"error: finetune@a is already running \(snakemake, PID {holder['pid']} on {host} ", out), out
+        r = subprocess.run(hand, cwd=repo, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2
+        _one_line(r.stderr, rf"finetune@a is already running \(snakemake, PID {holder['pid']} on {host} ")
+        assert snake.poll() is None and (state / "last.pt").is_file()
+    finally:
+        _stop(snake)
+    assert lock.read_text() == ""                       # SIGTERM: the holder let the lock go
+
+    dvc = subprocess.Popen([DVC, "repro", "--single-item", "--force", "finetune-a"], cwd=repo, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        holder = _wait_for_engine(lock, "dvc", dvc)
+        _training_started(state, dvc)
+        out = run([SNAKEMAKE, "--cores", "1", "--rerun-incomplete", "--forcerun", "finetune", target], repo, ok=False)
+        assert "Error in rule finetune" in out
+        log = (repo / "results/logs/finetune/a.log").read_text()
+        assert re.search(rf"error: finetune@a is already running \(dvc, PID {holder['pid']} on {host} ", log), log
+        r = subprocess.run(hand, cwd=repo, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2
+        _one_line(r.stderr, rf"finetune@a is already running \(dvc, PID {holder['pid']} on {host} ")
+        assert dvc.poll() is None and (state / "last.pt").is_file() and os.getpid() != holder["pid"]
+    finally:
+        _stop(dvc)
