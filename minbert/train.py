@@ -431,6 +431,7 @@ def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: fl
         # model's constant similarity scores) still ends with a model, the last, and says so.
         torch_save(checkpoint_dict(run.model, run.tokenizer, epoch=row["epoch"], dev_metrics={}, **run.checkpoint_extra),
                    run.best_path)
+        state.best_score, state.best_epoch, state.best_dev = -math.inf, -1, {}   # the model is no selected one
     save_state(run, state)
 
 
