@@ -429,14 +429,19 @@ def _made_from(job: Job, description: dict) -> float | None:
     """When the job's recorded run started, if that run had this description; else None."""
     import datetime as dt
 
+    from .errors import MinBertError
+    from .io import read_input
+
     record = Path(job.run_record)
     try:
-        info = json.loads(record.read_text(encoding="utf-8"))
+        if not record.is_file():
+            return None
+        info = json.loads(read_input(record, "run record", limit=64 << 20).decode("utf-8"))
         recorded = {k: v for k, v in info["description"].items() if k != "read_hashes"}
         if canonical(recorded) != canonical(description):
             return None
         return dt.datetime.fromisoformat(info["started"]).timestamp() - 1.0
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, MinBertError):
         return None
 
 
