@@ -5,6 +5,14 @@ processes.
   other id, the split's labels; a missing predictions file is an error, never a dropped task;
 - an undefined metric (Pearson r of constant labels or predictions) is null with its reason, shown
   as "undefined", and never selects an epoch or a model;
+- a stage deletes only what it wrote (the report's pages under --out);
+- inputs are regular files read with a bound (/dev/zero, a FIFO, a sparse file), model configs
+  bounded before anything is built;
+- nothing under results/ is written through a symlink;
+- a full disk (a real tmpfs) while a checkpoint is written, a missing package (in a subprocess),
+  bidirectional controls in the report;
+- one process per job: a hand-run against a running one, a crashed holder, and Snakemake, DVC and a
+  hand-run against each other on one folder.
 """
 from __future__ import annotations
 
