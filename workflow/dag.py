@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -103,6 +104,26 @@ def _pattern(path: str, sample: Job) -> str:
     name = sample.name
     return "/".join("{name}" + part[len(name):] if part == name or part.startswith(name + ".") else part
                     for part in path.split("/"))
+
+
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+
+
+def rule_groups(all_jobs: list[Job]) -> list[tuple[str, str, Job, str]]:
+    """The Snakemake rules: (rule name, stage, sample job, pattern of its {name} wildcard). One rule
+    per stage, unless its jobs declare outputs of different shapes (each predictions file is an
+    output, and experiments predict different tasks): then one rule per shape, the first named
+    after the stage, the others `<stage>_2`, `<stage>_3`, ..., each limited to its own names."""
+    shapes: dict = {}
+    for job in all_jobs:
+        key = tuple(_pattern(p, job) for p in job.outputs)
+        shapes.setdefault(job.stage, {}).setdefault(key, []).append(job)
+    out = []
+    for stage, by_shape in shapes.items():
+        for k, group in enumerate(by_shape.values()):
+            name = NAME_PATTERN if len(by_shape) == 1 else "|".join(re.escape(j.name) for j in group)
+            out.append((stage if k == 0 else f"{stage}_{k + 1}", stage, group[0], name))
+    return out
 
 
 def snakemake_inputs(job: Job) -> list[str]:
