@@ -6,6 +6,7 @@ when it did not."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -200,12 +201,13 @@ def test_dvc_restores_a_deleted_predictions_file(dvc_repo):
     """A predictions file is an output of its own under DVC too: deleted, its stage and readers are
     changed; `dvc repro` brings the file back (from the cache, the predict stage being unchanged)."""
     path = dvc_repo / "results/experiments/c/predictions/sts-dev.csv"
-    before = path.read_bytes()
+    before, st = path.read_bytes(), path.stat()
     path.unlink()
     assert dvc_status(dvc_repo) == {"predict-c", "evaluate-c", "report"}      # the stage that writes it, and its readers
     run([DVC, "repro"], dvc_repo)
     assert path.read_bytes() == before
     assert "up to date" in run([DVC, "status"], dvc_repo)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))   # the folder as it was, for the tests after this one
 
 
 @pytest.mark.slow
