@@ -21,9 +21,11 @@ GPUS = int(config.get("gpu", 1))
 JOBS = dag.resolve(PARAMS, workflow.basedir)
 
 
+# Every declared output is asked for, not only the report: a deleted intermediate output (one
+# predictions file, say) re-runs the job that writes it, as under DVC.
 rule all:
     default_target: True
-    input: dag.LAYOUT.final_report
+    input: dag.LAYOUT.final_report, dag.all_outputs(JOBS)
 
 
 include: "workflow/rules/stages.smk"

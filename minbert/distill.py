@@ -12,10 +12,12 @@ them as well as from the gold labels.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from .errors import MinBertError
 from .io import atomic_path
 from .multitask import TaskData, load_checkpoint, load_task_data, predict_task
@@ -70,9 +72,9 @@ def read_teacher(teacher_dir, task: str) -> pd.DataFrame:
     from .io import read_input
 
     path = Path(teacher_dir) / f"{task}-train.csv"
-    read_input(path, "teacher file")
+    data = read_input(path, "teacher file")
     try:
-        frame = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
+        frame = pd.read_csv(io.BytesIO(data), dtype={"id": str}, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise MinBertError(f"{path}: not a teacher file ({str(e).splitlines()[0]}); re-run its teach stage") from None
     columns = teacher_columns(task)

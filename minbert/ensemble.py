@@ -69,10 +69,12 @@ def _member_frame(folder: Path, member: str, task: str, split: str) -> pd.DataFr
 
 
 def ensemble_folder(members: dict[str, Path], out_dir: str | Path, classification: str = "mode",
-                    similarity: str = "median") -> list[str]:
+                    similarity: str = "median", expected: dict[str, list[str]] | None = None) -> list[str]:
     """Write the ensemble's `<task>-<split>.csv` for every task/split all members predicted.
 
-    `members` maps member name -> its predictions folder. Returns the files written.
+    `members` maps member name -> its predictions folder; `expected` (split -> tasks): the files
+    the job declares, each of which every member must have (default: those all members have).
+    Returns the files written.
     """
     for name, folder in members.items():
         if not Path(folder).is_dir():
@@ -83,8 +85,14 @@ def ensemble_folder(members: dict[str, Path], out_dir: str | Path, classificatio
         tmp.mkdir()
         for task in TASKS:
             for split in PREDICTED_SPLITS:
+                if expected is not None and task not in expected.get(split, []):
+                    continue
                 frames = {m: _member_frame(Path(f), m, task, split) for m, f in members.items()}
                 if any(f is None for f in frames.values()):
+                    if expected is not None:
+                        m = next(m for m, f in frames.items() if f is None)
+                        raise MinBertError(f"{prediction_file(members[m], task, split)}: predictions file of "
+                                           f"ensemble member '{m}' not found; re-run its predict stage")
                     continue   # a task/split not every member predicted is left out
                 _check_same_ids(frames, task, split)
                 df = combine(task, list(frames.values()), classification, similarity)

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import settings as S
-from .layout import PREDICTED_SPLITS, Layout
-from .params import LoadedParams, load_params, model_tasks
+from .layout import PREDICTED_SPLITS, Layout, prediction_file
+from .params import LoadedParams, load_params, model_tasks, shared_tasks
 from .tasks import TASKS
 
 PROJECT_PACKAGES = ("minbert", "stages", "workflow")
@@ -49,6 +49,7 @@ class Job:
     run_record: str = ""
     cmd: str = ""
     deps: list[str] = field(default_factory=list)    # `reads` as the engines see them: whole upstream outputs
+    results: str = "results"                         # the results folder it runs in (its state, its lock)
 
     @property
     def id(self) -> str:
@@ -107,6 +108,10 @@ def _splits(layout: Layout, tasks, splits) -> list[str]:
     return [layout.split(t, s) for t in tasks for s in splits]
 
 
+def _predictions(folder: str, tasks) -> list[str]:
+    return [prediction_file(folder, t, s) for t in tasks for s in PREDICTED_SPLITS]
+
+
 def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout = Layout(),
              pretrainings=None) -> list[Job]:
     """Every job, in an order where each comes after the jobs whose outputs it reads. `pretrainings`:
@@ -118,7 +123,7 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
 
     def add(stage, name, settings, reads, outs, metrics=(), plots=(), args=()):
         out.append(Job(stage, name, settings, list(reads), list(outs), list(metrics), list(plots),
-                       L.run_record(stage, name), _cmd(stage, params_arg, L, *args)))
+                       L.run_record(stage, name), _cmd(stage, params_arg, L, *args), results=L.results))
 
     from .prepare import raw_inputs
 
@@ -144,10 +149,13 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
             add("retrain_heads", name, _dump(rh),
                 _splits(L, rh.train.tasks, ("train", "dev")) + [L.model(name, "finetune")],
                 [L.model(name, "retrain_heads")], plots=[L.history(name, "retrain_heads")], args=["--experiment", name])
+        # each predictions file is an output of its own, so a deleted file re-runs predict
+        predicted = _predictions(L.predictions(name), model_tasks(exp))
         add("predict", name, _dump(S.predict_settings(exp)),
             _splits(L, model_tasks(exp), PREDICTED_SPLITS) + [L.model(name, S.predict_settings(exp).model_stage)],
-            [L.predictions(name)], args=["--experiment", name])
-        add("evaluate", name, {}, [L.predictions(name)], [], [L.metrics(name)], args=["--experiment", name])
+            predicted, args=["--experiment", name])
+        add("evaluate", name, {}, predicted + _splits(L, model_tasks(exp), PREDICTED_SPLITS), [], [L.metrics(name)],
+            args=["--experiment", name])
 
     for name, tasks in taught.items():
         s = S.teach_settings(lp, name, tasks)
@@ -156,8 +164,10 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
             [L.teacher(name)], args=["--name", name])
 
     for name, ens in lp.params.ensembles.items():
-        add("ensemble", name, _dump(S.ensemble_settings(ens)), [L.predictions(m) for m in ens.members],
-            [L.ensemble_predictions(name)], [L.ensemble_metrics(name)], args=["--name", name])
+        tasks = [t for t in TASKS if t in shared_tasks(ens.members, lp.experiments)]
+        add("ensemble", name, _dump(S.ensemble_settings(ens)),
+            [p for m in ens.members for p in _predictions(L.predictions(m), tasks)] + _splits(L, tasks, PREDICTED_SPLITS),
+            _predictions(L.ensemble_predictions(name), tasks), [L.ensemble_metrics(name)], args=["--name", name])
 
     # the report reads every earlier output but the models (minbert.report.data loads them by the layout)
     reads = [o for j in out for o in j.outputs if not o.endswith(("/model.pt", "/model"))]
@@ -419,14 +429,19 @@ def _made_from(job: Job, description: dict) -> float | None:
     """When the job's recorded run started, if that run had this description; else None."""
     import datetime as dt
 
+    from .errors import MinBertError
+    from .io import read_input
+
     record = Path(job.run_record)
     try:
-        info = json.loads(record.read_text(encoding="utf-8"))
+        if not record.is_file():
+            return None
+        info = json.loads(read_input(record, "run record", limit=64 << 20).decode("utf-8"))
         recorded = {k: v for k, v in info["description"].items() if k != "read_hashes"}
         if canonical(recorded) != canonical(description):
             return None
         return dt.datetime.fromisoformat(info["started"]).timestamp() - 1.0
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, MinBertError):
         return None
 
 

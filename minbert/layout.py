@@ -17,12 +17,16 @@ engines want them.
       runs/<stage>[/<name>].json                      every job's run record (provenance)
       jobs/<stage>[/<name>].json                      every job's resolved description (engines' trigger)
       state/<stage>/<name>/                           resumable state of a running job (not an output)
+      locks/<stage>[/<name>].lock                     who runs the job now (minbert.lock; empty: nobody)
       logs/<stage>[/<name>].log, benchmarks/...       Snakemake's per-job logs and benchmarks
       cache/tokens/                                   tokenised texts (shared, keyed by content)
       metrics.json                                    report: every experiment's headline scores
                                                       (the one metrics file DVC compares)
     reports/
-      final.html, experiments/<E>.html                report
+      final.html, experiments/<E>.html                report (experiments/.written.json: the pages it wrote)
+
+Nothing under results/ is a symlink: the stages refuse to write through one
+(minbert.io.refuse_links), so no state, output or cleanup lands outside the folder.
 """
 from __future__ import annotations
 
@@ -121,6 +125,10 @@ class Layout:
 
     def state(self, stage: str, name: str | None = None) -> str:
         return self._job("state", stage, name, "")
+
+    def lock(self, stage: str, name: str | None = None) -> str:
+        """The job's lock (minbert.lock): held by the one process running the job."""
+        return self._job("locks", stage, name, ".lock")
 
     def log(self, stage: str, name: str | None = None) -> str:
         return self._job("logs", stage, name, ".log")

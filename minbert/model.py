@@ -14,6 +14,13 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
+# Sane bounds, far above every published BERT (bert-large: 24 layers, 1024 wide, 30522 tokens, 512
+# positions): a config beyond them is a typo or a hostile file, refused before any module is built.
+SIZE_LIMITS = {"vocab_size": 1 << 20, "hidden_size": 1 << 14, "num_hidden_layers": 256, "num_attention_heads": 256,
+               "intermediate_size": 1 << 16, "max_position_embeddings": 1 << 16, "type_vocab_size": 1 << 10}
+MAX_PARAMETERS = 20_000_000_000
+
+
 @dataclass
 class BertConfig:
     vocab_size: int = 30522
@@ -44,6 +51,11 @@ class BertConfig:
                 return f"{key} is {value!r}, expected a positive integer"
             if value < 1:
                 return f"{key} is {value}, expected a positive integer"
+            if value > SIZE_LIMITS[key]:     # refused before anything is built or allocated
+                return f"{key} is {value}, more than any BERT has (at most {SIZE_LIMITS[key]})"
+        if self.num_parameters() > MAX_PARAMETERS:
+            return (f"the sizes describe a model of {self.num_parameters() / 1e9:.1f} billion parameters, more "
+                    f"than a BERT encoder has (at most {MAX_PARAMETERS / 1e9:g} billion)")
         if self.hidden_size % self.num_attention_heads:
             return (f"num_attention_heads {self.num_attention_heads} does not divide hidden_size "
                     f"{self.hidden_size}")
@@ -60,6 +72,13 @@ class BertConfig:
         if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < self.vocab_size):
             return f"pad_token_id is {pad!r}, expected an integer from 0 to vocab_size - 1 ({self.vocab_size - 1})"
         return None
+
+    def num_parameters(self) -> int:
+        """The encoder's parameter count these sizes imply (embeddings, layers, pooler)."""
+        h, i = self.hidden_size, self.intermediate_size
+        embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h + 2 * h
+        layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+        return embeddings + self.num_hidden_layers * layer + h * h + h
 
     @classmethod
     def from_dict(cls, d: dict) -> "BertConfig":

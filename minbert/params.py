@@ -548,7 +548,7 @@ def read_yaml(path: str | Path):
     from .io import read_input
 
     path = Path(path)
-    data = read_input(path, "parameter file")
+    data = read_input(path, "parameter file", limit=16 << 20)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

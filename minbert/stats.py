@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import MinBertError
+from .metrics import metric_undefined
 from .tasks import LEADERBOARD_TASKS, TASKS
 
 RESAMPLES = 2000
@@ -133,8 +134,9 @@ def resample_counts(n: int, resamples: int, rng: np.random.Generator, batch: int
 
 
 def _pearson_from_sums(n, sx, sy, sxx, syy, sxy):
-    """Pearson r from (count-weighted) sums; 0 where a variance is 0, as minbert.metrics.pearson
-    scores constant predictions (a variance below 1e-12 of its scale is rounding, i.e. 0)."""
+    """Pearson r from (count-weighted) sums; 0 in a resample whose variance is 0 (a variance below
+    1e-12 of its scale is rounding, i.e. 0). A sample whose own r is undefined gets no estimate
+    (task_estimates), so this 0 only ever stands for a degenerate resample."""
     cov = n * sxy - sx * sy
     vx = n * sxx - sx * sx
     vy = n * syy - sy * sy
@@ -193,6 +195,8 @@ def task_estimates(task: str, samples: Mapping, resamples: int = RESAMPLES, seed
         true = np.asarray(s.label, dtype=float)[order]
         if not (np.isfinite(pred).all() and np.isfinite(true).all()):
             raise MinBertError(f"{task} predictions of {key}: a prediction or label is not a number")
+        if metric_undefined(task, pred, true) is not None:
+            continue                 # an undefined metric (constant labels or predictions) has no estimate
         digest = examples_digest(ids[order], true)
         prepared[key] = (pred, true)
         groups.setdefault(digest, []).append(key)

@@ -60,7 +60,7 @@ class Tokenizer:
 
     @staticmethod
     def _text(path: Path) -> str:
-        data = read_input(path, "tokenizer file")
+        data = read_input(path, "tokenizer file", limit=512 << 20)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:

@@ -37,7 +37,7 @@ from .errors import MinBertError
 from .io import atomic_path, clean_stale_temporaries, torch_save, write_json
 from .jobs import describe_change, fingerprint_of
 from .losses import distill_loss, task_loss
-from .metrics import selection_score, summarise, task_metric
+from .metrics import metric_undefined, selection_score, summarise, task_metric
 from .multitask import (MultitaskModel, TaskData, checkpoint_dict, collate, encoder_parameters, head_parameters,
                         predict_task, predictions, to_device)
 from .optim import build_adamw, set_lr
@@ -188,6 +188,9 @@ def evaluate(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokeniz
         else:
             res = predict_task(model, data, tokenizer, batch_size, device, amp)
         out[TASKS[task].metric_key] = task_metric(task, res["prediction"], data.labels)
+        if out[TASKS[task].metric_key] is None:   # undefined: this epoch cannot be selected (selection_score)
+            log.warning("dev %s is undefined (%s); an epoch with it is not selected as the best",
+                        TASKS[task].metric_key, metric_undefined(task, res["prediction"], data.labels))
         out[f"{task}_loss"] = res["loss"]
     return summarise(out)
 
@@ -504,7 +507,7 @@ def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: fl
         return
     dev = evaluate(run.model, run.dev, run.tokenizer, EVAL_BATCH_SIZE, run.device, run.bf16, run.dev_features)
     finite = torch.stack([torch.isfinite(p).all() for p in run.model.parameters()]).all()   # one read
-    bad = [f"dev {k}" for k, v in dev.items() if not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
+    bad = [f"dev {k}" for k, v in dev.items() if v is not None and not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
     if bad:
         diverged(run, f"non-finite {', '.join(bad[:3])} after the last update of epoch {row['epoch']}")
     for t in run.dev:
@@ -518,13 +521,21 @@ def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: fl
     row["dev_score"] = score if score is not None else math.nan
     state.history.append(row)
     log.info("epoch %d (%s): %s", row["epoch"], row["stage"],
-             ", ".join(f"{k}={v:.4f}" for k, v in row.items() if k.startswith("dev_")))
+             ", ".join(f"{k}={'undefined' if v is None else format(v, '.4f')}" for k, v in row.items()
+                       if k.startswith("dev_")))
     if score is not None and score > state.stage_best:
         state.stage_best = state.best_score = score
         state.best_epoch = row["epoch"]
         state.best_dev = {k: v for k, v in dev.items() if not k.endswith("_loss")}
         torch_save(checkpoint_dict(run.model, run.tokenizer, epoch=row["epoch"], dev_metrics=state.best_dev,
                                    **run.checkpoint_extra), run.best_path)
+    elif state.stage_best == -math.inf and any(dev.get(TASKS[t].metric_key, 0) is None for t in run.dev):
+        # No epoch of this stage has every dev metric defined yet: this epoch's model stands in, never
+        # recorded as selected (best_epoch stays unset), so a run whose metric stays undefined (a tiny
+        # model's constant similarity scores) still ends with a model, the last, and says so.
+        torch_save(checkpoint_dict(run.model, run.tokenizer, epoch=row["epoch"], dev_metrics={}, **run.checkpoint_extra),
+                   run.best_path)
+        state.best_score, state.best_epoch, state.best_dev = -math.inf, -1, {}   # the model is no selected one
     # the resumable state every `checkpoint_every` epochs and at the end of each stage (a later
     # stage starts from it); the last epoch's is not needed: the run finishes right after it
     last_of_stage = state.epoch == run.cfg.epochs
@@ -654,6 +665,9 @@ def finish(run: Run, state: TrainState, out_dir: Path) -> None:
     if not run.best_path.is_file():
         raise MinBertError(f"no epoch produced a dev score to select a model by; check that the prepared data "
                            f"has labelled dev splits for {', '.join(run.train)}")
+    if state.best_epoch < 0:
+        log.warning("no epoch had every dev metric defined, so none is selected as the best; the model of the "
+                    "last epoch is kept (its undefined metrics stay undefined in metrics.json)")
     best = torch.load(run.best_path, map_location="cpu", weights_only=True)
     calibrate(run, best)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -89,7 +89,7 @@ def read_config(folder: Path) -> BertConfig:
     cfg_path = Path(folder) / "config.json"
     if not cfg_path.exists() and not cfg_path.is_symlink():
         raise MinBertError(f"{cfg_path}: missing; a model folder needs config.json beside its weights")
-    data = read_input(cfg_path, "config file")
+    data = read_input(cfg_path, "config file", limit=4 << 20)
     try:
         raw = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:

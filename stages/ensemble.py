@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from minbert.ensemble import ensemble_folder
-from minbert.evaluate import evaluate_folder, summary_line
+from minbert.evaluate import evaluate_folder, expected_files, summary_line
 from minbert.io import write_json
 from minbert.runinfo import running
 from minbert.settings import EnsembleSettings
@@ -21,8 +21,10 @@ def main(argv: list[str] | None = None) -> None:
     s = EnsembleSettings(**the_job.settings)
     with running(the_job) as r:
         members = {m: L.predictions(m) for m in s.members}
-        r.fields["files"] = ensemble_folder(members, L.ensemble_predictions(args.name), s.classification, s.similarity)
-        metrics = evaluate_folder(L.ensemble_predictions(args.name))
+        expected = expected_files(the_job.outs)
+        r.fields["files"] = ensemble_folder(members, L.ensemble_predictions(args.name), s.classification, s.similarity,
+                                            expected)
+        metrics = evaluate_folder(L.ensemble_predictions(args.name), expected, L)
         write_json(L.ensemble_metrics(args.name), metrics)
     print(summary_line(args.name, metrics))
 

@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-from minbert.evaluate import evaluate_folder, summary_line
+from minbert.evaluate import evaluate_folder, expected_files, summary_line
 from minbert.io import write_json
 from minbert.runinfo import running
 
@@ -15,7 +15,8 @@ def main(argv: list[str] | None = None) -> None:
     args = experiment_parser(__doc__.splitlines()[0]).parse_args(argv)
     the_job, L = job(args, "evaluate", args.experiment)
     with running(the_job):
-        metrics = evaluate_folder(L.predictions(args.experiment))
+        # every file the job declares is scored, each checked against the split it claims
+        metrics = evaluate_folder(L.predictions(args.experiment), expected_files(the_job.reads), L)
         write_json(L.metrics(args.experiment), metrics)
     print(summary_line(args.experiment, metrics))
 

@@ -86,7 +86,8 @@ def test_stage_cli(tmp_path, repo_root):
     params.write_text("experiments:\n  a: {}\n  b: {}\n  c: {}\n"
                       "ensembles:\n  abc: {members: [a, b, c], classification: mean_prob, similarity: mean}\n")
     for i, m in enumerate("abc"):
-        write_predictions(tmp_path / "results" / "experiments" / m / "predictions", seed=i)
+        write_predictions(tmp_path / "results" / "experiments" / m / "predictions", seed=i,
+                          splits=tmp_path / "results" / "data")
     cmd = [sys.executable, "-m", "stages.ensemble", "--params", str(params), "--results", str(tmp_path / "results")]
     r = subprocess.run(cmd + ["--name", "abc"], cwd=repo_root, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

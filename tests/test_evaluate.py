@@ -11,15 +11,17 @@ import pandas as pd
 import pytest
 from scipy.stats import pearsonr
 
+from minbert.data import output_columns, write_split
 from minbert.errors import MinBertError
 from minbert.evaluate import evaluate_folder
 
 rng = np.random.default_rng(0)
 
 
-def write_predictions(folder, n=40, test_labels=False, seed=0):
+def write_predictions(folder, n=40, test_labels=False, seed=0, splits=None):
     """A predictions folder in the docs/pipeline.md format, with known labels and predictions. The
-    labels are the same for every `seed` (the data); the predictions differ (another model)."""
+    labels are the same for every `seed` (the data); the predictions differ (another model).
+    `splits`: a folder where the prepared splits these predictions claim are written too."""
     r = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     truth = {}
@@ -39,6 +41,8 @@ def write_predictions(folder, n=40, test_labels=False, seed=0):
                             "label": y3 if lab else None, "prediction": p3})
         for task, df in (("sst", sst), ("para", para), ("sts", sts)):
             df.to_csv(folder / f"{task}-{split}.csv", index=False)
+            if splits is not None:
+                write_split(df[output_columns(task)], splits / f"{task}-{split}.tsv")
         truth[split] = {"sst_acc": float(np.mean(p == y)), "para_acc": float(np.mean(p2 == y2)),
                         "sts_pearson": float(pearsonr(p3, y3)[0])}
     return truth
@@ -92,7 +96,8 @@ def test_bad_inputs_name_the_file(tmp_path):
 def test_stage_cli_writes_metrics_and_rejects_unknown_experiment(tmp_path, repo_root):
     params = tmp_path / "params.yaml"
     params.write_text("experiments:\n  exp_a: {}\n")
-    truth = write_predictions(tmp_path / "results" / "experiments" / "exp_a" / "predictions")
+    truth = write_predictions(tmp_path / "results" / "experiments" / "exp_a" / "predictions",
+                              splits=tmp_path / "results" / "data")
     run = lambda *a: subprocess.run([sys.executable, "-m", "stages.evaluate", "--params", str(params),  # noqa: E731
                                      "--results", str(tmp_path / "results"), *a],
                                     cwd=repo_root, capture_output=True, text=True)

@@ -299,14 +299,14 @@ def test_unreadable_files(tmp_path, monkeypatch, kind):
         _write(path, SST_HEADER + "0\ta\tb\t1\n")
         path.chmod(0)
         if ROOT:   # root reads anything: make the read fail as it would for a user
-            real = Path.read_bytes
+            real = os.open
 
-            def denied(self):
-                if self == path:
-                    raise PermissionError(errno.EACCES, "Permission denied", str(self))
-                return real(self)
+            def denied(name, *args, **kwargs):
+                if Path(name) == path:
+                    raise PermissionError(errno.EACCES, "Permission denied", str(name))
+                return real(name, *args, **kwargs)
 
-            monkeypatch.setattr(Path, "read_bytes", denied)
+            monkeypatch.setattr(os, "open", denied)
     _one_line_error(read_cs224n, path, "sst", pattern=re.escape(str(path)) + ": " + expected)
 
 
@@ -590,29 +590,33 @@ def test_full_disk_at_rename_and_in_a_nested_temporary(tmp_path, capsys, monkeyp
 
 
 def _slow_prepare(tmp_path):
-    """A prepare run that blocks reading data.nli_file (a FIFO) after writing the CS224N splits into
-    its temporary folder: a signal then arrives in the middle of the work, every time."""
-    fifo = tmp_path / "nli.jsonl"
-    os.mkfifo(fifo)
+    """A prepare run caught in the middle of its work: after writing the CS224N splits into its
+    temporary folder it reads and parses a large NLI file (180,000 pairs, the demo's repeated under
+    new ids), so a signal sent then arrives while it reads, every time. (A FIFO would block it
+    forever, but prepare refuses one: it is not a regular file.)"""
+    nli = tmp_path / "nli.jsonl"
+    lines = (DEMO / "nli-sample.jsonl").read_text(encoding="utf-8").splitlines()
+    with open(nli, "w", encoding="utf-8") as f:
+        for copy in range(300):
+            f.write("".join(ln.replace('ID": "demo', f'ID": "c{copy}demo') + "\n" for ln in lines))
     results = tmp_path / "results"
     _write(results / "data" / "summary.json", "{}")       # a previous run's output
-    params = _params(tmp_path, dir=str(DEMO), nli_file=str(fifo))
+    params = _params(tmp_path, dir=str(DEMO), nli_file=str(nli))
     proc = subprocess.Popen([sys.executable, "-m", "stages.prepare", "--params", params, "--results", str(results)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not list(results.glob(".data.*.tmp/sts-test.tsv")):
         assert proc.poll() is None, proc.communicate()
         assert time.time() < deadline, "prepare never got to the NLI file"
-        time.sleep(0.1)
-    return proc, results, fifo
+        time.sleep(0.05)
+    return proc, results, nli
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO")
 @pytest.mark.parametrize("sig,code,line", [(signal.SIGTERM, 128 + signal.SIGTERM, None),
                                            (signal.SIGINT, 130, "interrupted")])
 def test_prepare_interrupted_by_a_signal(tmp_path, sig, code, line):
-    proc, results, fifo = _slow_prepare(tmp_path)
+    proc, results, nli = _slow_prepare(tmp_path)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
@@ -623,11 +627,10 @@ def test_prepare_interrupted_by_a_signal(tmp_path, sig, code, line):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO")
 def test_killed_prepare_leaves_a_temporary_that_the_next_run_removes(tmp_path, capsys):
     """SIGKILL cannot be caught: the temporary folder stays, never the output; the next run of the job
     deletes it before it starts (minbert.runinfo.running -> minbert.io.clean_stale_temporaries)."""
-    proc, results, fifo = _slow_prepare(tmp_path)
+    proc, results, nli = _slow_prepare(tmp_path)
     proc.kill()
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
@@ -737,8 +740,9 @@ def _load(folder):
     ({"pad_token_id": 99999}, r"pad_token_id is 99999, expected an integer from 0 to vocab_size - 1"),
     ({"hidden_act": "swish"}, r"hidden_act 'swish' is not supported"),
     ({"model_type": "roberta"}, r"model_type 'roberta' is not supported"),
-    ({"vocab_size": 10**12}, r"model\.safetensors: tensor 'embeddings\.word\.weight' has shape \(30522, 32\), config\.json "
-                             r"implies \(1000000000000, 32\)"),
+    ({"vocab_size": 10**12}, r"config\.json: vocab_size is 1000000000000, more than any BERT has \(at most 1048576\)"),
+    ({"vocab_size": 1000}, r"model\.safetensors: tensor 'embeddings\.word\.weight' has shape \(30522, 32\), config\.json "
+                           r"implies \(1000, 32\)"),
 ])
 def test_bad_config_json(tmp_path, tiny_model_dir, change, pattern):
     folder = _model(tmp_path, tiny_model_dir, config=change)

@@ -314,7 +314,7 @@ def _headers(table) -> list:
 
 def test_pages_exist_for_every_experiment_seed_and_ensemble(rendered):
     out = rendered["out"]
-    assert sorted(p.name for p in (out / "experiments").iterdir()) == [
+    assert sorted(p.name for p in (out / "experiments").iterdir()) == [".written.json",
         "cls.html", "ens.html", "imdb.html", "near.html", "rr.seed1.html", "rr.seed2.html", "rr.seed3.html",
         "sbert.html", "seeds.html", "sst_only.html", "twin.html"]
     assert (out / "final.html") in rendered["written"]
@@ -615,8 +615,8 @@ def test_report_job_reads_every_seed_and_ensemble(rendered):
     layout = rendered["layout"]
     report = next(j for j in pipeline(rendered["params"], layout) if j.stage == "report")
     for name in ("rr.seed1", "rr.seed2", "rr.seed3", "cls", "imdb"):
-        assert layout.predictions(name) in report.reads and layout.metrics(name) in report.reads
-    assert layout.ensemble_predictions("seeds") in report.reads
+        assert f"{layout.predictions(name)}/sst-dev.csv" in report.reads and layout.metrics(name) in report.reads
+    assert f"{layout.ensemble_predictions('seeds')}/sst-dev.csv" in report.reads
 
 
 def test_mismatched_ids_and_stale_metrics_are_reported_not_hidden(rendered, tmp_path):
@@ -683,10 +683,12 @@ def test_missing_results_render_as_dashes(tmp_path):
     layout = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
     stale = Path(layout.experiment_report("removed_experiment"))
     stale.parent.mkdir(parents=True)
-    stale.write_text("old page")
+    stale.write_text("old page")                      # an earlier rendering wrote it (its manifest says so)
+    (stale.parent / ".written.json").write_text('["removed_experiment.html"]')
+    (stale.parent / "mine.html").write_text("a page of the user's own")
     render_reports(load_params(params_path), layout, progress=False)
-    assert sorted(p.name for p in stale.parent.iterdir()) == ["a.html", "b.html", "c.seed11711.html",
-                                                               "c.seed11712.html"]
+    assert sorted(p.name for p in stale.parent.iterdir()) == [".written.json", "a.html", "b.html", "c.seed11711.html",
+                                                               "c.seed11712.html", "mine.html"]
     page = parse(Path(layout.final_report))
     assert "No results yet for a, b, c" in page.text()
     assert page.find(id="best").text().startswith("Error analysis of the best model")
@@ -741,7 +743,7 @@ def test_shipped_params_render_before_anything_ran(tmp_path):
         rows = [tr.attrs["data-row"] for tr in final.find("table", id=f"table-{study.name}").iter("tr")
                 if "data-row" in tr.attrs]
         assert rows == study.experiments
-    pages = {p.stem for p in (tmp_path / "reports" / "experiments").iterdir()}
+    pages = {p.stem for p in (tmp_path / "reports" / "experiments").glob("*.html")}
     assert pages == set(params.experiments) | set(params.params.ensembles)
 
 

@@ -6,6 +6,7 @@ when it did not."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -129,6 +130,18 @@ def test_snakemake_runs_the_edit_and_then_nothing(snake_repo):
     assert any(n.endswith("final.html") for n in names) and any(n.endswith("metrics.json") for n in names)
 
 
+@pytest.mark.slow
+@needs_snakemake
+def test_snakemake_reruns_predict_for_a_deleted_predictions_file(snake_repo):
+    """Each predictions file is an output of its own: deleting one re-runs the predict job that
+    writes it (and what reads it), not only the evaluation."""
+    (snake_repo / "results/experiments/c/predictions/sts-dev.csv").unlink()
+    assert snakemake_plan(snake_repo) == chain("c", predictions_only=True)
+    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds"], snake_repo)
+    assert job_ids(snake_repo, commands_run(log)) == chain("c", predictions_only=True)
+    assert (snake_repo / "results/experiments/c/predictions/sts-dev.csv").is_file()
+
+
 # ---------------------------------------------------------------- DVC
 
 @pytest.fixture(scope="module")
@@ -180,6 +193,21 @@ def test_dvc_reruns_exactly_what_an_edit_changes(dvc_repo, edit):
     run([DVC, "repro"], dvc_repo)              # back to the committed settings
     assert not stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"}
     assert "up to date" in run([DVC, "status"], dvc_repo)
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_dvc_restores_a_deleted_predictions_file(dvc_repo):
+    """A predictions file is an output of its own under DVC too: deleted, its stage and readers are
+    changed; `dvc repro` brings the file back (from the cache, the predict stage being unchanged)."""
+    path = dvc_repo / "results/experiments/c/predictions/sts-dev.csv"
+    before, st = path.read_bytes(), path.stat()
+    path.unlink()
+    assert dvc_status(dvc_repo) == {"predict-c", "evaluate-c", "report"}      # the stage that writes it, and its readers
+    run([DVC, "repro"], dvc_repo)
+    assert path.read_bytes() == before
+    assert "up to date" in run([DVC, "status"], dvc_repo)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))   # the folder as it was, for the tests after this one
 
 
 @pytest.mark.slow

@@ -271,7 +271,10 @@ def test_retrain_heads_reinitialises_heads_and_keeps_the_encoder(tiny_model_dir,
     assert changed(tuned, retrained, "encoder.") == []
     assert changed(fresh.state_dict(), {k: retrained[k] for k in fresh.state_dict()}, "heads.")
     ckpt = torch.load(tmp_path / "rh" / "model.pt", map_location="cpu", weights_only=True)
-    assert ckpt["stage"] == "retrain_heads" and res.best_epoch == 1
+    # the tiny model's similarity scores may all be clipped to 0 after one epoch (Pearson r undefined):
+    # the epoch's model is kept, but it is recorded as selected only when every dev metric is defined
+    sts_defined = bool(res.history["dev_sts_pearson"].notna().all())
+    assert ckpt["stage"] == "retrain_heads" and ckpt["epoch"] == 1 and res.best_epoch == (1 if sts_defined else -1)
 
 
 def tiny_config(sd):
@@ -297,8 +300,9 @@ def test_sequential_trains_tasks_one_after_another(tiny_model_dir, prepared, tmp
     for _, row in h.iterrows():
         metric = {"sst": "dev_sst_acc", "para": "dev_para_acc", "sts": "dev_sts_pearson"}[row["stage"]]
         expected = (row[metric] + 1) / 2 if row["stage"] == "sts" else row[metric]
-        assert row["dev_score"] == pytest.approx(expected, abs=1e-5)
-    assert res.best_epoch in (5, 6)   # the last stage's best checkpoint is the model
+        assert row["dev_score"] == pytest.approx(expected, abs=1e-5, nan_ok=True)   # an undefined r: no score
+    # the last stage's best checkpoint is the model; none is selected when its r is undefined in every epoch
+    assert res.best_epoch in ((5, 6) if h.loc[h["stage"] == "sts", "dev_sts_pearson"].notna().any() else (-1,))
 
 
 def test_sequential_stages_restart_the_smart_teacher_from_the_reloaded_best(tiny_model_dir, prepared, tmp_path,

@@ -104,7 +104,9 @@ def test_jobs_of_the_shipped_params(repo_root):
         assert "results/data" in ft.deps and jobs[f"evaluate@{name}"].metrics == [f"results/experiments/{name}/metrics.json"]
         assert "description" not in json.dumps(ft.settings) and "predict_batch_size" not in json.dumps(ft.settings)
     for name, ens in lp.params.ensembles.items():
-        assert all(f"results/experiments/{m}/predictions" in jobs[f"ensemble@{name}"].deps for m in ens.members)
+        assert all(f"results/experiments/{m}/predictions/sst-dev.csv" in jobs[f"ensemble@{name}"].deps
+                   for m in ens.members)
+        assert f"results/ensembles/{name}/predictions/sst-test.csv" in jobs[f"ensemble@{name}"].outs
     # every dependency is a source file or some earlier job's output; every output has one maker
     produced: set[str] = set()
     for job in dag.jobs("params.yaml"):

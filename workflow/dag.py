@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -105,6 +106,26 @@ def _pattern(path: str, sample: Job) -> str:
                     for part in path.split("/"))
 
 
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+
+
+def rule_groups(all_jobs: list[Job]) -> list[tuple[str, str, Job, str]]:
+    """The Snakemake rules: (rule name, stage, sample job, pattern of its {name} wildcard). One rule
+    per stage, unless its jobs declare outputs of different shapes (each predictions file is an
+    output, and experiments predict different tasks): then one rule per shape, the first named
+    after the stage, the others `<stage>_2`, `<stage>_3`, ..., each limited to its own names."""
+    shapes: dict = {}
+    for job in all_jobs:
+        key = tuple(_pattern(p, job) for p in job.outputs)
+        shapes.setdefault(job.stage, {}).setdefault(key, []).append(job)
+    out = []
+    for stage, by_shape in shapes.items():
+        for k, group in enumerate(by_shape.values()):
+            name = NAME_PATTERN if len(by_shape) == 1 else "|".join(re.escape(j.name) for j in group)
+            out.append((stage if k == 0 else f"{stage}_{k + 1}", stage, group[0], name))
+    return out
+
+
 def snakemake_inputs(job: Job) -> list[str]:
     return [LAYOUT.job_file(job.stage, job.name)] + job.deps
 
@@ -127,6 +148,12 @@ def snakemake_outputs(sample: Job) -> list:
         else:
             out.append(pattern)
     return out
+
+
+def all_outputs(all_jobs: list[Job]) -> list[str]:
+    """Every declared output of every job: what `rule all` asks for (Snakemake would otherwise take
+    a deleted intermediate output for a temporary one and re-run nothing)."""
+    return [o for job in all_jobs for o in job.outputs]
 
 
 def snakemake_log(sample: Job) -> str:
@@ -225,7 +252,7 @@ def _dvc_plot_views(all_jobs: list[Job], params_path, repo: Path) -> list:
             for task in (t for t in TASKS if t in tasks and TASKS[t].kind != "regression"):
                 views.append({f"{job.name}-{task}-dev-confusion": {
                     "template": "confusion", "x": "prediction",
-                    "y": {f"{job.outs[0]}/{task}-dev.csv": "label"},
+                    "y": {next(o for o in job.outs if o.endswith(f"/{task}-dev.csv")): "label"},
                     "title": f"{job.name}: {task} dev confusion"}})
     return views
 

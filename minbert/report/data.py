@@ -16,6 +16,7 @@ import pandas as pd
 from ..errors import MinBertError
 from ..layout import PREDICTED_SPLITS as SPLITS
 from ..layout import TRAINING_STAGES, Layout, prediction_file
+from ..metrics import Undefined
 from ..params import LoadedParams
 from ..tasks import TASKS
 
@@ -63,15 +64,25 @@ def load_metrics(path: Path) -> dict | None:
         raise MinBertError(f"{path}: expected {{\"dev\": {{...}}, \"test\": {{...}} or null}}; "
                            f"re-run the evaluate stage")
     for split in SPLITS:
-        for key, value in (metrics.get(split) or {}).items():
-            if key != "n" and value is not None and not isinstance(value, (int, float)):
+        part = metrics.get(split) or {}
+        undefined = part.get("undefined") or {}
+        if not isinstance(undefined, dict):
+            raise MinBertError(f"{path}: key '{split}.undefined' is {undefined!r}, not a mapping of metric to "
+                               f"reason; re-run the evaluate stage")
+        for key, value in part.items():
+            if key not in ("n", "undefined") and value is not None and not isinstance(value, (int, float)):
                 raise MinBertError(f"{path}: key '{split}.{key}' is {value!r}, not a number")
+            if value is None and key in undefined:     # shown as "undefined", with the reason, never as 0
+                part[key] = Undefined(str(undefined[key]))
     return metrics
 
 
 def load_predictions(path: Path, task: str) -> pd.DataFrame:
+    from ..io import read_input
+
+    data = read_input(path, "predictions file")
     # Texts stay text: "NA" or "null" are real words here, not missing values.
-    frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False,
+    frame = pd.read_csv(io.BytesIO(data), dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False,
                         na_values={"label": [""], "prediction": [""]})
     expected = ["id", *TASKS[task].text_columns, "label", "prediction"]
     missing = [c for c in expected if c not in frame.columns]

@@ -15,6 +15,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, NullLocator
 
+from ..metrics import pearson
 from ..tasks import TASKS
 from .tables import Grid, Table, fmt_metric
 
@@ -280,8 +281,8 @@ def regression_scatter(frame: pd.DataFrame, worst_ids: list[str], label_range: t
         ax.plot([lo, hi], [lo, hi], color="#555", linewidth=0.8, linestyle="--", label="perfect")
         ax.set_xlabel("true score")
         ax.set_ylabel("predicted score")
-        r = np.corrcoef(frame["label"], frame["prediction"])[0, 1] if len(frame) > 1 else float("nan")
-        ax.set_title(f"Pearson r = {fmt_metric(float(r))}")
+        r = pearson(frame["prediction"], frame["label"])          # None: undefined (constant scores)
+        ax.set_title(f"Pearson r = {'undefined' if r is None else fmt_metric(r)}")
         ax.legend(frameon=True, loc="lower right")   # the worst pairs sit far off the diagonal
         bar = fig.colorbar(dots, cax=fig.add_axes((0.83, 0.14, 0.03, 0.77)))
         bar.set_label(f"density of dots ({method}; 1 = densest)", fontsize=8)

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 from tqdm import tqdm
 
-from ..io import write_json, write_text
+from ..io import read_manifest, write_json, write_manifest, write_text
 from ..layout import Layout
-from ..metrics import pearson
+from ..metrics import Undefined, pearson, pearson_undefined
 from ..params import LoadedParams
 from ..tasks import LEADERBOARD_TASKS, TASKS
 from . import plots
@@ -101,10 +102,27 @@ def grid_heat(cell) -> str:
     return f"background-color: {background}; color: {ink}"
 
 
+# Bidirectional controls (embeddings, overrides, isolates, marks) in data texts would reorder what
+# follows them on the page (a right-to-left override shows "gnirts" for "string"): every value a
+# template prints shows them as visible code points instead, and data texts sit in dir="auto"
+# elements, so each text keeps its own direction without turning its neighbours.
+BIDI_CONTROLS = {c: f"\u27e6U+{c:04X}\u27e7" for c in
+                 [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+
+
+def show_bidi_controls(value):
+    """`value` with every bidirectional control replaced by a visible ⟦U+XXXX⟧ (markup stays markup)."""
+    if isinstance(value, Markup):
+        return Markup(str.translate(value, BIDI_CONTROLS))
+    if isinstance(value, str):
+        return value.translate(BIDI_CONTROLS)
+    return value
+
+
 def environment(templates: Path = TEMPLATES) -> Environment:
     env = Environment(loader=FileSystemLoader(str(templates)), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                      keep_trailing_newline=True)
+                      keep_trailing_newline=True, finalize=show_bidi_controls)
     env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value, history=fmt_history, short_id=short_id,
                        label=fmt_label, heat=heat, grid_heat=grid_heat, delta_class=delta_class, interval=fmt_interval, std=fmt_std)
     env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS, heat_gradient=plots.heat_gradient())
@@ -126,6 +144,8 @@ def error_analysis(run: RunResults, k: int, book: ScoreBook | None = None, cache
         section["interval"] = est.interval(book.confidence) if est is not None else None
         if task.kind == "regression":
             section["pearson"] = pearson(frame["prediction"], frame["label"])
+            if section["pearson"] is None:
+                section["pearson"] = Undefined(pearson_undefined(frame["prediction"], frame["label"]))
             section["histogram"] = plots.regression_histogram(frame, task.label_range)
             section["scatter"] = plots.regression_scatter(frame, [r["id"] for r in section["worst"]],
                                                           task.label_range)
@@ -286,6 +306,7 @@ def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: P
                    progress: bool = True) -> list[Path]:
     """Write the final report and one page per experiment and ensemble; returns the paths written."""
     data = load_report_data(params, layout)
+    earlier = read_manifest(layout.experiment_reports)   # the pages an earlier rendering wrote
     book = ScoreBook(data)                      # every bootstrap once, shared by all pages
     env = environment(templates)
     written = []
@@ -302,7 +323,10 @@ def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: P
     write_text(layout.final_report, html)
     written.append(Path(layout.final_report))
     write_json(layout.summary_metrics, summary_metrics(data))
-    # A page of an experiment no longer in params.yaml would be linked from nowhere and mislead.
-    for stale in sorted(set(Path(layout.experiment_reports).glob("*.html")) - set(written)):
-        stale.unlink()
+    # A page of an experiment no longer in params.yaml would be linked from nowhere and mislead: the
+    # pages an earlier rendering wrote go; any other file in the folder is someone else's and stays.
+    pages = [p.name for p in written[:-1]]
+    for stale in sorted(set(earlier) - set(pages)):
+        (Path(layout.experiment_reports) / stale).unlink(missing_ok=True)
+    write_manifest(layout.experiment_reports, pages)
     return written

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import stats
 from ..errors import MinBertError
+from ..metrics import Undefined
 from ..metrics import selection_score as _selection_score
 from ..params import PAPER_OVERALL
 from ..tasks import LEADERBOARD_TASKS, TASKS
@@ -44,7 +45,9 @@ def is_number(x) -> bool:
 
 
 def fmt_metric(x, digits: int = DIGITS) -> str:
-    """0.51234 -> '0.512'; missing -> an em dash (never 0)."""
+    """0.51234 -> '0.512'; missing -> an em dash (never 0); undefined (minbert.metrics.Undefined) -> 'undefined'."""
+    if isinstance(x, Undefined):
+        return "undefined"
     return f"{x:.{digits}f}".replace("-", MINUS) if is_number(x) else DASH
 
 

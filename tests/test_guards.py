@@ -1,0 +1,703 @@
+"""Faults, second round: what a careful user or a hostile input meets, each with real files and
+processes.
+
+- predictions are scored only when complete: every id of the split they claim exactly once, no
+  other id, the split's labels; a missing predictions file is an error, never a dropped task;
+- an undefined metric (Pearson r of constant labels or predictions) is null with its reason, shown
+  as "undefined", and never selects an epoch or a model;
+- a stage deletes only what it wrote (the report's pages under --out);
+- inputs are regular files read with a bound (/dev/zero, a FIFO, a sparse file), model configs
+  bounded before anything is built;
+- nothing under results/ is written through a symlink;
+- a full disk (a real tmpfs) while a checkpoint is written, a missing package (in a subprocess),
+  bidirectional controls in the report;
+- one process per job: a hand-run against a running one, a crashed holder, and Snakemake, DVC and a
+  hand-run against each other on one folder.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy.stats import pearsonr
+
+from minbert.errors import MinBertError
+from minbert.evaluate import evaluate_folder, expected_files, summary_line
+from minbert.layout import Layout
+from minbert.metrics import Undefined, pearson, selection_score, summarise
+
+from conftest import REPO
+from test_evaluate import write_predictions
+
+EVERY_FILE = {"dev": ["sst", "para", "sts"], "test": ["sst", "para", "sts"]}
+
+
+def _one_line(stderr: str, pattern: str) -> str:
+    lines = [x for x in stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr
+    assert re.search(pattern, lines[0]), lines[0]
+    return lines[0]
+
+
+# ================================================================ predictions against their split
+
+@pytest.fixture()
+def scored(tmp_path):
+    """An experiment's predictions and the prepared splits they claim, as the pipeline leaves them."""
+    layout = Layout(str(tmp_path / "results"))
+    folder = Path(layout.predictions("a"))
+    write_predictions(folder, splits=Path(layout.data))
+    return layout, folder
+
+
+def _edit(path: Path, change) -> None:
+    frame = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
+    change(frame).to_csv(path, index=False)
+
+
+def test_complete_predictions_score_as_before(scored):
+    layout, folder = scored
+    assert evaluate_folder(folder, EVERY_FILE, layout) == evaluate_folder(folder)
+
+
+def test_missing_rows_are_an_error_naming_the_first_missing_id(scored):
+    layout, folder = scored
+    _edit(folder / "sst-dev.csv", lambda f: f.drop(index=[3, 7, 8, 20, 39]))
+    with pytest.raises(MinBertError) as err:
+        evaluate_folder(folder, EVERY_FILE, layout)
+    msg = str(err.value)
+    assert msg.startswith(f"{folder / 'sst-dev.csv'}: no prediction for id 's3' of {layout.split('sst', 'dev')}")
+    assert "(5 of 40 rows missing)" in msg and "\n" not in msg
+
+
+def test_extra_ids_and_other_labels_are_errors(scored):
+    layout, folder = scored
+    _edit(folder / "sts-test.csv", lambda f: pd.concat([f, f.iloc[[0]].assign(id="zz")]))
+    with pytest.raises(MinBertError, match=r"sts-test.csv: line 42: id 'zz' is not in .*sts-test.tsv \(1 such rows\)"):
+        evaluate_folder(folder, EVERY_FILE, layout)
+    write_predictions(folder, splits=Path(layout.data))
+    _edit(folder / "para-dev.csv", lambda f: f.assign(id=f["id"].where(f.index != 4, "q4x")))
+    with pytest.raises(MinBertError, match=r"para-dev.csv: line 6: id 'q4x' is not in"):
+        evaluate_folder(folder, EVERY_FILE, layout)
+    write_predictions(folder, splits=Path(layout.data))
+    _edit(folder / "para-dev.csv", lambda f: f.assign(label=np.where(f.index == 2, 1 - f["label"].astype(int),
+                                                                     f["label"].astype(int))))
+    with pytest.raises(MinBertError, match=r"para-dev.csv: line 4: id 'q2' has label \d, .*para-dev.tsv says \d"):
+        evaluate_folder(folder, EVERY_FILE, layout)
+
+
+def test_a_missing_predictions_file_is_an_error_not_a_dropped_task(scored):
+    layout, folder = scored
+    (folder / "sts-dev.csv").unlink()
+    with pytest.raises(MinBertError, match=r"sts-dev.csv: predictions file not found; re-run the predict stage"):
+        evaluate_folder(folder, EVERY_FILE, layout)
+
+
+def _params(tmp_path, text: str = "experiments:\n  a: {}\n") -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+def _stage(stage: str, tmp_path, *args, timeout=120, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"stages.{stage}", "--params", str(tmp_path / "params.yaml"),
+                           "--results", str(tmp_path / "results"), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def test_evaluate_stage_refuses_incomplete_predictions_and_writes_nothing(scored, tmp_path):
+    layout, folder = scored
+    _params(tmp_path)
+    (folder / "para-test.csv").unlink()
+    r = _stage("evaluate", tmp_path, "--experiment", "a")
+    assert r.returncode == 2
+    _one_line(r.stderr, r"para-test.csv: predictions file not found")
+    assert not Path(layout.metrics("a")).exists()
+    write_predictions(folder, splits=Path(layout.data))
+    _edit(folder / "sst-dev.csv", lambda f: f.iloc[:35])
+    r = _stage("evaluate", tmp_path, "--experiment", "a")
+    assert r.returncode == 2
+    _one_line(r.stderr, r"sst-dev.csv: no prediction for id 's35' .*\(5 of 40 rows missing\)")
+    assert not Path(layout.metrics("a")).exists()
+
+
+def test_every_predictions_file_is_a_declared_output(tmp_path):
+    """Both engines see each file (a deleted one re-runs predict: tests/test_reruns.py runs it)."""
+    from minbert.jobs import pipeline
+
+    params = _params(tmp_path, "experiments:\n  a: {}\n  b: {finetune: {tasks: [sst]}}\n"
+                               "ensembles:\n  ab: {members: [a, b]}\n")
+    jobs = {j.id: j for j in pipeline(str(params), Layout())}
+    assert jobs["predict@a"].outs == [f"results/experiments/a/predictions/{t}-{s}.csv"
+                                      for t in ("sst", "para", "sts") for s in ("dev", "test")]
+    assert expected_files(jobs["evaluate@a"].reads) == EVERY_FILE
+    assert set(jobs["predict@a"].outs) <= set(jobs["evaluate@a"].deps)
+    assert jobs["ensemble@ab"].outs == ["results/ensembles/ab/predictions/sst-dev.csv",
+                                        "results/ensembles/ab/predictions/sst-test.csv"]
+
+
+def test_experiments_predicting_other_tasks_get_a_snakemake_rule_of_their_own():
+    """params/full.yaml predicts five different task sets: each job is matched by exactly one rule,
+    whose output patterns are that job's own files."""
+    from workflow import dag
+
+    jobs = [j for j in dag.jobs("params/full.yaml") if j.stage in ("predict", "ensemble")]
+    groups = [g for g in dag.rule_groups(jobs)]
+    assert [g[0] for g in groups if g[1] == "predict"][:2] == ["predict", "predict_2"]
+    for job in jobs:
+        rules = [(rule, sample) for rule, stage, sample, pattern in groups
+                 if stage == job.stage and re.fullmatch(pattern, job.name)]
+        assert len(rules) == 1, (job.id, rules)
+        sample = rules[0][1]
+        assert [dag._pattern(p, sample).format(name=job.name) for p in sample.outputs] == job.outputs
+
+
+# ================================================================ undefined metrics
+
+@pytest.mark.parametrize("constant", ["labels", "predictions"])
+def test_pearson_is_undefined_exactly_where_scipy_says_so(constant):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=30), rng.normal(size=30)
+    assert pearson(x, y) == pytest.approx(pearsonr(x, y)[0], abs=1e-12)
+    if constant == "labels":
+        y = np.full(30, 3.0)
+    else:
+        x = np.full(30, 2.5)
+    with pytest.warns(Warning):                         # scipy: ConstantInputWarning, r = nan
+        assert math.isnan(pearsonr(x, y)[0])
+    assert pearson(x, y) is None
+    assert pearson([1.0], [2.0]) is None
+
+
+def test_undefined_parts_make_overall_and_selection_undefined():
+    metrics = summarise({"sst_acc": 0.5, "para_acc": 0.7, "sts_pearson": None})
+    assert metrics["overall"] is None and metrics["mean"] is None
+    assert selection_score(metrics) is None
+    assert selection_score(metrics, ["sst", "para"]) == pytest.approx(0.6)   # STS is not asked for here
+    assert selection_score(summarise({"sst_acc": 0.5, "para_acc": 0.7, "sts_pearson": 0.2})) == \
+        pytest.approx((0.5 + 0.7 + 0.6) / 3)
+
+
+def _constant_labels(split: Path, label: str) -> None:
+    """A prepared split whose label column (the last) holds one value."""
+    lines = split.read_text(encoding="utf-8").splitlines()
+    split.write_text("\n".join([lines[0]] + [ln.rsplit("\t", 1)[0] + "\t" + label for ln in lines[1:]]) + "\n")
+
+
+@pytest.mark.parametrize("constant", ["labels", "predictions"])
+def test_constant_sts_gives_null_with_a_reason_and_a_warning(scored, tmp_path, caplog, constant):
+    layout, folder = scored
+    column = "label" if constant == "labels" else "prediction"
+    _edit(folder / "sts-dev.csv", lambda f: f.assign(**{column: 2.0}))
+    if constant == "labels":                  # the split itself has constant labels
+        _constant_labels(Path(layout.split("sts", "dev")), "2.0")
+    with caplog.at_level(logging.WARNING):
+        metrics = evaluate_folder(folder, EVERY_FILE, layout)
+    dev = metrics["dev"]
+    assert dev["sts_pearson"] is None and dev["overall"] is None and dev["mean"] is None
+    assert dev["sst_acc"] is not None and dev["para_acc"] is not None
+    assert f"the {constant} are constant (all 2)" in dev["undefined"]["sts_pearson"]
+    assert dev["undefined"]["overall"] == "sts_pearson undefined"
+    assert any("sts_pearson is undefined" in r.getMessage() for r in caplog.records)
+    assert "sts_pearson=undefined" in summary_line("a", metrics) and "overall=undefined" in summary_line("a", metrics)
+    # through the stage: null in metrics.json (JSON, no NaN), exit 0, the warning on stderr
+    _params(tmp_path)
+    r = _stage("evaluate", tmp_path, "--experiment", "a")
+    assert r.returncode == 0, r.stderr
+    assert "sts_pearson is undefined" in r.stderr
+    written = json.loads(Path(layout.metrics("a")).read_text())
+    assert written["dev"]["sts_pearson"] is None and written["dev"]["overall"] is None
+    assert "NaN" not in Path(layout.metrics("a")).read_text()
+
+
+def test_report_says_undefined_and_never_picks_it_as_best(tmp_path):
+    from minbert.params import load_params
+    from minbert.report.data import load_report_data
+    from minbert.report.render import render_reports
+    from minbert.report.tables import best_experiment, fmt_metric
+
+    params = _params(tmp_path, "experiments:\n  good: {}\n  flat: {seed: 2}\n"
+                               "studies: [{name: s, title: S, experiments: [good, flat]}]\n")
+    layout = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
+    for name, seed in (("good", 0), ("flat", 1)):
+        folder = Path(layout.predictions(name))
+        write_predictions(folder, seed=seed)
+        if name == "flat":          # better SST and Quora, constant STS predictions
+            _edit(folder / "sts-dev.csv", lambda f: f.assign(prediction=2.5))
+            for task in ("sst", "para"):
+                _edit(folder / f"{task}-dev.csv", lambda f: f.assign(prediction=f["label"]))
+        Path(layout.metrics(name)).write_text(json.dumps(evaluate_folder(folder)))
+    data = load_report_data(load_params(params), layout)
+    value = data.runs["flat"].split_metrics("dev")["sts_pearson"]
+    assert isinstance(value, Undefined) and "constant" in value.reason and fmt_metric(value) == "undefined"
+    assert best_experiment(data) == "good"
+    render_reports(load_params(params), layout, progress=False)
+    page = Path(layout.experiment_report("flat")).read_text(encoding="utf-8")
+    assert "undefined" in page
+    final = Path(layout.final_report).read_text(encoding="utf-8")
+    assert "undefined" in final
+
+
+def test_finetune_never_selects_an_epoch_with_an_undefined_metric(tmp_path, tiny_model_dir):
+    """Constant STS dev labels: every epoch's Pearson r is undefined, so no epoch is selected as
+    the best (none gets a score, none is recorded as chosen); the run keeps its last model and says
+    so, and the metrics of its predictions stay undefined."""
+    _training_params(tmp_path, tiny_model_dir, epochs=2)
+    assert _stage("prepare", tmp_path).returncode == 0
+    _constant_labels(tmp_path / "results" / "data" / "sts-dev.tsv", "3.0")
+    r = _stage("finetune", tmp_path, "--experiment", "e", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("dev sts_pearson is undefined (the labels are constant (all 3);") == 2
+    assert "no epoch had every dev metric defined, so none is selected as the best" in r.stderr
+    history = pd.read_csv(tmp_path / "results" / "experiments" / "e" / "finetune" / "history.csv")
+    assert history["dev_sts_pearson"].isna().all() and history["dev_score"].isna().all()
+    assert history["dev_sst_acc"].notna().all()
+    import torch
+
+    ckpt = torch.load(tmp_path / "results" / "experiments" / "e" / "finetune" / "model.pt", weights_only=True)
+    assert ckpt["epoch"] == 2 and ckpt["dev_metrics"] == {}          # the last epoch's, not a selected one
+
+
+# ================================================================ stages delete only what they own
+
+def test_report_out_keeps_the_users_own_files(tmp_path):
+    """`report --out DIR`: the stage removes the pages it wrote before (its manifest lists them),
+    never another file in DIR/experiments."""
+    from stages import report
+
+    out = tmp_path / "mine"
+    (out / "experiments").mkdir(parents=True)
+    own = {out / "experiments" / "notes.html": "my notes", out / "experiments" / "a.html.bak": "backup",
+           out / "index.html": "my index"}
+    for path, text in own.items():
+        path.write_text(text)
+    params = _params(tmp_path, "experiments: {a: {}, gone: {seed: 3}}\n")
+    argv = ["--params", str(params), "--results", str(tmp_path / "results"), "--out", str(out)]
+    report.main(argv)
+    assert (out / "experiments" / "gone.html").is_file() and (out / "final.html").is_file()
+    params.write_text("experiments: {a: {}}\n")          # `gone` left the params: its page goes
+    report.main(argv)
+    assert not (out / "experiments" / "gone.html").exists() and (out / "experiments" / "a.html").is_file()
+    for path, text in own.items():
+        assert path.read_text() == text, path
+    assert json.loads((out / "experiments" / ".written.json").read_text()) == ["a.html"]
+
+
+# ================================================================ bounded reads of regular files only
+
+def _rss_children_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_params_from_dev_zero_or_a_fifo_is_one_line_at_once(tmp_path):
+    import os
+
+    fifo = tmp_path / "params.fifo"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/zero", "a character device"), (str(fifo), r"a FIFO \(named pipe\)")):
+        r = subprocess.run([sys.executable, "-m", "stages.prepare", "--params", path, "--results",
+                            str(tmp_path / "results")], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2
+        _one_line(r.stderr, rf"^error: {re.escape(path)}: is {kind}, not a regular file; give a regular file as "
+                            rf"the parameter file$")
+    assert _rss_children_mib() < 1024                      # no process grew (it was 9.5 GB)
+
+
+def test_size_bounds_refuse_before_reading(tmp_path):
+    from minbert.io import read_input
+    from minbert.params import load_params
+
+    big = tmp_path / "params.yaml"
+    with open(big, "wb") as f:                             # sparse: 17 MiB of nothing, on no disk
+        f.truncate(17 << 20)
+    with pytest.raises(MinBertError, match=r"params.yaml: 17.0 MiB, more than a parameter file may be \(16.0 MiB\)"):
+        load_params(big)
+    small = tmp_path / "x.txt"
+    small.write_bytes(b"x" * 100)
+    assert read_input(small, limit=100) == b"x" * 100
+    with pytest.raises(MinBertError, match=r"x.txt: 100 bytes, more than a file may be \(99 bytes\)"):
+        read_input(small, limit=99)
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo"])
+def test_nli_file_that_is_not_a_regular_file_is_one_line(tmp_path, kind):
+    import os
+
+    target = kind
+    if kind == "fifo":
+        target = str(tmp_path / "nli.fifo")
+        os.mkfifo(target)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(
+        {"data": {"dir": str(REPO / "data" / "demo"), "nli_file": target}, "experiments": {"a": {}}}))
+    r = _stage("prepare", tmp_path, timeout=120)
+    assert r.returncode == 2, r.stderr
+    _one_line(r.stderr, rf"{re.escape(target)}: is a (character device|FIFO \(named pipe\)), not a regular file")
+    assert not (tmp_path / "results" / "data").exists()
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "layers"])
+def test_model_config_that_is_endless_or_oversized_is_one_line(tmp_path, tiny_model_dir, kind):
+    import os
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    config = model / "config.json"
+    if kind == "layers":
+        config.write_text(json.dumps({**json.loads(config.read_text()), "num_hidden_layers": 100000}))
+    else:
+        config.unlink()
+        if kind == "fifo":
+            os.mkfifo(config)
+        else:
+            config.symlink_to("/dev/zero")
+    code = ("import sys; from minbert.weights import load_encoder; from stages._cli import run; "
+            "run(lambda argv: load_encoder(sys.argv[1]))")
+    r = subprocess.run([sys.executable, "-c", code, str(model)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    pattern = {"layers": r"num_hidden_layers is 100000, more than any BERT has \(at most 256\)",
+               "fifo": r"is a FIFO \(named pipe\), not a regular file",
+               "/dev/zero": r"is a character device, not a regular file"}[kind]
+    _one_line(r.stderr, rf"config.json: .*{pattern}" if kind == "layers" else rf"config.json: {pattern}")
+    assert _rss_children_mib() < 1024
+
+
+def test_config_bounds_and_the_parameter_count_against_transformers():
+    import transformers
+
+    from minbert.model import BertConfig
+
+    for sizes in ({}, {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 2,
+                       "intermediate_size": 64, "vocab_size": 1000, "max_position_embeddings": 40}):
+        with torch_device_meta():
+            hf = transformers.BertModel(transformers.BertConfig(**sizes))
+        assert BertConfig(**sizes).num_parameters() == sum(p.numel() for p in hf.parameters())
+    with pytest.raises(ValueError, match=r"the sizes describe a model of .* billion parameters"):
+        BertConfig(hidden_size=16384, num_hidden_layers=200, num_attention_heads=128, intermediate_size=65536)
+
+
+def torch_device_meta():
+    import torch
+
+    return torch.device("meta")
+
+
+# ================================================================ no writes through links under results/
+
+def _evaluate_ready(tmp_path) -> tuple[Layout, Path]:
+    layout = Layout(str(tmp_path / "results"))
+    write_predictions(Path(layout.predictions("a")), splits=Path(layout.data))
+    _params(tmp_path)
+    return layout, tmp_path / "elsewhere"
+
+
+@pytest.mark.parametrize("link", ["output file", "output folder", "state", "lock folder"])
+def test_symlinks_under_results_are_refused(tmp_path, link):
+    layout, elsewhere = _evaluate_ready(tmp_path)
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("not the pipeline's")
+    path = {"output file": layout.metrics("a"), "output folder": layout.experiment("a"),
+            "state": layout.state("evaluate", "a"), "lock folder": str(Path(layout.lock("evaluate", "a")).parent)}[link]
+    path = Path(path)
+    if link == "output folder":                       # the experiment's folder, moved away and linked back
+        path.rename(elsewhere / "a")
+        path.symlink_to(elsewhere / "a")
+        target = elsewhere / "a"
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        target = elsewhere / ("metrics.json" if link == "output file" else "")
+        path.symlink_to(target)
+    before = sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*"))
+    r = _stage("evaluate", tmp_path, "--experiment", "a")
+    assert r.returncode == 2
+    _one_line(r.stderr, rf"{re.escape(str(path))}: is a symlink \(to {re.escape(str(target))}\) inside the results "
+                        rf"folder .*remove the link \(rm {re.escape(str(path))}\)")
+    assert sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*")) == before      # nothing written there
+    assert (elsewhere / "keep.txt").read_text() == "not the pipeline's"
+
+
+def test_a_results_folder_that_is_itself_a_link_is_fine(tmp_path):
+    layout, elsewhere = _evaluate_ready(tmp_path)
+    (tmp_path / "results").rename(elsewhere)
+    (tmp_path / "results").symlink_to(elsewhere)       # results on another disk
+    r = _stage("evaluate", tmp_path, "--experiment", "a")
+    assert r.returncode == 0, r.stderr
+    assert (elsewhere / "experiments" / "a" / "metrics.json").is_file()
+
+
+# ================================================================ one process per job
+
+def _training_params(tmp_path, tiny_model_dir, epochs: int) -> None:
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(
+        {"data": {"dir": str(REPO / "data" / "demo"), "nli_file": None},
+         "base": {"model": str(tiny_model_dir), "device": "cpu", "threads": 1, "max_length": 32,
+                  "finetune": {"epochs": epochs, "batch_size": 8, "max_steps_per_epoch": 2,
+                               "downsample": {"mode": "fixed", "size": 16}}},
+         "experiments": {"e": {}}}))
+
+
+def _wait_for_holder(lock: Path, pid: int, process, timeout: float = 240) -> dict:
+    """The lock file's record once process `pid` holds it (it is training by then)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        try:
+            info = json.loads(lock.read_text())
+            if info.get("pid") == pid:
+                return info
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{lock} never named PID {pid}")
+
+
+def _training_started(state: Path, process, timeout: float = 240) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (state / "last.pt").is_file():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-2000:]
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_second_process_refuses_and_a_crashed_holder_is_taken_over(tmp_path, tiny_model_dir):
+    """Real processes: a fine-tune runs; the same job started by hand beside it refuses in one line
+    naming the holder and leaves its state alone; killed with SIGKILL, the holder's lock is stale
+    and the next run takes it over."""
+    import os
+    import signal
+    import socket
+
+    _training_params(tmp_path, tiny_model_dir, epochs=400)
+    assert _stage("prepare", tmp_path).returncode == 0
+    layout = Layout(str(tmp_path / "results"))
+    lock, state = Path(layout.lock("finetune", "e")), Path(layout.state("finetune", "e"))
+    cmd = [sys.executable, "-m", "stages.finetune", "--params", str(tmp_path / "params.yaml"),
+           "--results", layout.results, "--experiment", "e"]
+    first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        holder = _wait_for_holder(lock, first.pid, first)
+        assert holder["engine"] == "hand" and holder["host"] == socket.gethostname()
+        _training_started(state, first)
+        second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2
+        _one_line(second.stderr, rf"^error: finetune@e is already running \(hand, PID {first.pid} on "
+                                 rf"{re.escape(socket.gethostname())} since .*\); wait for it to finish.* delete "
+                                 rf"{re.escape(str(lock))} and run again$")
+        assert first.poll() is None and (state / "last.pt").is_file()      # the holder's state untouched
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert json.loads(lock.read_text())["pid"] == first.pid               # the crashed holder's record
+    _training_params(tmp_path, tiny_model_dir, epochs=1)
+    third = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert third.returncode == 0, third.stderr
+    assert f"taking over the lock of hand, PID {first.pid}" in third.stderr
+    assert lock.read_text() == "" and (Path(layout.model("e", "finetune"))).is_file()
+    assert not os.path.exists(state)
+
+
+# ================================================================ full disk, missing package, bidi text
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs: room for the prepared demo data, not for a checkpoint (needs root, or
+    CAP_SYS_ADMIN, as in CI's container; skipped elsewhere)."""
+    import os
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.decode(errors='replace').strip()[:80]})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+        assert not os.path.ismount(mount)
+
+
+def test_torch_save_on_a_full_disk_is_the_no_space_error(small_disk):
+    import torch
+
+    from minbert.io import torch_save
+
+    with pytest.raises(OSError) as err:
+        torch_save({"weights": torch.zeros(2_000_000)}, small_disk / "model.pt")     # 8 MB on 3 MiB
+    assert err.value.errno == 28 and err.value.filename == str(small_disk / "model.pt")
+    assert list(small_disk.iterdir()) == []                                         # no temporary left
+    torch_save({"weights": torch.arange(5)}, small_disk / "small.pt")
+    assert torch.load(small_disk / "small.pt", weights_only=True)["weights"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_finetune_on_a_full_disk_says_no_space_in_one_line(small_disk, tmp_path, tiny_model_dir):
+    _training_params(tmp_path, tiny_model_dir, epochs=1)
+    results = small_disk / "results"
+    prepare = subprocess.run([sys.executable, "-m", "stages.prepare", "--params", str(tmp_path / "params.yaml"),
+                              "--results", str(results)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert prepare.returncode == 0, prepare.stderr
+    r = subprocess.run([sys.executable, "-m", "stages.finetune", "--params", str(tmp_path / "params.yaml"),
+                        "--results", str(results), "--experiment", "e"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2
+    assert "unexpected pos" not in r.stderr and "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(rf"error: no space left on {re.escape(str(results))}/state/finetune/e/\S+\.pt; free some "
+                        rf"space \(or point --results elsewhere\) and run again", last), last
+    assert not [p for p in results.rglob(".*.tmp")]
+
+
+@pytest.mark.parametrize("module,package", [("matplotlib", "matplotlib>=3.7"), ("scipy", "scipy>=1.10")])
+def test_a_missing_package_is_one_line_naming_it_and_the_install_command(tmp_path, module, package):
+    """The report stage in a Python where the package cannot be imported (a real subprocess)."""
+    _params(tmp_path)
+    code = (f"import sys, runpy; sys.modules[{module!r}] = None; "   # `import {module}` now fails as if absent
+            f"sys.argv = ['stages.report', '--params', {str(tmp_path / 'params.yaml')!r}, "
+            f"'--results', {str(tmp_path / 'results')!r}, '--out', {str(tmp_path / 'reports')!r}]; "
+            "runpy.run_module('stages.report', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    _one_line(r.stderr, rf"^error: the Python package .{module}. is not installed \(import {module}[.\w]* failed\); "
+                        rf"install it with `pip install '{re.escape(package)}'`")
+    assert not (tmp_path / "reports" / "final.html").exists()
+
+
+def test_bidirectional_controls_in_data_text_are_shown_not_obeyed(tmp_path):
+    from html.parser import HTMLParser
+
+    from minbert.params import load_params
+    from minbert.report.render import render_reports
+
+    params = _params(tmp_path, "experiments:\n  a: {}\n")
+    layout = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
+    folder = Path(layout.predictions("a"))
+    write_predictions(folder)
+    controls = "\u202e\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+    for task in ("sst", "para", "sts"):
+        column = "sentence" if task == "sst" else "sentence1"
+        _edit(folder / f"{task}-dev.csv", lambda f: f.assign(**{column: f"abc \u202eevil{controls} xyz"}))
+    Path(layout.metrics("a")).write_text(json.dumps(evaluate_folder(folder)))
+    render_reports(load_params(params), layout, progress=False)
+    page = Path(layout.experiment_report("a")).read_text(encoding="utf-8")
+    assert "abc \u27e6U+202E\u27e7evil" in page                       # shown, visibly
+    assert not any(c in page for c in controls)                        # and never obeyed
+
+    class Texts(HTMLParser):
+        dirs: list = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "td" and ("class", "text") in attrs:
+                self.dirs.append(None)
+            elif tag == "div" and self.dirs and self.dirs[-1] is None:
+                self.dirs[-1] = dict(attrs).get("dir")
+
+    texts = Texts()
+    texts.feed(page)
+    assert texts.dirs and set(texts.dirs) == {"auto"}                  # each text isolated in its own direction
+
+
+def _wait_for_engine(lock: Path, engine: str, process, timeout: float = 300) -> dict:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        try:
+            info = json.loads(lock.read_text())
+            if info.get("engine") == engine:
+                return info
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{lock} never named {engine}")
+
+
+def _stop(process) -> None:
+    import os
+    import signal
+
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.mark.slow
+def test_snakemake_dvc_and_a_hand_run_never_run_one_job_at_once(tmp_path, tiny_model_dir):
+    """Real engines on one folder: while Snakemake fine-tunes `a`, `dvc repro` of the same job and
+    the stage run by hand refuse, naming Snakemake's process; while DVC runs it, Snakemake and the
+    hand-run refuse, naming DVC's. The holder's state is never touched."""
+    import os
+    import socket
+
+    from test_workflow import DVC, SNAKEMAKE, make_copy, run
+
+    if SNAKEMAKE is None or DVC is None:
+        pytest.skip("snakemake and dvc are not installed (pip install -e .[workflow])")
+    params = {"data": {"dir": "data/demo", "nli_file": None},
+              "base": {"model": "models/tiny", "device": "cpu", "threads": 1, "max_length": 32,
+                       "finetune": {"epochs": 400, "batch_size": 8, "max_steps_per_epoch": 2,
+                                    "downsample": {"mode": "fixed", "size": 16}}},
+              "experiments": {"a": {}}}
+    repo = make_copy(REPO, tmp_path / "repo", tiny_model_dir, params)
+    run(["git", "init", "-q"], repo)
+    if not (repo / ".dvc").is_dir():
+        run([DVC, "init", "-q"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-q", "-m", "copy"], repo)
+    lock, state = repo / "results/locks/finetune/a.lock", repo / "results/state/finetune/a"
+    target = "results/experiments/a/finetune/model.pt"
+    hand = [sys.executable, "-m", "stages.finetune", "--experiment", "a"]
+    host = re.escape(socket.gethostname())
+
+    snake = subprocess.Popen([SNAKEMAKE, "--cores", "1", target], cwd=repo, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        holder = _wait_for_engine(lock, "snakemake", snake)
+        _training_started(state, snake)
+        out = run([DVC, "repro", "--single-item", "finetune-a"], repo, ok=False)
+        assert re.search(rf"error: finetune@a is already running \(snakemake, PID {holder['pid']} on {host} ", out), out
+        r = subprocess.run(hand, cwd=repo, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2
+        _one_line(r.stderr, rf"finetune@a is already running \(snakemake, PID {holder['pid']} on {host} ")
+        assert snake.poll() is None and (state / "last.pt").is_file()
+    finally:
+        _stop(snake)
+    assert lock.read_text() == ""                       # SIGTERM: the holder let the lock go
+
+    dvc = subprocess.Popen([DVC, "repro", "--single-item", "--force", "finetune-a"], cwd=repo, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        holder = _wait_for_engine(lock, "dvc", dvc)
+        _training_started(state, dvc)
+        out = run([SNAKEMAKE, "--cores", "1", "--rerun-incomplete", "--forcerun", "finetune", target], repo, ok=False)
+        assert "Error in rule finetune" in out
+        log = (repo / "results/logs/finetune/a.log").read_text()
+        assert re.search(rf"error: finetune@a is already running \(dvc, PID {holder['pid']} on {host} ", log), log
+        r = subprocess.run(hand, cwd=repo, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2
+        _one_line(r.stderr, rf"finetune@a is already running \(dvc, PID {holder['pid']} on {host} ")
+        assert dvc.poll() is None and (state / "last.pt").is_file() and os.getpid() != holder["pid"]
+    finally:
+        _stop(dvc)
