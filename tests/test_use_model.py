@@ -1,5 +1,8 @@
-"""A trained model on new text: `minbert predict` (files in every format, stdin) and the Python API
-give the predict stage's own predictions on the same rows; bad input is one line and exit status 2."""
+"""A trained model leaves the pipeline. On new text: `minbert predict` (files in every format, stdin)
+and the Python API give the predict stage's own predictions on the same rows; bad input is one line
+and exit status 2. Exported: transformers and sentence-transformers (the real libraries) load the
+export folder and give our hidden states, embeddings and cross-encoder outputs; the model card holds
+the report's scores and intervals."""
 from __future__ import annotations
 
 import json
@@ -15,7 +18,7 @@ import torch
 import yaml
 
 from minbert.data import read_split
-from stages import finetune, predict
+from stages import export, finetune, predict
 from stages._cli import run
 
 from test_train import write_prepared   # noqa: E402  (tests/ is on sys.path under pytest)
@@ -46,10 +49,10 @@ def trained(tmp_path_factory, tiny_model_dir):
         "experiments": {
             "bi": {"description": "cosine heads", "finetune": {"heads": {"pooling": "mean", "para": "cosine",
                                                                           "sts": "cosine"}}},
-            "cross": {"finetune": {"heads": {"pooling": "pooler", "para": "cross", "sts": "cross"}}}}}),
-        encoding="utf-8")
+            "cross": {"finetune": {"heads": {"pooling": "pooler", "para": "cross", "sts": "cross"}}}},
+        "export": {"experiments": ["bi", "cross"], "license": "mit"}}), encoding="utf-8")
     for name in ("bi", "cross"):
-        for stage in (finetune, predict):
+        for stage in (finetune, predict, export):
             run(stage.main, ["--experiment", name, "--params", str(params), "--results", str(results)])
     return results
 
@@ -205,3 +208,153 @@ def test_bad_input_is_one_line_naming_file_and_line(trained, tmp_path, case, cap
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: " + expect), err
     assert out == ""
+
+
+# ---------------------------------------------------------------- the export
+
+def test_transformers_loads_the_encoder_with_our_hidden_states(trained):
+    from transformers import AutoModel, AutoTokenizer
+
+    from minbert.api import load_model
+
+    sentences = read_split(trained / "data" / "sst-dev.tsv")["sentence"].tolist()[:8]
+    for name in ("bi", "cross"):
+        folder = trained / "exports" / name
+        hf = AutoModel.from_pretrained(folder).eval()
+        tok = AutoTokenizer.from_pretrained(folder)
+        ours = load_model(trained / "experiments" / name, device="cpu")
+        batch = tok(sentences, padding=True, truncation=True, return_tensors="pt")
+        mine = ours.tokenizer(sentences)
+        assert torch.equal(batch["input_ids"], mine["input_ids"])           # the same tokenizer
+        with torch.no_grad():
+            out = hf(**batch)
+            hidden, pooled = ours.model.encoder(mine["input_ids"], mine["attention_mask"], mine["token_type_ids"])
+        mask = batch["attention_mask"].bool()
+        torch.testing.assert_close(out.last_hidden_state[mask], hidden[mask], atol=1e-5, rtol=0)
+        torch.testing.assert_close(out.pooler_output, pooled, atol=1e-5, rtol=0)
+
+
+def test_sentence_transformers_gives_our_sentence_embeddings(trained):
+    from sentence_transformers import SentenceTransformer
+
+    from minbert.api import load_model
+
+    sentences = read_split(trained / "data" / "sst-dev.tsv")["sentence"].tolist()
+    for name in ("bi", "cross"):            # mean pooling; the pooler's output (a Dense module with tanh)
+        st = SentenceTransformer(str(trained / "exports" / name), device="cpu")
+        ours = load_model(trained / "experiments" / name, device="cpu")
+        np.testing.assert_allclose(st.encode(sentences, batch_size=8), ours.embed(sentences), atol=1e-5, rtol=0)
+
+
+def test_a_cross_encoder_head_loads_as_a_cross_encoder_and_others_through_the_api(trained):
+    from sentence_transformers import CrossEncoder
+
+    from minbert.api import load_model
+
+    folder = trained / "exports" / "cross"
+    for task in ("para", "sts"):
+        rows = read_split(trained / "data" / f"{task}-dev.tsv")
+        stage = stage_predictions(trained, "cross", task)
+        ce = CrossEncoder(str(folder / f"cross-encoder-{task}"), device="cpu")
+        got = ce.predict(list(zip(rows["sentence1"], rows["sentence2"])), batch_size=8)
+        if task == "para":                   # sigmoid of the logit: the paraphrase probability
+            np.testing.assert_allclose(got, stage["prob_1"], atol=1e-5, rtol=1e-5)
+        else:                                # the raw output: 5 * output, clipped, is the score
+            np.testing.assert_allclose(np.clip(5 * got, 0, 5), stage["prediction"], atol=1e-4, rtol=1e-5)
+    card = (folder / "README.md").read_text()
+    assert 'CrossEncoder("path/to/this/folder/cross-encoder-para")' in card
+
+    bi = trained / "exports" / "bi"
+    assert not list(bi.glob("cross-encoder-*"))
+    assert "paraphrase (Quora) head loads through the pipeline's API only (its bi head embeds each sentence apart)" \
+        in (bi / "README.md").read_text()
+    m = load_model(bi, device="cpu", batch_size=16)                     # every head, from the export alone
+    for task in ("sst", "para", "sts"):
+        rows = read_split(trained / "data" / f"{task}-dev.tsv")
+        got = m.predict(task, rows[[c for c in rows.columns if c.startswith("sentence")]])
+        stage = stage_predictions(trained, "bi", task)
+        np.testing.assert_allclose(got["prediction"], stage["prediction"], atol=1e-4, rtol=1e-5)
+
+
+def test_the_model_card_holds_metadata_scores_with_intervals_and_provenance(trained):
+    from minbert.evaluate import read_predictions
+    from minbert.stats import metric_interval
+
+    text = (trained / "exports" / "bi" / "README.md").read_text()
+    assert text.startswith("---\n")
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert meta["license"] == "mit" and meta["library_name"] == "sentence-transformers"
+    results = meta["model-index"][0]["results"]
+    assert {r["dataset"]["type"] for r in results} == {"sst", "para", "sts"}
+    for task in ("sst", "para", "sts"):
+        frame = read_predictions(trained / "experiments" / "bi" / "predictions" / f"{task}-dev.csv", task)
+        value, iv = metric_interval(task, frame)
+        assert f"| {value:.4f} | [{iv.low:.4f}, {iv.high:.4f}] | {len(frame)} |" in text
+    record = json.loads((trained / "runs" / "finetune" / "bi.json").read_text())
+    export_record = json.loads((trained / "runs" / "export" / "bi.json").read_text())
+    assert f"training fingerprint: `{record['fingerprint']}`" in text
+    assert f"export fingerprint: `{export_record['fingerprint']}`" in text
+    assert "lr: 0.001" in text and "training rows, sst: 32" in text and "| test |" not in text   # test: no labels
+
+
+# ---------------------------------------------------------------- the course's submission files
+
+def starter_files(preds: dict) -> dict:
+    """What the starter's test_model_multitask (evaluation.py) writes for these predictions: its own
+    lines, on the numpy values its model_eval functions hold (argmax int64, sigmoid().round()
+    float32, float32 logits)."""
+    out = {}
+    for (task, split), frame in preds.items():
+        ids = [i.lower().strip() for i in frame["id"].astype(str)]          # datasets.py: id.lower().strip()
+        if task == "sst":
+            y = frame[[f"prob_{k}" for k in range(5)]].to_numpy().argmax(axis=1).flatten()
+            header = "id \t Predicted_Sentiment \n"
+        elif task == "para":
+            p1 = torch.tensor(frame["prob_1"].to_numpy(), dtype=torch.float32)
+            y = p1.round().flatten().cpu().numpy()
+            header = "id \t Predicted_Is_Paraphrase \n"
+        else:
+            y = torch.tensor(frame["prediction"].to_numpy(), dtype=torch.float32).flatten().cpu().numpy()
+            header = "id \t Predicted_Similiary \n"
+        text = header
+        for p, s in zip(ids, y):
+            text += f"{p} , {s} \n"
+        out[f"{task}-{split}-output.csv"] = text
+    return out
+
+
+def test_submission_files_are_the_starter_codes_bytes(trained, tmp_path, capsys):
+    import zipfile
+
+    exp = trained / "experiments" / "bi"
+    code, out, err = minbert_here(["submission", exp, "--out", tmp_path / "predictions"], capsys)
+    assert code == 0, err
+    preds = {(t, s): pd.read_csv(exp / "predictions" / f"{t}-{s}.csv", dtype={"id": str})
+             for t in ("sst", "para", "sts") for s in ("dev", "test")}
+    expected = starter_files(preds)
+    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == sorted(expected)
+    for name, text in expected.items():
+        assert (tmp_path / "predictions" / name).read_bytes() == text.encode(), name
+    # read back as the leaderboard's format has it: a header, then `id , value` per row of the data file
+    for (task, split), frame in preds.items():
+        lines = (tmp_path / "predictions" / f"{task}-{split}-output.csv").read_text().splitlines()
+        assert lines[0].split("\t")[0].strip() == "id"
+        rows = [line.split(" , ") for line in lines[1:]]
+        assert [r[0] for r in rows] == [i.lower() for i in read_split(trained / "data" / f"{task}-{split}.tsv")["id"]]
+        values = [float(r[1]) for r in rows]
+        if task == "sst":
+            assert all(r[1].strip().isdigit() for r in rows) and set(values) <= set(range(5))
+        elif task == "para":
+            assert set(values) <= {0.0, 1.0} and all(r[1].strip() in ("0.0", "1.0") for r in rows)
+        np.testing.assert_allclose(values, frame["prediction"], rtol=1e-6)
+    zip_path = tmp_path / "cs224n_default_final_project_submission.zip"
+    assert out.splitlines()[-1] == str(zip_path)
+    with zipfile.ZipFile(zip_path) as zz:                # prepare_submit.py's entry names
+        assert sorted(zz.namelist()) == sorted(f"./predictions/{n}" for n in expected)
+        assert zz.read("./predictions/sts-dev-output.csv") == expected["sts-dev-output.csv"].encode()
+    first = zip_path.read_bytes()
+    minbert_here(["submission", exp, "--out", tmp_path / "predictions"], capsys)
+    assert zip_path.read_bytes() == first                # the same predictions, the same zip
+
+    code, _, err = minbert_here(["submission", tmp_path / "predictions"], capsys)
+    assert code == 2 and err.startswith(f"error: {tmp_path / 'predictions'}: no predictions here")
