@@ -2,9 +2,9 @@
 
     from minbert.api import load_model
     m = load_model("results/experiments/cross_encoder")     # or its model.pt, or an export folder
-    m.sentiment(["A gripping, funny film."])                 # label, class, prob_0..prob_4
-    m.paraphrase([("How do I learn Python?", "What is the best way to learn Python?")])   # label, prob_1
-    m.similarity([("A man plays a guitar.", "A man is playing music.")])                 # score (0-5)
+    m.sentiment(["A gripping, funny film."])                 # prediction, class, prob_0..prob_4
+    m.paraphrase([("How do I learn Python?", "What is the best way to learn Python?")])   # prediction, class, prob_1
+    m.similarity([("A man plays a guitar.", "A man is playing music.")])                 # prediction (0-5)
 
 The predictions go through the pipeline's own code (minbert.multitask: the checkpoint loader,
 tokenisation by the task's view, `predict_task`), so they equal the predict stage's on the same rows.

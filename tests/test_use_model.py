@@ -358,3 +358,9 @@ def test_submission_files_are_the_starter_codes_bytes(trained, tmp_path, capsys)
 
     code, _, err = minbert_here(["submission", tmp_path / "predictions"], capsys)
     assert code == 2 and err.startswith(f"error: {tmp_path / 'predictions'}: no predictions here")
+
+
+def test_upload_checks_the_folder_before_any_network(tmp_path, capsys):
+    code, out, err = minbert_here(["upload", tmp_path, "someone/model"], capsys)
+    assert code == 2 and err.strip() == (f"error: {tmp_path}: not an export folder (no minbert.json or README.md); run "
+                                         f"the export stage (snakemake --cores all results/exports/<experiment>)")
