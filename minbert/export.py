@@ -23,6 +23,7 @@ so the pipeline's own code predicts from it. Uploading (`upload`) runs only when
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .errors import MinBertError
@@ -94,7 +95,8 @@ def cross_encoder_form(model, task: str) -> str | None:
     view, the pooler's output, a single linear layer, nothing shared or added, one reading order)."""
     cfg = model.heads_cfg
     if model.views[task].name != "cross":
-        return f"its {model.views[task].name} head embeds each sentence apart"
+        return f"its {getattr(cfg, task)} head is a bi-encoder{' with a cross term' if model.views[task].name == 'hybrid' else ''}: " \
+               f"it embeds each sentence apart"
     reasons = [(cfg.pooling_of(task) != "pooler", f"it reads the {cfg.pooling_of(task)} pooling, not the pooler's output"),
                (cfg.depth(task) > 0, "its head has hidden layers"),
                (model.shared is not None and task in cfg.shared.tasks, "it reads shared layers"),
@@ -152,6 +154,11 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
             cross[task] = why
     if card:
         (folder / "README.md").write_text(card, encoding="utf-8")
+    umask = os.umask(0)
+    os.umask(umask)
+    for p in folder.rglob("*"):          # safetensors writes its files for the owner only: a shared model is readable
+        if p.is_file():
+            p.chmod(0o666 & ~umask)
     return {"pooling": pooling, "cross": cross}
 
 

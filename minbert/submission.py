@@ -76,7 +76,7 @@ def write_submission(source: str | Path, out_dir: str | Path = "predictions", zi
     for name, text in texts.items():
         write_text(out / name, text)
         written.append(str(out / name))
-    zip_path = Path(zip_path) if zip_path else out.resolve().parent / ZIP_NAME
+    zip_path = Path(zip_path) if zip_path else out.parent / ZIP_NAME
     with atomic_path(zip_path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zz:
         for name, text in texts.items():       # a fixed date: the same predictions give the same zip
             zz.writestr(zipfile.ZipInfo(f"./predictions/{name}", date_time=(1980, 1, 1, 0, 0, 0)), text)

@@ -266,8 +266,11 @@ def test_a_cross_encoder_head_loads_as_a_cross_encoder_and_others_through_the_ap
 
     bi = trained / "exports" / "bi"
     assert not list(bi.glob("cross-encoder-*"))
-    assert "paraphrase (Quora) head loads through the pipeline's API only (its bi head embeds each sentence apart)" \
-        in (bi / "README.md").read_text()
+    assert "paraphrase (Quora) head loads through the pipeline's API only (its cosine head is a bi-encoder: it embeds " \
+        "each sentence apart)" in (bi / "README.md").read_text()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (bi / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask       # not the owner's alone
     m = load_model(bi, device="cpu", batch_size=16)                     # every head, from the export alone
     for task in ("sst", "para", "sts"):
         rows = read_split(trained / "data" / f"{task}-dev.tsv")
