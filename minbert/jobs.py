@@ -172,6 +172,12 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
     # the report reads every earlier output but the models (minbert.report.data loads them by the layout)
     reads = [o for j in out for o in j.outputs if not o.endswith(("/model.pt", "/model"))]
     add("report", None, S.report_settings(lp), reads, [L.final_report, L.experiment_reports], [L.summary_metrics])
+
+    for name in lp.params.export.experiments:   # after the report, which never reads them
+        s = S.export_settings(lp, lp.experiments[name])
+        add("export", name, _dump(s), [L.model(name, s.model_stage), L.run_record(s.model_stage, name),
+                                       L.predictions(name)] + _splits(L, model_tasks(lp.experiments[name]), ("train",)),
+            [L.export(name)], args=["--experiment", name])
     return _link(out)
 
 

@@ -14,6 +14,7 @@ engines want them.
       experiments/<E>/metrics.json                    evaluate
       ensembles/<N>/predictions/, metrics.json        ensemble
       teachers/<T>/<task>-train.csv                   teach (a teacher's outputs on the training data)
+      exports/<E>/                                    export (Hugging Face folder and model card)
       runs/<stage>[/<name>].json                      every job's run record (provenance)
       jobs/<stage>[/<name>].json                      every job's resolved description (engines' trigger)
       state/<stage>/<name>/                           resumable state of a running job (not an output)
@@ -104,6 +105,10 @@ class Layout:
     def teacher(self, name: str) -> str:
         """A teacher's predictions on the training data: <task>-train.csv per task."""
         return self._r("teachers", name)
+
+    # ------------------------------------------------------------ exports (Hugging Face format)
+    def export(self, name: str) -> str:
+        return self._r("exports", name)
 
     # ------------------------------------------------------------ per job
     def _job(self, kind: str, stage: str, name: str | None, suffix: str) -> str:

@@ -448,6 +448,14 @@ class ReportParams(Strict):
     worst_k: int = Field(10, ge=1)
 
 
+class ExportParams(Strict):
+    # experiments written to results/exports/<E> in the Hugging Face format with a model card (a
+    # repeated experiment: each seed); an export runs only for the experiments listed here
+    experiments: list[str] = []
+    license: str = "apache-2.0"                 # the model card's license (the Hub's identifiers)
+    language: str = "en"
+
+
 class Params(Strict):
     catalogue: str = "demo"                     # demo: the sections below; NAME: params/NAME.yaml's sections
     data: DataParams = DataParams()
@@ -458,6 +466,7 @@ class Params(Strict):
     papers: dict[str, PaperParams] = {}        # the reports whose tables studies reproduce (`studies[].paper`)
     studies: list[StudyParams] = []
     report: ReportParams = ReportParams()
+    export: ExportParams = ExportParams()
 
 
 # ---------------------------------------------------------------- loading
@@ -576,7 +585,7 @@ def load_params(path: str | Path = "params.yaml") -> "LoadedParams":
 
 
 # The sections a catalogue file provides; params.yaml keeps `catalogue` and `report`.
-CATALOGUE_SECTIONS = ("data", "base", "pretrainings", "experiments", "ensembles", "papers", "studies")
+CATALOGUE_SECTIONS = ("data", "base", "pretrainings", "experiments", "ensembles", "papers", "studies", "export")
 
 
 def catalogue_file(params_path: str | Path, name: str) -> Path:
@@ -765,6 +774,10 @@ def validate_params(raw: Any, where: str = "params.yaml") -> "LoadedParams":
         if st.baseline is not None and st.baseline not in st.experiments:
             raise MinBertError(f"{where}: key 'studies[{i}].baseline' (study '{st.name}'): "
                                f"'{st.baseline}' is not one of the study's experiments")
+    for name in params.export.experiments:
+        if name not in known:
+            raise MinBertError(f"{where}: key 'export.experiments': unknown experiment '{name}'{_close(name, known)}")
+    params.export.experiments = list(dict.fromkeys(x for m in params.export.experiments for x in groups.get(m, [m])))
     for i, st in enumerate(params.studies):
         if not st.experiments:
             raise MinBertError(f"{where}: key 'studies[{i}]' (study '{st.name}'): no rows; list experiments, a grid "

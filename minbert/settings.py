@@ -7,6 +7,7 @@ none of them but the report's; `predict_batch_size` only in the predictions'.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from .params import (DataParams, Downsample, EnsembleParams, ExperimentParams, FinetuneParams, LoadedParams, PretrainParams,
@@ -54,6 +55,15 @@ class TeachSettings(NetworkSettings):
     members: dict[str, Literal["finetune", "retrain_heads"]]   # the experiments it averages -> which model
     tasks: list[str]                        # the tasks it predicts (the ones its students distil)
     similarity: Literal["mean", "median"] = "mean"   # how a regression task's scores are combined
+
+
+class ExportSettings(Strict):
+    model_stage: Literal["finetune", "retrain_heads"]   # which training stage's model is exported
+    description: str = ""                   # the experiment's, for the model card
+    license: str
+    language: str
+    base_model: str | None = None           # the Hub id it was fine-tuned from, for the card's metadata
+    data: str = ""                          # data.dir, for the card
 
 
 class EnsembleSettings(Strict):
@@ -124,6 +134,17 @@ def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
 def predict_settings(exp: ExperimentParams) -> PredictSettings:
     return PredictSettings(batch_size=exp.predict_batch_size,
                            model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune", **_network(exp))
+
+
+def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
+    """An export reads its model and the card's texts; the base model's Hub id when it has one."""
+    model = exp.model
+    hub = None if exp.pretrain or not model or model.startswith(("/", ".")) or Path(model).exists() else \
+        {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}.get(model, model)
+    ex = lp.params.export
+    return ExportSettings(model_stage=predict_settings(exp).model_stage, description=exp.description or "",
+                          license=ex.license, language=ex.language, base_model=hub,
+                          data=str(lp.params.data.dir))
 
 
 def ensemble_settings(ens: EnsembleParams) -> EnsembleSettings:

@@ -15,9 +15,13 @@ import pytest
 import torch
 import yaml
 
-from test_workflow import DVC, SNAKEMAKE, commands_run, dag, job_ids, make_copy, needs_dvc, needs_snakemake, run
+from test_workflow import (DVC, SNAKEMAKE, commands_run, dag, job_ids, make_copy, needs_dvc, needs_snakemake, run,
+                           tiny_params)
 
 EVERY_EXPERIMENT = ("a", "b", "c", "d")
+# c is exported too (its own target under Snakemake, one more stage under DVC)
+PARAMS = {**tiny_params("models/tiny"), "export": {"experiments": ["c"]}}
+TARGETS = ["all", "results/exports/c"]
 
 
 def chain(*experiments: str, predictions_only: bool = False) -> set[str]:
@@ -27,6 +31,8 @@ def chain(*experiments: str, predictions_only: bool = False) -> set[str]:
     out = {"report"}
     for e in experiments:
         out |= {f"predict@{e}", f"evaluate@{e}"} | (set() if predictions_only else {f"finetune@{e}"})
+        if e == "c":                 # its export reads its model and its predictions
+            out.add("export@c")
         if e in ("a", "b"):
             out.add("ensemble@ab")
             if not predictions_only:
@@ -65,10 +71,13 @@ EDITS = {
                             {"finetune@a", "report"}),
     "a student-free experiment's lr": ("params", (("experiments", "c", "finetune", "lr"), 3e-4), chain("c"),
                                        {"finetune@c", "report"}),
+    # the export's own settings and code re-run the export alone (and the report, which shows the params)
+    "export license": ("params", (("export", "license"), "mit"), {"export@c", "report"}, {"export@c", "report"}),
+    "export code": ("code", "minbert/export.py", {"export@c"}, {"export@c"}),
 }
 # DVC re-runs for real (each a repro and its undo): the edits that differ in kind; an experiment's
 # own lr is run for real under DVC by test_dvc_experiments_and_revisions_compare
-DVC_EDITS = ["report code", "description", "predict_batch_size", "para head of base"]
+DVC_EDITS = ["report code", "description", "predict_batch_size", "para head of base", "export license"]
 
 
 def apply(folder: Path, edit):
@@ -87,14 +96,14 @@ def apply(folder: Path, edit):
 def snake_repo(repo_root, tmp_path_factory, tiny_model_dir):
     if SNAKEMAKE is None:
         pytest.skip("snakemake is not installed")
-    folder = make_copy(repo_root, tmp_path_factory.mktemp("snake") / "repo", tiny_model_dir)
-    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds"], folder)
+    folder = make_copy(repo_root, tmp_path_factory.mktemp("snake") / "repo", tiny_model_dir, PARAMS)
+    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds", *TARGETS], folder)
     assert job_ids(folder, commands_run(log)) == {j.id for j in dag.jobs("params.yaml", repo=folder)}
     return folder
 
 
 def snakemake_plan(folder: Path) -> set[str]:
-    return job_ids(folder, commands_run(run([SNAKEMAKE, "-n", "--printshellcmds", "--cores", "2"], folder)))
+    return job_ids(folder, commands_run(run([SNAKEMAKE, "-n", "--printshellcmds", "--cores", "2", *TARGETS], folder)))
 
 
 @pytest.mark.slow
@@ -115,12 +124,12 @@ def test_snakemake_reruns_exactly_what_an_edit_changes(snake_repo, edit):
 def test_snakemake_runs_the_edit_and_then_nothing(snake_repo):
     undo = apply(snake_repo, EDITS["a student-free experiment's lr"])
     try:
-        log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds"], snake_repo)
+        log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds", *TARGETS], snake_repo)
         assert job_ids(snake_repo, commands_run(log)) == chain("c")
         assert snakemake_plan(snake_repo) == set()
     finally:
         undo()
-    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds"], snake_repo)   # back to the first settings
+    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds", *TARGETS], snake_repo)   # back to the first settings
     assert job_ids(snake_repo, commands_run(log)) == chain("c")
     # the report lists the HTML pages and the metrics for `snakemake --report`
     run([SNAKEMAKE, "--report", "report.zip"], snake_repo)
@@ -148,7 +157,7 @@ def test_snakemake_reruns_predict_for_a_deleted_predictions_file(snake_repo):
 def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
     if DVC is None:
         pytest.skip("dvc is not installed")
-    folder = make_copy(repo_root, tmp_path_factory.mktemp("dvc") / "repo", tiny_model_dir)
+    folder = make_copy(repo_root, tmp_path_factory.mktemp("dvc") / "repo", tiny_model_dir, PARAMS)
     run(["git", "init", "-q"], folder)
     if not (folder / ".dvc").is_dir():
         run([DVC, "init", "-q"], folder)

@@ -51,6 +51,7 @@ STAGE_RESOURCES = {
     "evaluate": {"threads": 1, "mem_mb": 2000, "runtime": 10},
     "ensemble": {"threads": 1, "mem_mb": 4000, "runtime": 10},
     "report": {"threads": 1, "mem_mb": 8000, "runtime": 30},
+    "export": {"threads": 1, "mem_mb": 8000, "runtime": 20},
 }
 RESOLVE_STAGE = "resolve"
 

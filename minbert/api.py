@@ -1,0 +1,176 @@
+"""A trained model on new text: load it once, then ask it about sentences and sentence pairs.
+
+    from minbert.api import load_model
+    m = load_model("results/experiments/cross_encoder")     # or its model.pt, or an export folder
+    m.sentiment(["A gripping, funny film."])                 # prediction, class, prob_0..prob_4
+    m.paraphrase([("How do I learn Python?", "What is the best way to learn Python?")])   # prediction, class, prob_1
+    m.similarity([("A man plays a guitar.", "A man is playing music.")])                 # prediction (0-5)
+
+The predictions go through the pipeline's own code (minbert.multitask: the checkpoint loader,
+tokenisation by the task's view, `predict_task`), so they equal the predict stage's on the same rows.
+`minbert predict` (minbert.cli) is the command-line form.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import MinBertError
+from .tasks import TASKS
+
+EXPORT_MANIFEST = "minbert.json"     # what marks an export folder (minbert.export)
+CHUNK_BATCHES = 32                   # batches predicted per progress-bar step on long inputs
+
+
+# ---------------------------------------------------------------- finding the model
+
+def model_file(path: str | Path) -> Path:
+    """The checkpoint an experiment folder predicts with: the model its predict job used (its run
+    record says which training stage), else retrain_heads/model.pt when present, else finetune/model.pt."""
+    folder = Path(path)
+    candidates = []
+    record = folder.parent.parent / "runs" / "predict" / f"{folder.name}.json"
+    try:
+        candidates.append(json.loads(record.read_text(encoding="utf-8"))["description"]["settings"]["model_stage"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    candidates += ["retrain_heads", "finetune"]
+    for stage in candidates:
+        if (folder / stage / "model.pt").is_file():
+            return folder / stage / "model.pt"
+    raise MinBertError(f"{folder}: no trained model (finetune/model.pt) in this experiment folder; run its "
+                       f"finetune stage first (snakemake --cores all {folder}/finetune/model.pt)")
+
+
+def load_multitask(path: str | Path):
+    """(MultitaskModel, Tokenizer, where it came from) from an experiment folder, a model.pt or an
+    export folder (minbert.export); a one-line error for anything else."""
+    from .multitask import load_checkpoint, model_from_checkpoint
+
+    p = Path(path)
+    if p.is_dir() and (p / EXPORT_MANIFEST).is_file():
+        from .export import read_export
+
+        model, tokenizer = model_from_checkpoint(read_export(p), str(p))
+        return model, tokenizer, p
+    if p.is_dir() and ((p / "finetune").is_dir() or (p / "retrain_heads").is_dir()):
+        p = model_file(p)
+    elif p.is_dir():
+        raise MinBertError(f"{p}: not a trained model; give an experiment's folder (results/experiments/E), its "
+                           f"model.pt, or an export folder (results/exports/E)")
+    model, tokenizer, _ = load_checkpoint(p)
+    return model, tokenizer, p
+
+
+# ---------------------------------------------------------------- the model
+
+class Model:
+    """A trained multi-task model ready to predict (evaluation mode, on `device`)."""
+
+    def __init__(self, path: str | Path, device: str = "auto", batch_size: int = 64, bf16: bool = False,
+                 threads: int | None = None):
+        from .runtime import pick_device, set_threads
+
+        set_threads(threads)
+        self.model, self.tokenizer, self.source = load_multitask(path)
+        self.device = pick_device(device)
+        self.model.to(self.device).eval()
+        self.batch_size, self.bf16 = int(batch_size), bool(bf16)
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.model.tasks)
+
+    def has(self, task: str) -> None:
+        if task not in self.model.tasks:
+            raise MinBertError(f"{self.source}: the model has no {task} head (its tasks: {', '.join(self.model.tasks)}); "
+                               f"ask for one of those, or train an experiment with {task} in finetune.tasks")
+
+    def predict(self, task: str, frame: pd.DataFrame, progress: bool | None = False) -> pd.DataFrame:
+        """Predictions for `frame`'s rows (columns as the task's prepared split: `sentence`, or
+        `sentence1` and `sentence2`): the predict stage's columns `prediction` and `prob_*`, with
+        the class name of a classification or binary task. `progress`: a tqdm bar (None: only on
+        inputs of more than one step)."""
+        from tqdm.auto import tqdm
+
+        from .multitask import build_task_data, predict_task
+        from .runtime import autocast
+
+        self.has(task)
+        spec = TASKS[task]
+        frame = frame.reset_index(drop=True)
+        if "id" not in frame.columns:
+            frame = frame.assign(id=[str(i) for i in range(len(frame))])
+        step = self.batch_size * CHUNK_BATCHES
+        show = len(frame) > step if progress is None else progress
+        parts = []
+        with tqdm(total=len(frame), desc=task, unit="row", disable=not show, leave=False) as bar:
+            for start in range(0, len(frame), step):
+                chunk = frame.iloc[start:start + step]
+                data = build_task_data(task, chunk, self.tokenizer, self.model.heads_cfg)
+                res = predict_task(self.model, data, self.tokenizer, self.batch_size, self.device,
+                                   lambda: autocast(self.device, self.bf16))
+                part = pd.DataFrame({"prediction": res["prediction"]})
+                probs = np.asarray(res.get("probs", np.empty((len(chunk), 0))))
+                for k, col in enumerate(spec.prob_columns):
+                    part[col] = probs[:, k] if probs.ndim == 2 else probs
+                parts.append(part)
+                bar.update(len(chunk))
+        out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+            {"prediction": [], **{c: [] for c in spec.prob_columns}})
+        if spec.classes:
+            out.insert(1, "class", [spec.classes[int(k)] for k in out["prediction"]])
+        return out
+
+    # ------------------------------------------------------------ by task
+    def sentiment(self, texts, task: str = "sst") -> pd.DataFrame:
+        """Sentiment of each text: `prediction` (0 very negative .. 4 very positive), `class`, prob_0..prob_4."""
+        return self.predict(task, _single(texts))
+
+    def paraphrase(self, pairs, task: str = "para") -> pd.DataFrame:
+        """Whether each pair is a paraphrase: `prediction` (0/1), `class`, `prob_1`."""
+        return self.predict(task, _pairs(pairs))
+
+    def similarity(self, pairs, task: str = "sts") -> pd.DataFrame:
+        """The similarity of each pair on the STS scale 0-5: `prediction`."""
+        return self.predict(task, _pairs(pairs))
+
+    def embed(self, texts) -> np.ndarray:
+        """Sentence embeddings (N, H) with the model's pooling: what its sentence-transformers
+        export (minbert.export) gives."""
+        import torch
+
+        from .multitask import to_device
+        from .runtime import autocast
+
+        texts = list(texts)
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(texts), self.batch_size):
+                batch = to_device(self.tokenizer([str(t) for t in texts[start:start + self.batch_size]]),
+                                  self.device)
+                with autocast(self.device, self.bf16):
+                    out.append(self.model.embed(batch).float().cpu())
+        return torch.cat(out).numpy() if out else np.empty((0, self.model.encoder.config.hidden_size), np.float32)
+
+
+def _single(texts) -> pd.DataFrame:
+    if isinstance(texts, str):
+        texts = [texts]
+    return pd.DataFrame({"sentence": [str(t) for t in texts]})
+
+
+def _pairs(pairs) -> pd.DataFrame:
+    pairs = list(pairs)
+    if pairs and isinstance(pairs[0], str):
+        raise MinBertError("give sentence pairs as (sentence1, sentence2) tuples, not single strings")
+    return pd.DataFrame({"sentence1": [str(a) for a, _ in pairs], "sentence2": [str(b) for _, b in pairs]})
+
+
+def load_model(path: str | Path, device: str = "auto", batch_size: int = 64, bf16: bool = False,
+               threads: int | None = None) -> Model:
+    """Load a trained model once (an experiment folder, its model.pt, or an export folder)."""
+    return Model(path, device=device, batch_size=batch_size, bf16=bf16, threads=threads)

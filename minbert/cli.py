@@ -1,0 +1,279 @@
+"""The `minbert` command: a trained model on new text, the course's submission files, uploads.
+
+    minbert predict MODEL [INPUT] [--task sst] [--out FILE]    # INPUT: .tsv/.csv/.jsonl/.txt, or stdin
+    minbert submission SOURCE --out DIR                      # the CS224N starter's six prediction files + zip
+    minbert upload FOLDER REPO_ID                            # an export folder to the Hugging Face Hub
+
+MODEL is an experiment's folder (results/experiments/E), its model.pt, or an export folder
+(results/exports/E). An input file has a header row naming `sentence` (one-sentence tasks: sst,
+cfimdb) or `sentence1` and `sentence2` (pair tasks: para, sts), and optionally `id`; a .txt file
+or plain text on stdin is one sentence per line. Bad input prints one line naming the file, the
+line and what to do, and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import MinBertError
+from .tasks import TASKS
+
+FORMATS = ("tsv", "csv", "jsonl", "txt")
+SUFFIXES = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt"}
+SINGLE, PAIR = ["sentence"], ["sentence1", "sentence2"]
+
+
+# ---------------------------------------------------------------- reading new text
+
+def input_format(name: str, text: str, given: str | None) -> str:
+    """The format of an input: as given, by the file's suffix, or (stdin) by its first line."""
+    if given:
+        return given
+    if name != "<stdin>" and Path(name).suffix.lower() in SUFFIXES:
+        return SUFFIXES[Path(name).suffix.lower()]
+    first = text.lstrip("\ufeff").split("\n", 1)[0]
+    if first.lstrip().startswith("{"):
+        return "jsonl"
+    if "\t" in first:
+        return "tsv"
+    if first.strip() in ("sentence", "sentence1,sentence2", "id,sentence", "id,sentence1,sentence2"):
+        return "csv"
+    return "txt"
+
+
+def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
+    """An input's rows (all columns as strings) and the line each starts on."""
+    text = text.lstrip("\ufeff")
+    if fmt == "txt":
+        lines = text.splitlines()
+        return pd.DataFrame({"sentence": lines}), list(range(1, len(lines) + 1))
+    if fmt == "jsonl":
+        records, where = [], []
+        for k, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise MinBertError(f"{name}:{k}: not a JSON object ({e.msg}); write one object per line, e.g. "
+                                   f'{{"sentence": "..."}}') from None
+            if not isinstance(rec, dict):
+                raise MinBertError(f"{name}:{k}: expected a JSON object, found {type(rec).__name__}")
+            records.append({key: (v if v is None else str(v)) for key, v in rec.items()})
+            where.append(k)
+        return pd.DataFrame.from_records(records), where
+    # TSV is read unquoted, as the prepared splits and the CS224N files are (no field holds a tab)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",",
+                        quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
+    try:
+        header = next(reader, None)
+        if header is None:
+            return pd.DataFrame(), []
+        header = [h.strip() for h in header]
+        rows, where, start = [], [], reader.line_num + 1
+        for row in reader:
+            if row == [] or row == [""]:
+                start = reader.line_num + 1
+                continue
+            if len(row) != len(header):
+                raise MinBertError(f"{name}:{start}: {len(row)} fields where the header has {len(header)} "
+                                   f"({', '.join(header)}); quote fields that hold the separator")
+            rows.append(row)
+            where.append(start)
+            start = reader.line_num + 1
+    except csv.Error as e:
+        raise MinBertError(f"{name}:{reader.line_num}: cannot be read as {fmt.upper()} ({e}); check its quoting") from None
+    return pd.DataFrame(rows, columns=header), where
+
+
+def columns_for(name: str, frame: pd.DataFrame, tasks: list[str] | None, model_tasks: list[str]) -> list[str]:
+    """The tasks to predict for an input with these columns: those asked, or every task of the
+    model that the columns fit; a one-line error when they do not fit."""
+    cols = set(frame.columns)
+    pair = set(PAIR) <= cols
+    single = "sentence" in cols
+    if tasks:
+        for t in tasks:
+            if TASKS[t].pair and not pair:
+                missing = [c for c in PAIR if c not in cols]
+                raise MinBertError(f"{name}:1: {t} reads sentence pairs but the input has no column "
+                                   f"{' or '.join(repr(c) for c in missing)} (columns: {', '.join(frame.columns) or 'none'}); "
+                                   f"name the columns sentence1 and sentence2")
+            if not TASKS[t].pair and not single:
+                hint = (f"{t} reads one sentence per row, but this is a pair file (sentence1, sentence2); "
+                        f"give a 'sentence' column, or ask for a pair task (para, sts)") if pair else \
+                    f"no column 'sentence' (columns: {', '.join(frame.columns) or 'none'}); name the text column sentence"
+                raise MinBertError(f"{name}:1: {hint}")
+        return list(tasks)
+    fitting = [t for t in model_tasks if (pair if TASKS[t].pair else single)]
+    if not fitting:
+        kinds = "sentence pairs (sentence1, sentence2)" if any(TASKS[t].pair for t in model_tasks) else ""
+        ones = "one sentence (sentence)" if any(not TASKS[t].pair for t in model_tasks) else ""
+        raise MinBertError(f"{name}:1: the model's tasks ({', '.join(model_tasks)}) read "
+                           f"{' or '.join(x for x in (ones, kinds) if x)}; the input's columns are "
+                           f"{', '.join(frame.columns) or 'none'}: name them so, or pass --task")
+    return fitting
+
+
+def check_texts(name: str, frame: pd.DataFrame, lines: list[int], tasks: list[str]) -> None:
+    """Every text the tasks read is present and not blank."""
+    needed = [c for c in SINGLE + PAIR if any(c in (PAIR if TASKS[t].pair else SINGLE) for t in tasks)]
+    for c in needed:
+        values = frame[c]
+        bad = values.isna() | values.astype(str).str.strip().eq("")
+        if bad.any():
+            k = int(bad.to_numpy().argmax())
+            raise MinBertError(f"{name}:{lines[k]}: empty text in column '{c}'; fill it or remove the row")
+    if len(frame) == 0:
+        raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
+
+
+# ---------------------------------------------------------------- output
+
+def prediction_columns(task: str, result: pd.DataFrame) -> pd.DataFrame:
+    """A task's predictions as output columns: <task>_label, <task>_class, <task>_prob_k, or <task>_score."""
+    if TASKS[task].kind == "regression":
+        return pd.DataFrame({f"{task}_score": result["prediction"].to_numpy()})
+    out = pd.DataFrame({f"{task}_label": result["prediction"].astype(int).to_numpy(),
+                        f"{task}_class": result["class"].to_numpy()})
+    for c in TASKS[task].prob_columns:
+        out[f"{task}_{c}"] = result[c].to_numpy()
+    return out
+
+
+def _cell(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        return "%.6g" % v
+    return " ".join(str(v).split("\t")).replace("\r", " ").replace("\n", " ")
+
+
+def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
+    from .io import write_text
+
+    if fmt == "jsonl":
+        text = frame.to_json(orient="records", lines=True, force_ascii=False, double_precision=6)
+        text = text if text.endswith("\n") or not text else text + "\n"
+    elif fmt == "tsv":   # unquoted, as it is read: a text holding a tab or line break gets a space instead
+        cells = [[_cell(v) for v in row] for row in frame.itertuples(index=False)]
+        text = "".join("\t".join(r) + "\n" for r in [list(map(str, frame.columns))] + cells)
+    else:
+        text = frame.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+    if out in (None, "-"):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        write_text(out, text)
+
+
+# ---------------------------------------------------------------- commands
+
+def predict_command(a) -> None:
+    from .api import load_model
+    from .io import read_input
+
+    name = "<stdin>" if a.input in (None, "-") else a.input
+    if name == "<stdin>":
+        if sys.stdin is None or sys.stdin.isatty():
+            raise MinBertError("no input: give a file (TSV, CSV, JSONL or TXT) or pipe text into stdin, "
+                               "e.g. echo 'A gripping film.' | minbert predict MODEL")
+        raw = sys.stdin.buffer.read()
+    else:
+        raw = read_input(name, "input file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MinBertError(f"{name}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
+    fmt = input_format(name, text, a.format)
+    frame, lines = read_rows(name, text, fmt)
+    model = load_model(a.model, device=a.device, batch_size=a.batch_size, bf16=a.bf16, threads=a.threads)
+    for t in a.task or []:
+        model.has(t)
+    tasks = columns_for(name, frame, a.task, model.tasks)
+    check_texts(name, frame, lines, tasks)
+    keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
+    parts = [frame[keep].reset_index(drop=True)]
+    for t in tasks:
+        cols = frame[PAIR if TASKS[t].pair else SINGLE]
+        cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
+        parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
+    out_fmt = a.out_format or (SUFFIXES.get(Path(a.out).suffix.lower()) if a.out not in (None, "-") else None) \
+        or ("jsonl" if fmt == "jsonl" else "tsv")
+    write_output(pd.concat(parts, axis=1), a.out, "tsv" if out_fmt == "txt" else out_fmt)
+
+
+def submission_command(a) -> None:
+    from .submission import write_submission
+
+    written = write_submission(a.source, a.out, zip_path=a.zip)
+    for path in written:
+        print(path)
+
+
+def upload_command(a) -> None:
+    from .export import upload
+
+    print(upload(a.folder, a.repo_id, private=a.private, revision=a.revision))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="minbert", description="Use a trained minBERT multi-task model.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("predict", help="predict sentiment, paraphrase or similarity on new text",
+                       description="Predict each row of a file (or stdin) with a trained model: a label with the "
+                                   "class probabilities, or a similarity score (0-5), per task.")
+    p.add_argument("model", metavar="MODEL",
+                   help="an experiment's folder (results/experiments/E), its model.pt, or an export folder")
+    p.add_argument("input", metavar="INPUT", nargs="?",
+                   help="a .tsv/.csv/.jsonl file with a header (sentence, or sentence1 and sentence2; id optional) "
+                        "or a .txt file of one sentence per line; '-' or none: stdin")
+    p.add_argument("--task", action="append", choices=list(TASKS),
+                   help="a task to predict (repeat for several); default: every task of the model the input's "
+                        "columns fit")
+    p.add_argument("--out", "-o", help="write here instead of stdout (format by suffix)")
+    p.add_argument("--format", choices=FORMATS, help="the input's format (default: by suffix; stdin: guessed)")
+    p.add_argument("--out-format", choices=FORMATS[:3], help="the output's format (default: by --out's suffix, "
+                                                               "else JSONL for JSONL input and TSV otherwise)")
+    p.add_argument("--batch-size", type=int, default=64, help="rows per batch (default: 64)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda when available")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (on a GPU with native bf16)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=predict_command)
+
+    s = sub.add_parser("submission", help="the CS224N starter's six prediction files and the submission zip",
+                       description="Write an experiment's or ensemble's dev and test predictions as the CS224N "
+                                   "starter code's predictions/*-output.csv files, and zip them for the leaderboard.")
+    s.add_argument("source", metavar="SOURCE",
+                   help="an experiment's or ensemble's folder (results/experiments/E, results/ensembles/N) or its "
+                        "predictions folder")
+    s.add_argument("--out", default="predictions", help="the folder for the six files (default: predictions)")
+    s.add_argument("--zip", help="the submission zip (default: <out>/../submission.zip)")
+    s.set_defaults(func=submission_command)
+
+    u = sub.add_parser("upload", help="upload an export folder to the Hugging Face Hub (network, a token)",
+                       description="Upload an export folder (results/exports/E) to a Hub model repository with "
+                                   "huggingface_hub (log in first: `hf auth login`, or set HF_TOKEN).")
+    u.add_argument("folder", metavar="FOLDER")
+    u.add_argument("repo_id", metavar="REPO_ID", help="e.g. your-name/minbert-multitask")
+    u.add_argument("--private", action="store_true")
+    u.add_argument("--revision", help="a branch of the repository (default: main)")
+    u.set_defaults(func=upload_command)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    from stages._cli import run
+
+    args = build_parser().parse_args(argv)
+    run(lambda _: args.func(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+"""A trained model leaves the pipeline. On new text: `minbert predict` (files in every format, stdin)
+and the Python API give the predict stage's own predictions on the same rows; bad input is one line
+and exit status 2. Exported: transformers and sentence-transformers (the real libraries) load the
+export folder and give our hidden states, embeddings and cross-encoder outputs; the model card holds
+the report's scores and intervals."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from minbert.data import read_split
+from stages import export, finetune, predict
+from stages._cli import run
+
+from test_train import write_prepared   # noqa: E402  (tests/ is on sys.path under pytest)
+
+FT = {"epochs": 1, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 3,
+      "downsample": {"mode": "fixed", "size": 24}}
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_model_dir):
+    """A results folder with two tiny trained experiments and their predictions: `bi` (mean pooling,
+    cosine pair heads) and `cross` (pooler output, cross-encoder pair heads)."""
+    root = tmp_path_factory.mktemp("use")
+    results = root / "results"
+    write_prepared(results / "data", n_train=32, n_dev=24, n_test=16)
+    params = root / "params.yaml"
+    params.write_text(yaml.safe_dump({
+        "base": {"model": str(tiny_model_dir), "device": "cpu", "threads": 1, "seed": 3, "max_length": 32,
+                 "predict_batch_size": 16, "finetune": FT},
+        "experiments": {
+            "bi": {"description": "cosine heads", "finetune": {"heads": {"pooling": "mean", "para": "cosine",
+                                                                          "sts": "cosine"}}},
+            "cross": {"finetune": {"heads": {"pooling": "pooler", "para": "cross", "sts": "cross"}}}},
+        "export": {"experiments": ["bi", "cross"], "license": "mit"}}), encoding="utf-8")
+    for name in ("bi", "cross"):
+        for stage in (finetune, predict, export):
+            run(stage.main, ["--experiment", name, "--params", str(params), "--results", str(results)])
+    return results
+
+
+def minbert_cli(args, stdin: str | None = None, cwd=None):
+    """`minbert ARGS` as a user runs it (the console script's module, this checkout first)."""
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "minbert.cli", *map(str, args)], input=stdin, capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=300)
+
+
+def minbert_here(args, capsys):
+    """`minbert ARGS` in this process (quicker than a new Python for each call): (status, stdout, stderr)."""
+    from minbert import cli
+
+    code = 0
+    try:
+        cli.main([str(a) for a in args])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def stage_predictions(results, name, task):
+    return pd.read_csv(results / "experiments" / name / "predictions" / f"{task}-dev.csv", dtype={"id": str})
+
+
+def assert_same(task: str, ours: pd.DataFrame, theirs: pd.DataFrame):
+    """The command's columns for `task` against the predict stage's file, row by row."""
+    if task == "sts":
+        np.testing.assert_allclose(ours["sts_score"].astype(float), theirs["prediction"], rtol=1e-5, atol=1e-5)
+        return
+    assert ours[f"{task}_label"].astype(int).tolist() == theirs["prediction"].tolist()
+    for c in [c for c in theirs.columns if c.startswith("prob_")]:
+        np.testing.assert_allclose(ours[f"{task}_{c}"].astype(float), theirs[c], rtol=1e-5, atol=1e-6)
+
+
+def test_console_script_is_declared():
+    import tomllib
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["project"]["scripts"]["minbert"] == "minbert.cli:main"
+    r = minbert_cli(["predict", "--help"])
+    assert r.returncode == 0 and "MODEL" in r.stdout and "--task" in r.stdout
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "csv", "jsonl"])
+def test_files_of_sentences_and_pairs_give_the_stage_predictions(trained, tmp_path, fmt, capsys):
+    for name in ("bi", "cross"):
+        for task, columns in (("sst", ["id", "sentence"]), ("para", ["id", "sentence1", "sentence2"]),
+                              ("sts", ["id", "sentence1", "sentence2"])):
+            rows = read_split(trained / "data" / f"{task}-dev.tsv")[columns]
+            path = tmp_path / f"{name}-{task}.{fmt}"
+            if fmt == "tsv":
+                path.write_text("\t".join(columns) + "\n" + "".join("\t".join(r) + "\n" for r in rows.to_numpy()))
+            elif fmt == "csv":
+                rows.to_csv(path, index=False)
+            else:
+                rows.to_json(path, orient="records", lines=True)
+            code, _, err = minbert_here(["predict", trained / "experiments" / name, path, "--out",
+                                         tmp_path / f"out.{fmt}"], capsys)
+            assert code == 0, err
+            out_path = tmp_path / f"out.{fmt}"
+            out = (pd.read_json(out_path, lines=True, dtype={"id": str}) if fmt == "jsonl" else
+                   pd.read_csv(out_path, sep="\t" if fmt == "tsv" else ",", dtype={"id": str}, quoting=3 if fmt == "tsv" else 0))
+            assert out["id"].tolist() == rows["id"].tolist()
+            tasks = ["sst"] if task == "sst" else ["para", "sts"]      # every task the columns fit
+            assert [c for c in out.columns if c.endswith(("_label", "_score"))] == \
+                [f"{t}_{'score' if t == 'sts' else 'label'}" for t in tasks]
+            assert_same(task, out, stage_predictions(trained, name, task))
+
+
+def test_stdin_text_and_the_python_api(trained):
+    from minbert.api import load_model
+
+    sst = read_split(trained / "data" / "sst-dev.tsv")
+    r = minbert_cli(["predict", trained / "experiments" / "bi", "-"], stdin="".join(s + "\n" for s in sst["sentence"]))
+    assert r.returncode == 0, r.stderr
+    out = pd.read_csv(__import__("io").StringIO(r.stdout), sep="\t", quoting=3)
+    assert list(out.columns) == ["sentence", "sst_label", "sst_class"] + [f"sst_prob_{k}" for k in range(5)]
+    assert_same("sst", out, stage_predictions(trained, "bi", "sst"))
+
+    sts = read_split(trained / "data" / "sts-dev.tsv")
+    jsonl = "".join(json.dumps({"sentence1": a, "sentence2": b}) + "\n" for a, b in zip(sts["sentence1"], sts["sentence2"]))
+    r = minbert_cli(["predict", trained / "experiments" / "cross" / "finetune" / "model.pt", "--task", "sts"], stdin=jsonl)
+    assert r.returncode == 0, r.stderr
+    out = pd.read_json(__import__("io").StringIO(r.stdout), lines=True)
+    assert_same("sts", out, stage_predictions(trained, "cross", "sts"))
+
+    m = load_model(trained / "experiments" / "cross", device="cpu", batch_size=16)
+    pairs = list(zip(sts["sentence1"], sts["sentence2"]))
+    np.testing.assert_allclose(m.similarity(pairs)["prediction"], stage_predictions(trained, "cross", "sts")["prediction"],
+                               rtol=1e-5, atol=1e-5)
+    para = read_split(trained / "data" / "para-dev.tsv")
+    got = m.paraphrase(list(zip(para["sentence1"], para["sentence2"])))
+    assert got["prediction"].tolist() == stage_predictions(trained, "cross", "para")["prediction"].tolist()
+    assert set(got["class"]) <= {"not paraphrase", "paraphrase"}
+    s = m.sentiment(sst["sentence"].tolist())
+    assert s["prediction"].tolist() == stage_predictions(trained, "cross", "sst")["prediction"].tolist()
+
+
+def test_a_long_input_shows_a_progress_bar_and_keeps_the_order(trained, tmp_path, capsys):
+    sst = read_split(trained / "data" / "sst-dev.tsv")
+    many = pd.concat([sst] * 6, ignore_index=True)[["sentence"]]          # 144 rows, batches of 4: two chunks
+    path = tmp_path / "many.csv"
+    many.to_csv(path, index=False)
+    code, stdout, err = minbert_here(["predict", trained / "experiments" / "bi", path, "--batch-size", "4"], capsys)
+    assert code == 0, err
+    assert "0/144" in err and "row/s" in err                             # tqdm's bar on stderr
+    out = pd.read_csv(__import__("io").StringIO(stdout), sep="\t", quoting=3)
+    stage = stage_predictions(trained, "bi", "sst")
+    assert out["sst_label"].tolist() == stage["prediction"].tolist() * 6
+
+
+@pytest.mark.parametrize("case", ["missing column", "empty text", "pair file for sst", "no such head",
+                                  "unreadable file", "not a model", "bad json", "ragged csv"])
+def test_bad_input_is_one_line_naming_file_and_line(trained, tmp_path, case, capsys):
+    exp = trained / "experiments" / "bi"
+    f = tmp_path / "in.csv"
+    args, expect = None, None
+    if case == "missing column":
+        f.write_text("sentence1,other\na,b\n")
+        args, expect = ["predict", exp, f, "--task", "para"], f"{f}:1: para reads sentence pairs but the input has no column 'sentence2'"
+    elif case == "empty text":
+        f.write_text("id,sentence\n1,fine\n2,   \n3,good\n")
+        args, expect = ["predict", exp, f], f"{f}:3: empty text in column 'sentence'; fill it or remove the row"
+    elif case == "pair file for sst":
+        f.write_text("sentence1,sentence2\na,b\n")
+        args, expect = ["predict", exp, f, "--task", "sst"], f"{f}:1: sst reads one sentence per row, but this is a pair file"
+    elif case == "no such head":
+        shutil.copy(exp / "finetune" / "model.pt", tmp_path / "model.pt")
+        ckpt = torch.load(tmp_path / "model.pt", weights_only=True)
+        ckpt["tasks"] = ["sst"]
+        ckpt["state_dict"] = {k: v for k, v in ckpt["state_dict"].items() if not k.startswith(("heads.para", "heads.sts"))}
+        torch.save(ckpt, tmp_path / "model.pt")
+        f.write_text("sentence1,sentence2\na,b\n")
+        args, expect = ["predict", tmp_path / "model.pt", f, "--task", "sts"], f"{tmp_path / 'model.pt'}: the model has no sts head"
+    elif case == "unreadable file":
+        args, expect = ["predict", exp, tmp_path / "absent.tsv"], f"{tmp_path / 'absent.tsv'}: input file not found"
+    elif case == "not a model":
+        args, expect = ["predict", tmp_path, f], f"{tmp_path}: not a trained model; give an experiment's folder"
+        f.write_text("sentence\na\n")
+    elif case == "bad json":
+        f = tmp_path / "in.jsonl"
+        f.write_text('{"sentence": "fine"}\n{"sentence": \n')
+        args, expect = ["predict", exp, f], f"{f}:2: not a JSON object"
+    else:
+        f.write_text('id,sentence\n1,"one, quoted"\n2,two,three\n')
+        args, expect = ["predict", exp, f], f"{f}:3: 3 fields where the header has 2"
+    code, out, err = minbert_here(args, capsys)
+    assert code == 2, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: " + expect), err
+    assert out == ""
+
+
+# ---------------------------------------------------------------- the export
+
+def test_transformers_loads_the_encoder_with_our_hidden_states(trained):
+    from transformers import AutoModel, AutoTokenizer
+
+    from minbert.api import load_model
+
+    sentences = read_split(trained / "data" / "sst-dev.tsv")["sentence"].tolist()[:8]
+    for name in ("bi", "cross"):
+        folder = trained / "exports" / name
+        hf = AutoModel.from_pretrained(folder).eval()
+        tok = AutoTokenizer.from_pretrained(folder)
+        ours = load_model(trained / "experiments" / name, device="cpu")
+        batch = tok(sentences, padding=True, truncation=True, return_tensors="pt")
+        mine = ours.tokenizer(sentences)
+        assert torch.equal(batch["input_ids"], mine["input_ids"])           # the same tokenizer
+        with torch.no_grad():
+            out = hf(**batch)
+            hidden, pooled = ours.model.encoder(mine["input_ids"], mine["attention_mask"], mine["token_type_ids"])
+        mask = batch["attention_mask"].bool()
+        torch.testing.assert_close(out.last_hidden_state[mask], hidden[mask], atol=1e-5, rtol=0)
+        torch.testing.assert_close(out.pooler_output, pooled, atol=1e-5, rtol=0)
+
+
+def test_sentence_transformers_gives_our_sentence_embeddings(trained):
+    from sentence_transformers import SentenceTransformer
+
+    from minbert.api import load_model
+
+    sentences = read_split(trained / "data" / "sst-dev.tsv")["sentence"].tolist()
+    for name in ("bi", "cross"):            # mean pooling; the pooler's output (a Dense module with tanh)
+        st = SentenceTransformer(str(trained / "exports" / name), device="cpu")
+        ours = load_model(trained / "experiments" / name, device="cpu")
+        np.testing.assert_allclose(st.encode(sentences, batch_size=8), ours.embed(sentences), atol=1e-5, rtol=0)
+
+
+def test_a_cross_encoder_head_loads_as_a_cross_encoder_and_others_through_the_api(trained):
+    from sentence_transformers import CrossEncoder
+
+    from minbert.api import load_model
+
+    folder = trained / "exports" / "cross"
+    for task in ("para", "sts"):
+        rows = read_split(trained / "data" / f"{task}-dev.tsv")
+        stage = stage_predictions(trained, "cross", task)
+        ce = CrossEncoder(str(folder / f"cross-encoder-{task}"), device="cpu")
+        got = ce.predict(list(zip(rows["sentence1"], rows["sentence2"])), batch_size=8)
+        if task == "para":                   # sigmoid of the logit: the paraphrase probability
+            np.testing.assert_allclose(got, stage["prob_1"], atol=1e-5, rtol=1e-5)
+        else:                                # the raw output: 5 * output, clipped, is the score
+            np.testing.assert_allclose(np.clip(5 * got, 0, 5), stage["prediction"], atol=1e-4, rtol=1e-5)
+    card = (folder / "README.md").read_text()
+    assert 'CrossEncoder("path/to/this/folder/cross-encoder-para")' in card
+
+    bi = trained / "exports" / "bi"
+    assert not list(bi.glob("cross-encoder-*"))
+    assert "paraphrase (Quora) head loads through the pipeline's API only (its cosine head is a bi-encoder: it embeds " \
+        "each sentence apart)" in (bi / "README.md").read_text()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (bi / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask       # not the owner's alone
+    m = load_model(bi, device="cpu", batch_size=16)                     # every head, from the export alone
+    for task in ("sst", "para", "sts"):
+        rows = read_split(trained / "data" / f"{task}-dev.tsv")
+        got = m.predict(task, rows[[c for c in rows.columns if c.startswith("sentence")]])
+        stage = stage_predictions(trained, "bi", task)
+        np.testing.assert_allclose(got["prediction"], stage["prediction"], atol=1e-4, rtol=1e-5)
+
+
+def test_the_model_card_holds_metadata_scores_with_intervals_and_provenance(trained):
+    from minbert.evaluate import read_predictions
+    from minbert.stats import metric_interval
+
+    text = (trained / "exports" / "bi" / "README.md").read_text()
+    assert text.startswith("---\n")
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert meta["license"] == "mit" and meta["library_name"] == "sentence-transformers"
+    results = meta["model-index"][0]["results"]
+    assert {r["dataset"]["type"] for r in results} == {"sst", "para", "sts"}
+    for task in ("sst", "para", "sts"):
+        frame = read_predictions(trained / "experiments" / "bi" / "predictions" / f"{task}-dev.csv", task)
+        value, iv = metric_interval(task, frame)
+        assert f"| {value:.4f} | [{iv.low:.4f}, {iv.high:.4f}] | {len(frame)} |" in text
+    record = json.loads((trained / "runs" / "finetune" / "bi.json").read_text())
+    export_record = json.loads((trained / "runs" / "export" / "bi.json").read_text())
+    assert f"training fingerprint: `{record['fingerprint']}`" in text
+    assert f"export fingerprint: `{export_record['fingerprint']}`" in text
+    assert "lr: 0.001" in text and "training rows, sst: 32" in text and "| test |" not in text   # test: no labels
+
+
+# ---------------------------------------------------------------- the course's submission files
+
+def starter_files(preds: dict) -> dict:
+    """What the starter's test_model_multitask (evaluation.py) writes for these predictions: its own
+    lines, on the numpy values its model_eval functions hold (argmax int64, sigmoid().round()
+    float32, float32 logits)."""
+    out = {}
+    for (task, split), frame in preds.items():
+        ids = [i.lower().strip() for i in frame["id"].astype(str)]          # datasets.py: id.lower().strip()
+        if task == "sst":
+            y = frame[[f"prob_{k}" for k in range(5)]].to_numpy().argmax(axis=1).flatten()
+            header = "id \t Predicted_Sentiment \n"
+        elif task == "para":
+            p1 = torch.tensor(frame["prob_1"].to_numpy(), dtype=torch.float32)
+            y = p1.round().flatten().cpu().numpy()
+            header = "id \t Predicted_Is_Paraphrase \n"
+        else:
+            y = torch.tensor(frame["prediction"].to_numpy(), dtype=torch.float32).flatten().cpu().numpy()
+            header = "id \t Predicted_Similiary \n"
+        text = header
+        for p, s in zip(ids, y):
+            text += f"{p} , {s} \n"
+        out[f"{task}-{split}-output.csv"] = text
+    return out
+
+
+def test_submission_files_are_the_starter_codes_bytes(trained, tmp_path, capsys):
+    import zipfile
+
+    exp = trained / "experiments" / "bi"
+    code, out, err = minbert_here(["submission", exp, "--out", tmp_path / "predictions"], capsys)
+    assert code == 0, err
+    preds = {(t, s): pd.read_csv(exp / "predictions" / f"{t}-{s}.csv", dtype={"id": str})
+             for t in ("sst", "para", "sts") for s in ("dev", "test")}
+    expected = starter_files(preds)
+    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == sorted(expected)
+    for name, text in expected.items():
+        assert (tmp_path / "predictions" / name).read_bytes() == text.encode(), name
+    # read back as the leaderboard's format has it: a header, then `id , value` per row of the data file
+    for (task, split), frame in preds.items():
+        lines = (tmp_path / "predictions" / f"{task}-{split}-output.csv").read_text().splitlines()
+        assert lines[0].split("\t")[0].strip() == "id"
+        rows = [line.split(" , ") for line in lines[1:]]
+        assert [r[0] for r in rows] == [i.lower() for i in read_split(trained / "data" / f"{task}-{split}.tsv")["id"]]
+        values = [float(r[1]) for r in rows]
+        if task == "sst":
+            assert all(r[1].strip().isdigit() for r in rows) and set(values) <= set(range(5))
+        elif task == "para":
+            assert set(values) <= {0.0, 1.0} and all(r[1].strip() in ("0.0", "1.0") for r in rows)
+        np.testing.assert_allclose(values, frame["prediction"], rtol=1e-6)
+    zip_path = tmp_path / "cs224n_default_final_project_submission.zip"
+    assert out.splitlines()[-1] == str(zip_path)
+    with zipfile.ZipFile(zip_path) as zz:                # prepare_submit.py's entry names
+        assert sorted(zz.namelist()) == sorted(f"./predictions/{n}" for n in expected)
+        assert zz.read("./predictions/sts-dev-output.csv") == expected["sts-dev-output.csv"].encode()
+    first = zip_path.read_bytes()
+    minbert_here(["submission", exp, "--out", tmp_path / "predictions"], capsys)
+    assert zip_path.read_bytes() == first                # the same predictions, the same zip
+
+    code, _, err = minbert_here(["submission", tmp_path / "predictions"], capsys)
+    assert code == 2 and err.startswith(f"error: {tmp_path / 'predictions'}: no predictions here")
+
+
+def test_upload_checks_the_folder_before_any_network(tmp_path, capsys):
+    code, out, err = minbert_here(["upload", tmp_path, "someone/model"], capsys)
+    assert code == 2 and err.strip() == (f"error: {tmp_path}: not an export folder (no minbert.json or README.md); run "
+                                         f"the export stage (snakemake --cores all results/exports/<experiment>)")
