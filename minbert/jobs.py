@@ -175,8 +175,9 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
 
     for name in lp.params.export.experiments:   # after the report, which never reads them
         s = S.export_settings(lp, lp.experiments[name])
-        add("export", name, _dump(s), [L.model(name, s.model_stage), L.run_record(s.model_stage, name),
-                                       L.predictions(name)] + _splits(L, model_tasks(lp.experiments[name]), ("train",)),
+        tasks = model_tasks(lp.experiments[name])
+        add("export", name, _dump(s), [L.model(name, s.model_stage), L.run_record(s.model_stage, name)] +
+            _predictions(L.predictions(name), tasks) + _splits(L, tasks, ("train",)),
             [L.export(name)], args=["--experiment", name])
     return _link(out)
 

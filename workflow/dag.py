@@ -152,9 +152,10 @@ def snakemake_outputs(sample: Job) -> list:
 
 
 def all_outputs(all_jobs: list[Job]) -> list[str]:
-    """Every declared output of every job: what `rule all` asks for (Snakemake would otherwise take
-    a deleted intermediate output for a temporary one and re-run nothing)."""
-    return [o for job in all_jobs for o in job.outputs]
+    """Every declared output of every job but the exports (their own targets): what `rule all` asks
+    for (Snakemake would otherwise take a deleted intermediate output for a temporary one and re-run
+    nothing)."""
+    return [o for job in all_jobs if job.stage != "export" for o in job.outputs]
 
 
 def snakemake_log(sample: Job) -> str:
