@@ -292,11 +292,12 @@ def experiment_context(data: ReportData, name: str, book: ScoreBook | None = Non
 
 def summary_metrics(data: ReportData) -> dict:
     """The headline of every experiment and ensemble: its overall score on dev and, where the test
-    split is labelled, on test; one small file for `dvc exp show` and `dvc metrics diff`."""
+    split is labelled, on test; one small file for `dvc exp show` and `dvc metrics diff`. An
+    undefined score (metrics.json says why) is left out rather than shown as a number."""
     out = {}
     for name, run in data.runs.items():
         scores = {split: run.split_metrics(split).get("overall") for split in ("dev", "test")}
-        scores = {split: score for split, score in scores.items() if score is not None}
+        scores = {split: score for split, score in scores.items() if isinstance(score, (int, float))}
         if scores:
             out[name] = scores
     return out
