@@ -21,18 +21,11 @@ from minbert.data import read_split
 from stages import export, finetune, predict
 from stages._cli import run
 
-from test_train import write_prepared   # noqa: E402  (tests/ is on sys.path under pytest)
+from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
 FT = {"epochs": 1, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 3,
       "downsample": {"mode": "fixed", "size": 24}}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
