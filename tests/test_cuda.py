@@ -5,18 +5,15 @@ backward is finite on every attention backend torch selects, the training step m
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
-import yaml
 
 import minbert.train as train
 
 from conftest import REPO
-from test_train import assert_same_weights, finetune_experiment, history, last_state, make_exp, state_dict, write_prepared
+from test_train import (assert_same_weights, fine_tune_once_and_under_torchrun, finetune_experiment, history,
+                        last_state, make_exp, state_dict, write_prepared)
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -111,27 +108,10 @@ def test_no_host_sync_in_the_cuda_training_step(tiny_model_dir, prepared, tmp_pa
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_two_gpus_under_torchrun_follow_one(tiny_model_dir, tmp_path):
-    data = write_prepared(tmp_path / "data", n_train=32, n_dev=32)
-    params = tmp_path / "params.yaml"
-    ft = {"epochs": 2, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.25, "max_steps_per_epoch": 6,
-          "hidden_dropout": 0.0, "attention_dropout": 0.0, "downsample": {"mode": "none"},
-          "heads": {"dropout": 0.0, "pooling": "mean"}}
-    params.write_text(yaml.safe_dump({
-        "base": {"model": str(tiny_model_dir), "device": "cuda", "precision": "fp32", "seed": 5, "max_length": 32},
-        "experiments": {"dp": {"finetune": ft}}}), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    for r in ("one", "two"):
-        shutil.copytree(data, tmp_path / r / "data")
-    common = ["-m", "stages.finetune", "--experiment", "dp", "--params", str(params)]
-    one = subprocess.run([sys.executable, *common, "--results", str(tmp_path / "one")], cwd=tmp_path,
-                         env={**env, "CUDA_VISIBLE_DEVICES": "0"}, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", *common,
-                          "--results", str(tmp_path / "two")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert two.returncode == 0, two.stderr[-3000:]
-    a, b = (tmp_path / r / "experiments" / "dp" / "finetune" / "model.pt" for r in ("one", "two"))
-    ca, cb = (torch.load(p, map_location="cpu", weights_only=True) for p in (a, b))
+    a, b = fine_tune_once_and_under_torchrun(
+        tmp_path, tiny_model_dir, {"device": "cuda", "precision": "fp32"}, {**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=600, one_env={"CUDA_VISIBLE_DEVICES": "0"})
+    ca, cb = (torch.load(p / "model.pt", map_location="cpu", weights_only=True) for p in (a, b))
     assert_same_weights(ca["state_dict"], cb["state_dict"], atol=1e-3)
 
 

@@ -389,30 +389,39 @@ def test_symmetric_pairs_train_on_both_orders_reproducibly(tiny_model_dir, prepa
 
 # ---------------------------------------------------------------- data parallel (torchrun, gloo)
 
-@pytest.mark.slow
-def test_torchrun_two_processes_match_one(tiny_model_dir, tmp_path):
+DP_FINETUNE = {"epochs": 2, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.25, "max_steps_per_epoch": 6,
+               "hidden_dropout": 0.0, "attention_dropout": 0.0, "downsample": {"mode": "none"},
+               "heads": {"dropout": 0.0, "pooling": "mean"}}
+
+
+def fine_tune_once_and_under_torchrun(tmp_path: Path, model_dir: Path, base: dict, env: dict, timeout: int,
+                                      one_env: dict | None = None) -> tuple[Path, Path]:
+    """Experiment `dp` (DP_FINETUNE, without dropout) fine-tuned by one process and by two under
+    torchrun on the same data; returns their fine-tune folders."""
     data = write_prepared(tmp_path / "data", n_train=32, n_dev=32)
     params = tmp_path / "params.yaml"
-    ft = {"epochs": 2, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.25, "max_steps_per_epoch": 6,
-          "hidden_dropout": 0.0, "attention_dropout": 0.0, "downsample": {"mode": "none"},
-          "heads": {"dropout": 0.0, "pooling": "mean"}}
     params.write_text(yaml.safe_dump({
-        "base": {"model": str(tiny_model_dir), "device": "cpu", "threads": 1, "seed": 5, "max_length": 32},
-        "experiments": {"dp": {"finetune": ft}}}), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
+        "base": {"model": str(model_dir), "seed": 5, "max_length": 32, **base},
+        "experiments": {"dp": {"finetune": DP_FINETUNE}}}), encoding="utf-8")
+    env = {k: v for k, v in env.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     for r in ("one", "two"):
         shutil.copytree(data, tmp_path / r / "data")
     common = ["-m", "stages.finetune", "--experiment", "dp", "--params", str(params)]
-    one = subprocess.run([sys.executable, *common, "--results", str(tmp_path / "one")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+    one = subprocess.run([sys.executable, *common, "--results", str(tmp_path / "one")], cwd=tmp_path,
+                         env={**env, **(one_env or {})}, capture_output=True, text=True, timeout=timeout)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", *common,
                           "--results", str(tmp_path / "two")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=timeout)
     assert two.returncode == 0, two.stderr[-3000:]
-    a, b = (tmp_path / r / "experiments" / "dp" / "finetune" for r in ("one", "two"))
+    return tuple(tmp_path / r / "experiments" / "dp" / "finetune" for r in ("one", "two"))
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_match_one(tiny_model_dir, tmp_path):
+    a, b = fine_tune_once_and_under_torchrun(
+        tmp_path, tiny_model_dir, {"device": "cpu", "threads": 1},
+        {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, timeout=300)
     ca = torch.load(a / "model.pt", map_location="cpu", weights_only=True)
     cb = torch.load(b / "model.pt", map_location="cpu", weights_only=True)
     assert ca["epoch"] == cb["epoch"]
@@ -426,7 +435,7 @@ def test_torchrun_two_processes_match_one(tiny_model_dir, tmp_path):
     np.testing.assert_allclose(hb[dev_cols].to_numpy(), ha[dev_cols].to_numpy(), rtol=1e-3, atol=1e-3)
     # the training went somewhere: weights moved from the start
     start = initial_weights(ExperimentParams.model_validate(
-        {"model": str(tiny_model_dir), "seed": 5, "finetune": ft}))
+        {"model": str(tiny_model_dir), "seed": 5, "finetune": DP_FINETUNE}))
     assert changed(start, ca["state_dict"], "encoder.")
 
 
