@@ -25,9 +25,9 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from minbert.runtime import cpu_has_native_bf16  # noqa: E402
-from minbert.tokenizer import Tokenizer  # noqa: E402
-from minbert.weights import load_encoder, resolve_model  # noqa: E402
+from minbert.core.runtime import cpu_has_native_bf16  # noqa: E402
+from minbert.model.tokenizer import Tokenizer  # noqa: E402
+from minbert.model.weights import load_encoder, resolve_model  # noqa: E402
 
 
 def find_texts(n: int) -> tuple[list[str], list[tuple[str, str]], str] | None:

@@ -1,4 +1,4 @@
-"""Frozen-encoder training with and without the stored embeddings (minbert.frozen).
+"""Frozen-encoder training with and without the stored embeddings (minbert.train.frozen).
 
     python bench/frozen_features.py            # 200 training / 100 dev rows per task, 10 epochs, 2 rounds
     python bench/frozen_features.py --quick    # smoke run: 32 / 16 rows, 2 epochs, 1 round
@@ -8,7 +8,7 @@ processes hits both alike), as params/full.yaml runs them but with the packaged 
 baseline (p000_baseline: `finetune.freeze_encoder`, task-by-task, [u, v] pair heads, 10 epochs over
 the smallest task) and a head retraining over a fine-tuned model (`retrain_heads`: 10 epochs,
 task-by-task, the papers' default heads). `cached` is
-the pipeline as it is; `uncached` runs the encoder on every batch (minbert.frozen.cacheable
+the pipeline as it is; `uncached` runs the encoder on every batch (minbert.train.frozen.cacheable
 patched to False), as before. Real SST / Quora / STS rows from ../shared/data (data/demo when
 absent). Prints each job's median seconds over the rounds (the whole fit, dev evaluation included,
 not the model loading) and the median of the per-round ratios uncached / cached.
@@ -27,11 +27,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import minbert.frozen as frozen  # noqa: E402
-from minbert.data import read_cs224n, write_split  # noqa: E402
-from minbert.experiment import finetune_experiment, retrain_heads_experiment  # noqa: E402
+import minbert.train.frozen as frozen  # noqa: E402
+from minbert.data.read import read_cs224n, write_split  # noqa: E402
 from minbert.params import ExperimentParams  # noqa: E402
-from minbert.settings import finetune_settings, retrain_settings  # noqa: E402
+from minbert.params.settings import finetune_settings, retrain_settings  # noqa: E402
+from minbert.train.experiment import finetune_experiment, retrain_heads_experiment  # noqa: E402
 
 RAW = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
 

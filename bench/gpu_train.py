@@ -4,7 +4,7 @@
     python bench/gpu_train.py --compile       # the same under torch.compile
     python bench/gpu_train.py --quick         # smoke run (CPU, CI): a tiny random BERT, batch 8, a few steps
 
-What is timed is the pipeline's own step, `minbert.train.train_step` (forward, loss, backward,
+What is timed is the pipeline's own step, `minbert.train.loop.train_step` (forward, loss, backward,
 clip, fused AdamW; SMART's rows add its adversarial term and momentum teacher), on batches the
 pipeline's `TaskStream` draws from real SST / Quora / STS training rows (../shared/data, else
 data/demo): length-bucketed, padded to a multiple of 8, one task per step in turn. Each shape
@@ -39,15 +39,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from minbert import train as T  # noqa: E402
-from minbert.data import read_cs224n, target_sizes  # noqa: E402
-from minbert.model import BertConfig, BertModel  # noqa: E402
-from minbert.multitask import MultitaskModel, build_task_data, encoder_parameters, head_parameters  # noqa: E402
-from minbert.optim import build_adamw  # noqa: E402
+from minbert.core.runtime import configure  # noqa: E402
+from minbert.data.read import read_cs224n, target_sizes  # noqa: E402
+from minbert.model.bert import BertConfig, BertModel  # noqa: E402
+from minbert.model.tokenizer import Tokenizer  # noqa: E402
+from minbert.model.weights import load_encoder, packaged_minilm_folder  # noqa: E402
 from minbert.params import FinetuneParams, load_params  # noqa: E402
-from minbert.runtime import configure  # noqa: E402
-from minbert.tokenizer import Tokenizer  # noqa: E402
-from minbert.weights import load_encoder, packaged_minilm_folder  # noqa: E402
+from minbert.train import loop as T  # noqa: E402
+from minbert.train.multitask import MultitaskModel, build_task_data, encoder_parameters, head_parameters  # noqa: E402
+from minbert.train.optim import build_adamw  # noqa: E402
 
 TASKS = ("sst", "para", "sts")
 RAW = {"sst": "ids-sst", "para": "quora", "sts": "sts", "cfimdb": "ids-cfimdb"}
@@ -122,7 +122,7 @@ def measure(shape: str, encoder: BertModel, tok: Tokenizer, batch: int, smart: b
     optimizer = build_adamw([(encoder_parameters(model), cfg.lr), (head_parameters(model), cfg.lr)], cfg.weight_decay)
     teacher = None
     if smart:
-        from minbert.regularisers import MomentumTeacher
+        from minbert.train.regularisers import MomentumTeacher
 
         teacher = MomentumTeacher(model, cfg.smart.beta)
         teacher.module.eval()

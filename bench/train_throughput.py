@@ -11,8 +11,8 @@ cross-encoded STS pair), the same losses (cross-entropy, BCE, MSE on label / 5),
 gradient clipping at 1.0.
 
 - ours: minbert's encoder and multi-task model, the sentences tokenised once up front (as the
-  finetune stage does, through its token cache), `minbert.train.TaskStream` batches (length-bucketed,
-  so little padding), fused AdamW (`minbert.optim.build_adamw`).
+  finetune stage does, through its token cache), `minbert.train.loop.TaskStream` batches (length-bucketed,
+  so little padding), fused AdamW (`minbert.train.optim.build_adamw`).
 - reference: the common CS224N starter style: randomly shuffled batches, each tokenised in the loop
   by `BertTokenizerFast(..., padding=True, truncation=True)` (padding to the longest in the batch),
   `transformers.BertModel`, `torch.optim.AdamW` with its defaults (not fused).
@@ -28,7 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -37,13 +36,13 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from minbert.data import read_cs224n  # noqa: E402
-from minbert.multitask import MultitaskModel, build_task_data, task_loss, to_device  # noqa: E402
-from minbert.optim import build_adamw  # noqa: E402
+from minbert.data.read import read_cs224n  # noqa: E402
+from minbert.model.tokenizer import Tokenizer  # noqa: E402
+from minbert.model.weights import load_encoder, packaged_minilm_folder  # noqa: E402
 from minbert.params import HeadsParams  # noqa: E402
-from minbert.tokenizer import Tokenizer  # noqa: E402
-from minbert.train import DistInfo, TaskStream  # noqa: E402
-from minbert.weights import load_encoder, packaged_minilm_folder  # noqa: E402
+from minbert.train.loop import DistInfo, TaskStream  # noqa: E402
+from minbert.train.multitask import MultitaskModel, build_task_data, task_loss, to_device  # noqa: E402
+from minbert.train.optim import build_adamw  # noqa: E402
 
 TASKS = ("sst", "para", "sts")
 RAW = {"sst": "ids-sst-train.csv", "para": "quora-train.csv", "sts": "sts-train.csv"}

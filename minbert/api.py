@@ -6,7 +6,7 @@
     m.paraphrase([("How do I learn Python?", "What is the best way to learn Python?")])   # prediction, class, prob_1
     m.similarity([("A man plays a guitar.", "A man is playing music.")])                 # prediction (0-5)
 
-The predictions go through the pipeline's own code (minbert.multitask: the checkpoint loader,
+The predictions go through the pipeline's own code (minbert.train.multitask: the checkpoint loader,
 tokenisation by the task's view, `predict_task`), so they equal the predict stage's on the same rows.
 `minbert predict` (minbert.cli) is the command-line form.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import MinBertError
-from .tasks import TASKS
+from minbert.core.errors import MinBertError
+from minbert.core.tasks import TASKS
 
-EXPORT_MANIFEST = "minbert.json"     # what marks an export folder (minbert.export)
+EXPORT_MANIFEST = "minbert.json"     # what marks an export folder (minbert.share.export)
 CHUNK_BATCHES = 32                   # batches predicted per progress-bar step on long inputs
 
 
@@ -47,12 +47,12 @@ def model_file(path: str | Path) -> Path:
 
 def load_multitask(path: str | Path):
     """(MultitaskModel, Tokenizer, where it came from) from an experiment folder, a model.pt or an
-    export folder (minbert.export); a one-line error for anything else."""
-    from .multitask import load_checkpoint, model_from_checkpoint
+    export folder (minbert.share.export); a one-line error for anything else."""
+    from minbert.train.multitask import load_checkpoint, model_from_checkpoint
 
     p = Path(path)
     if p.is_dir() and (p / EXPORT_MANIFEST).is_file():
-        from .export import read_export
+        from minbert.share.export import read_export
 
         model, tokenizer = model_from_checkpoint(read_export(p), str(p))
         return model, tokenizer, p
@@ -72,7 +72,7 @@ class Model:
 
     def __init__(self, path: str | Path, device: str = "auto", batch_size: int = 64, bf16: bool = False,
                  threads: int | None = None):
-        from .runtime import pick_device, set_threads
+        from minbert.core.runtime import pick_device, set_threads
 
         set_threads(threads)
         self.model, self.tokenizer, self.source = load_multitask(path)
@@ -96,8 +96,8 @@ class Model:
         inputs of more than one step)."""
         from tqdm.auto import tqdm
 
-        from .multitask import build_task_data, predict_task
-        from .runtime import autocast
+        from minbert.core.runtime import autocast
+        from minbert.train.multitask import build_task_data, predict_task
 
         self.has(task)
         spec = TASKS[task]
@@ -140,11 +140,11 @@ class Model:
 
     def embed(self, texts) -> np.ndarray:
         """Sentence embeddings (N, H) with the model's pooling: what its sentence-transformers
-        export (minbert.export) gives."""
+        export (minbert.share.export) gives."""
         import torch
 
-        from .multitask import to_device
-        from .runtime import autocast
+        from minbert.core.runtime import autocast
+        from minbert.train.multitask import to_device
 
         texts = list(texts)
         out = []

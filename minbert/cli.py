@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import MinBertError
-from .tasks import TASKS
+from minbert.core.errors import MinBertError
+from minbert.core.tasks import TASKS
 
 FORMATS = ("tsv", "csv", "jsonl", "txt")
 SUFFIXES = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt"}
@@ -155,7 +155,7 @@ def _cell(v) -> str:
 
 
 def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
-    from .io import write_text
+    from minbert.core.io import write_text
 
     if fmt == "jsonl":
         text = frame.to_json(orient="records", lines=True, force_ascii=False, double_precision=6)
@@ -175,8 +175,8 @@ def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
 # ---------------------------------------------------------------- commands
 
 def predict_command(a) -> None:
-    from .api import load_model
-    from .io import read_input
+    from minbert.api import load_model
+    from minbert.core.io import read_input
 
     name = "<stdin>" if a.input in (None, "-") else a.input
     if name == "<stdin>":
@@ -209,7 +209,7 @@ def predict_command(a) -> None:
 
 
 def submission_command(a) -> None:
-    from .submission import write_submission
+    from minbert.share.submission import write_submission
 
     written = write_submission(a.source, a.out, zip_path=a.zip)
     for path in written:
@@ -217,7 +217,7 @@ def submission_command(a) -> None:
 
 
 def upload_command(a) -> None:
-    from .export import upload
+    from minbert.share.export import upload
 
     print(upload(a.folder, a.repo_id, private=a.private, revision=a.revision))
 

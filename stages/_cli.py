@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Callable
 
-from minbert.errors import MinBertError
+from minbert.core.errors import MinBertError
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -27,8 +27,8 @@ def experiment_parser(description: str) -> argparse.ArgumentParser:
 
 def job(args, stage: str, name: str | None = None):
     """The stage's job in the pipeline of `args.params` (its settings, inputs and outputs)."""
-    from minbert.jobs import job_for
-    from minbert.layout import Layout
+    from minbert.core.layout import Layout
+    from minbert.pipeline.plan import job_for
 
     layout = Layout(args.results)
     return job_for(args.params, stage, name, layout), layout

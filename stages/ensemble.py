@@ -4,11 +4,11 @@
 """
 from __future__ import annotations
 
-from minbert.ensemble import ensemble_folder
-from minbert.evaluate import evaluate_folder, expected_files, summary_line
-from minbert.io import write_json
-from minbert.runinfo import running
-from minbert.settings import EnsembleSettings
+from minbert.core.io import write_json
+from minbert.params.settings import EnsembleSettings
+from minbert.pipeline.runinfo import running
+from minbert.scoring.ensemble import ensemble_folder
+from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_line
 
 from ._cli import job, parser, run
 

@@ -4,9 +4,9 @@
 """
 from __future__ import annotations
 
-from minbert.evaluate import evaluate_folder, expected_files, summary_line
-from minbert.io import write_json
-from minbert.runinfo import running
+from minbert.core.io import write_json
+from minbert.pipeline.runinfo import running
+from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_line
 
 from ._cli import experiment_parser, job, run
 

@@ -4,13 +4,13 @@
 
 Runs for the experiments listed in params.yaml's `export.experiments`; writes results/exports/E/
 (config.json, model.safetensors, tokenizer, sentence-transformers files, heads, README.md:
-minbert.export). Uploading is separate: `minbert upload results/exports/E NAME/REPO`.
+minbert.share.export). Uploading is separate: `minbert upload results/exports/E NAME/REPO`.
 """
 from __future__ import annotations
 
-from minbert.export import export_experiment
-from minbert.runinfo import running
-from minbert.settings import ExportSettings
+from minbert.params.settings import ExportSettings
+from minbert.pipeline.runinfo import running
+from minbert.share.export import export_experiment
 
 from ._cli import experiment_parser, job, run
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from minbert.data import write_cs224n
-from minbert.errors import MinBertError
-from minbert.io import write_text
+from minbert.core.errors import MinBertError
+from minbert.core.io import write_text
+from minbert.data.read import write_cs224n
 
 from ._cli import run
 

@@ -9,11 +9,11 @@ last finished epoch when run again with the same settings, inputs and code.
 """
 from __future__ import annotations
 
-from minbert.experiment import finetune_experiment, model_for_pretraining
-from minbert.runinfo import running
-from minbert.runtime import pick_device, resolve_precision, setup_logging
-from minbert.settings import FinetuneSettings
-from minbert.weights import resolve_model
+from minbert.core.runtime import pick_device, resolve_precision, setup_logging
+from minbert.model.weights import resolve_model
+from minbert.params.settings import FinetuneSettings
+from minbert.pipeline.runinfo import running
+from minbert.train.experiment import finetune_experiment, model_for_pretraining
 
 from ._cli import experiment_parser, job, main_process, run
 

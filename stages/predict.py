@@ -7,10 +7,10 @@ finetune/model.pt); writes results/experiments/E/predictions/<task>-<split>.csv.
 """
 from __future__ import annotations
 
-from minbert.experiment import predict_experiment
-from minbert.runinfo import running
-from minbert.runtime import pick_device, resolve_precision, setup_logging
-from minbert.settings import PredictSettings
+from minbert.core.runtime import pick_device, resolve_precision, setup_logging
+from minbert.params.settings import PredictSettings
+from minbert.pipeline.runinfo import running
+from minbert.scoring.predict import predict_experiment
 
 from ._cli import experiment_parser, job, run
 

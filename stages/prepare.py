@@ -9,9 +9,9 @@ Downsampling is not done here: each later stage applies its own.
 """
 from __future__ import annotations
 
+from minbert.data.prepare import format_summary, prepare
 from minbert.params import DataParams
-from minbert.prepare import format_summary, prepare
-from minbert.runinfo import running
+from minbert.pipeline.runinfo import running
 
 from ._cli import job, parser, run
 

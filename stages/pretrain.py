@@ -6,11 +6,11 @@ pretraining, so all experiments with the same one share this single output.
 """
 from __future__ import annotations
 
-from minbert.pretrain import pretrain, refuse_torchrun
-from minbert.runinfo import running
-from minbert.runtime import pick_device, resolve_precision, setup_logging
-from minbert.settings import PretrainSettings
-from minbert.weights import resolve_model
+from minbert.core.runtime import pick_device, resolve_precision, setup_logging
+from minbert.model.weights import resolve_model
+from minbert.params.settings import PretrainSettings
+from minbert.pipeline.runinfo import running
+from minbert.train.pretrain import pretrain, refuse_torchrun
 
 from ._cli import job, main_process, parser, run
 

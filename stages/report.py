@@ -5,7 +5,7 @@ model's error analysis, how the results were produced) and reports/experiments/<
 """
 from __future__ import annotations
 
-from minbert.runinfo import running
+from minbert.pipeline.runinfo import running
 
 from ._cli import parser, run
 
@@ -14,9 +14,9 @@ def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--out", default="reports", help="where the HTML goes (default: reports)")
     args = p.parse_args(argv)
-    from minbert.jobs import job_for
-    from minbert.layout import Layout
+    from minbert.core.layout import Layout
     from minbert.params import load_params
+    from minbert.pipeline.plan import job_for
     from minbert.report import render_reports
 
     layout = Layout(args.results, args.out)

@@ -6,10 +6,10 @@ Reads results/experiments/E/finetune/model.pt; writes results/experiments/E/retr
 """
 from __future__ import annotations
 
-from minbert.experiment import retrain_heads_experiment
-from minbert.runinfo import running
-from minbert.runtime import pick_device, resolve_precision, setup_logging
-from minbert.settings import RetrainSettings
+from minbert.core.runtime import pick_device, resolve_precision, setup_logging
+from minbert.params.settings import RetrainSettings
+from minbert.pipeline.runinfo import running
+from minbert.train.experiment import retrain_heads_experiment
 
 from ._cli import experiment_parser, job, main_process, run
 

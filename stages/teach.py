@@ -8,10 +8,10 @@ the teacher's class probabilities (sst, para) or score (sts), averaged over its 
 """
 from __future__ import annotations
 
-from minbert.distill import teach
-from minbert.runinfo import running
-from minbert.runtime import pick_device, resolve_precision, setup_logging
-from minbert.settings import TeachSettings
+from minbert.core.runtime import pick_device, resolve_precision, setup_logging
+from minbert.params.settings import TeachSettings
+from minbert.pipeline.runinfo import running
+from minbert.train.distill import teach
 
 from ._cli import job, parser, run
 

@@ -34,7 +34,7 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    from minbert.weights import packaged_minilm_folder
+    from minbert.model.weights import packaged_minilm_folder
 
     return packaged_minilm_folder()
 
@@ -43,8 +43,8 @@ def minilm_dir() -> Path:
 def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
     """A 2-layer, hidden-32 BERT with random weights and the real bert-base-uncased vocabulary,
     saved in the Hugging Face layout: fast enough for training tests."""
-    from minbert.model import BertConfig, BertModel
-    from minbert.weights import save_hf_folder
+    from minbert.model.bert import BertConfig, BertModel
+    from minbert.model.weights import save_hf_folder
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

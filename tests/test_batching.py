@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minbert.batching import BucketBatchSampler, encode_cached
-from minbert.data import raw_path, read_cs224n
-from minbert.tokenizer import Tokenizer
+from minbert.data.encode import encode_cached
+from minbert.data.read import raw_path, read_cs224n
+from minbert.model.tokenizer import Tokenizer
+from minbert.train.sampler import BucketBatchSampler
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
-from minbert.data import raw_path, read_cs224n, write_cs224n
-from minbert.params import load_params
-
 from test_workflow import SNAKEMAKE, make_copy, run
+
+from minbert.data.read import raw_path, read_cs224n, write_cs224n
+from minbert.params import load_params
 
 CATALOGUES = {"demo": "params.yaml", "minilm": "params/minilm.yaml", "full": "params/full.yaml",
               "reproduce": "params/reproduce.yaml"}
@@ -30,7 +29,7 @@ ROWS = {"train": 40, "dev": 16, "test": 8}
 def tiny_data(demo: Path, out: Path) -> Path:
     """A CS224N-layout folder with a few rows per split of every task (CFIMDB made from SST:
     positive for labels 3-4), every SST label present, and a slice of the NLI sample."""
-    from minbert.tasks import TASKS
+    from minbert.core.tasks import TASKS
 
     out.mkdir(parents=True)
 
@@ -87,8 +86,8 @@ def four_layer_model(tmp_path_factory, minilm_dir) -> Path:
     """The tiny random BERT with four layers: 003's FREEZE_SST copies the top four into its branch."""
     import torch
 
-    from minbert.model import BertConfig, BertModel
-    from minbert.weights import save_hf_folder
+    from minbert.model.bert import BertConfig, BertModel
+    from minbert.model.weights import save_hf_folder
 
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny4")

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-
-from test_train import assert_same_weights, finetune_experiment, history, last_state, make_exp, state_dict, \
-    write_prepared
+from test_train import (
+    assert_same_weights,
+    finetune_experiment,
+    history,
+    last_state,
+    make_exp,
+    state_dict,
+    write_prepared,
+)
 
 
 def test_a_state_every_second_epoch_resumes_exactly(tiny_model_dir, tmp_path):
@@ -26,7 +32,7 @@ def test_a_state_every_second_epoch_resumes_exactly(tiny_model_dir, tmp_path):
 
 
 def test_no_state_is_written_after_the_last_epoch(tiny_model_dir, tmp_path, monkeypatch):
-    import minbert.train as train
+    import minbert.train.loop as train
 
     data = write_prepared(tmp_path / "data", n_train=24, n_dev=16)
     saved = []
@@ -40,7 +46,7 @@ def test_no_state_is_written_after_the_last_epoch(tiny_model_dir, tmp_path, monk
 def test_compile_compiles_the_encoder_in_place(tiny_model_dir, tmp_path, monkeypatch):
     """`finetune.compile` compiles the encoder in place (nn.Module.compile), so the checkpoint keeps
     the same parameter names; the compiled run itself is checked on a GPU (tests/test_cuda.py)."""
-    from minbert.model import BertModel
+    from minbert.model.bert import BertModel
 
     compiled = []
     monkeypatch.setattr(BertModel, "compile", lambda self, **kw: compiled.append(kw))

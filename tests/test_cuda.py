@@ -8,12 +8,19 @@ import os
 
 import pytest
 import torch
-
-import minbert.train as train
-
 from conftest import REPO
-from test_train import (assert_same_weights, fine_tune_once_and_under_torchrun, finetune_experiment, history,
-                        last_state, make_exp, state_dict, write_prepared)
+from test_train import (
+    assert_same_weights,
+    fine_tune_once_and_under_torchrun,
+    finetune_experiment,
+    history,
+    last_state,
+    make_exp,
+    state_dict,
+    write_prepared,
+)
+
+import minbert.train.loop as train
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -65,7 +72,7 @@ BACKENDS = ["MATH", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION"]
 def test_masked_attention_backward_is_finite_on_every_backend(backend, dtype):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from minbert.model import BertConfig, BertModel
+    from minbert.model.bert import BertConfig, BertModel
 
     torch.manual_seed(0)
     model = BertModel(BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,

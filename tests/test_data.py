@@ -8,9 +8,18 @@ import pandas as pd
 import pytest
 import yaml
 
-from minbert.data import (downsample, load_splits, raw_path, read_cs224n, read_nli, read_split,
-                          split_by_group, target_sizes, write_split)
-from minbert.errors import MinBertError
+from minbert.core.errors import MinBertError
+from minbert.data.read import (
+    downsample,
+    load_splits,
+    raw_path,
+    read_cs224n,
+    read_nli,
+    read_split,
+    split_by_group,
+    target_sizes,
+    write_split,
+)
 from minbert.params import Downsample
 
 # rows per file, from ../shared/data/README.md

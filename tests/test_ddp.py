@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from minbert.errors import MinBertError
+from minbert.core.errors import MinBertError
 from minbert.params import FinetuneParams
-from minbert.regularisers import pcgrad_backward
-from minbert.train import average_gradients, refuse_batch_statistics_under_ddp
+from minbert.train.loop import average_gradients, refuse_batch_statistics_under_ddp
+from minbert.train.regularisers import pcgrad_backward
 
 
 def _free_port() -> int:

@@ -6,8 +6,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from minbert.data import raw_path, read_cs224n, read_nli
-from minbert.demo import SIZES, generate
+from minbert.data.demo import SIZES, generate
+from minbert.data.read import raw_path, read_cs224n, read_nli
 
 
 def test_committed_demo_files_equal_a_fresh_generation(tmp_path, repo_root):
@@ -15,7 +15,7 @@ def test_committed_demo_files_equal_a_fresh_generation(tmp_path, repo_root):
     committed = repo_root / "data" / "demo"
     assert sorted(p.name for p in written) == sorted(p.name for p in committed.iterdir())
     for p in written:
-        assert p.read_bytes() == (committed / p.name).read_bytes(), f"{p.name} differs; run python -m minbert.demo"
+        assert p.read_bytes() == (committed / p.name).read_bytes(), f"{p.name} differs; run python -m minbert.data.demo"
 
 
 @pytest.mark.parametrize("task", ["sst", "para", "sts"])

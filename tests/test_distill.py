@@ -12,13 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-
-import minbert.train as train
-from minbert.losses import distill_loss, task_loss
-from minbert.params import HeadsParams
-from stages import finetune, predict, teach
-
 from test_train import restore_threads, write_prepared  # noqa: F401  (fixture)
+
+import minbert.train.loop as train
+from minbert.params import HeadsParams
+from minbert.train.losses import distill_loss, task_loss
+from stages import finetune, predict, teach
 
 HEADS = HeadsParams(sts="cosine")
 
@@ -79,9 +78,9 @@ def test_the_teacher_predicts_every_training_row(project):
     sts = pd.read_csv(project / "results" / "teachers" / "ens" / "sts-train.csv")
     assert list(sts.columns) == ["id", "score"] and np.isfinite(sts["score"]).all()   # on the label scale, unclipped
     # the mean of the two models' probabilities
-    from minbert.distill import BATCH_SIZE
-    from minbert.multitask import load_checkpoint, load_task_data, predict_task
-    from minbert.runtime import autocast
+    from minbert.core.runtime import autocast
+    from minbert.train.distill import BATCH_SIZE
+    from minbert.train.multitask import load_checkpoint, load_task_data, predict_task
 
     cpu = torch.device("cpu")
     probs = []
@@ -138,7 +137,7 @@ def test_a_student_learning_only_from_its_teacher_follows_it(project):
     ({"teacher": "t", "weight": 1.5}, "distill.weight"),
 ])
 def test_bad_distillation_params_say_which_key(tmp_path, distill, message):
-    from minbert.errors import MinBertError
+    from minbert.core.errors import MinBertError
     from minbert.params import load_params
 
     params = {"base": {"model": "m"},
@@ -151,8 +150,8 @@ def test_bad_distillation_params_say_which_key(tmp_path, distill, message):
 
 
 def test_pretraining_and_head_retraining_ignore_the_students_distillation(tmp_path):
-    from minbert import settings as S
     from minbert.params import load_params
+    from minbert.params import settings as S
 
     base_ft = {"distill": {"teacher": "t"}, "walk_through": ["para"], "epoch_unit": "sst"}
     params = {"base": {"model": "m", "finetune": base_ft},

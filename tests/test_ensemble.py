@@ -1,4 +1,4 @@
-"""minbert.ensemble / stages.ensemble: mode with ties to the smallest label, mean probabilities,
+"""minbert.scoring.ensemble / stages.ensemble: mode with ties to the smallest label, mean probabilities,
 median / mean similarity, checked against hand-computed values; id alignment; bad members."""
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-
-from minbert.ensemble import combine, ensemble_folder, mode_smallest
-from minbert.errors import MinBertError
-
 from test_evaluate import write_predictions
+
+from minbert.core.errors import MinBertError
+from minbert.scoring.ensemble import combine, ensemble_folder, mode_smallest
 
 
 def sst(preds, probs=None):

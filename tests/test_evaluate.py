@@ -1,4 +1,4 @@
-"""minbert.evaluate / stages.evaluate: metrics against scipy/numpy computed here, test splits with
+"""minbert.scoring.evaluate / stages.evaluate: metrics against scipy/numpy computed here, test splits with
 and without labels, and bad prediction files."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from scipy.stats import pearsonr
 
-from minbert.data import output_columns, write_split
-from minbert.errors import MinBertError
-from minbert.evaluate import evaluate_folder
+from minbert.core.errors import MinBertError
+from minbert.data.read import output_columns, write_split
+from minbert.scoring.evaluate import evaluate_folder
 
 rng = np.random.default_rng(0)
 

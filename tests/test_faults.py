@@ -25,13 +25,21 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-
-from minbert.data import (MAX_FIELD_CHARS, load_splits, raw_path, read_cs224n, read_nli, read_split,
-                          target_sizes, unquote_field, write_split)
-from minbert.errors import MinBertError
-from minbert.params import Downsample
-
 from conftest import REPO
+
+from minbert.core.errors import MinBertError
+from minbert.data.read import (
+    MAX_FIELD_CHARS,
+    load_splits,
+    raw_path,
+    read_cs224n,
+    read_nli,
+    read_split,
+    target_sizes,
+    unquote_field,
+    write_split,
+)
+from minbert.params import Downsample
 
 DEMO = REPO / "data" / "demo"
 SST_HEADER = "\tid\tsentence\tsentiment\n"
@@ -463,8 +471,8 @@ def test_negative_cap_is_refused_not_applied():
 def test_corrupt_token_cache_is_tokenised_again(tmp_path, minilm_dir, damage):
     import numpy as np
 
-    from minbert.batching import encode_cached
-    from minbert.tokenizer import Tokenizer
+    from minbert.data.encode import encode_cached
+    from minbert.model.tokenizer import Tokenizer
 
     tok = Tokenizer(minilm_dir, 32)
     texts = [f"sentence number {i}" for i in range(50)]
@@ -548,7 +556,7 @@ def test_prepare_drop_mode_counts_what_it_drops(tmp_path, capsys):
 
 def test_prepare_full_disk_names_the_path(tmp_path, capsys, monkeypatch):
     """A write that fails with ENOSPC (which names no file) says where the space ran out."""
-    import minbert.prepare as prepare_module
+    import minbert.data.prepare as prepare_module
 
     real = prepare_module.write_split
     calls = []
@@ -571,7 +579,7 @@ def test_prepare_full_disk_names_the_path(tmp_path, capsys, monkeypatch):
 
 
 def test_full_disk_at_rename_and_in_a_nested_temporary(tmp_path, capsys, monkeypatch):
-    from minbert.io import atomic_path
+    from minbert.core.io import atomic_path
 
     monkeypatch.setattr(os, "replace", lambda src, dst: (_ for _ in ()).throw(
         OSError(errno.EDQUOT, "Disk quota exceeded", str(src))))
@@ -629,7 +637,7 @@ def test_prepare_interrupted_by_a_signal(tmp_path, sig, code, line):
 @pytest.mark.slow
 def test_killed_prepare_leaves_a_temporary_that_the_next_run_removes(tmp_path, capsys):
     """SIGKILL cannot be caught: the temporary folder stays, never the output; the next run of the job
-    deletes it before it starts (minbert.runinfo.running -> minbert.io.clean_stale_temporaries)."""
+    deletes it before it starts (minbert.pipeline.runinfo.running -> minbert.core.io.clean_stale_temporaries)."""
     proc, results, nli = _slow_prepare(tmp_path)
     proc.kill()
     proc.communicate(timeout=60)
@@ -719,7 +727,7 @@ def _model(tmp_path, tiny_model_dir, name="model", config: dict | None = None) -
 
 
 def _load(folder):
-    from minbert.weights import load_encoder
+    from minbert.model.weights import load_encoder
 
     return load_encoder(folder)
 
@@ -813,7 +821,7 @@ def test_bin_checkpoints(tmp_path, tiny_model_dir):
 
 
 def test_model_paths(tmp_path, tiny_model_dir):
-    from minbert.weights import resolve_model
+    from minbert.model.weights import resolve_model
 
     _one_line_error(resolve_model, str(tiny_model_dir / "config.json"), pattern=r"is a file; give the folder")
     folder = _model(tmp_path, tiny_model_dir)
@@ -826,7 +834,7 @@ def test_model_paths(tmp_path, tiny_model_dir):
 
 
 def test_tokenizer_larger_than_the_embedding(tmp_path, tiny_model_dir):
-    from minbert.tokenizer import Tokenizer
+    from minbert.model.tokenizer import Tokenizer
 
     folder = _model(tmp_path, tiny_model_dir)
     tj = json.loads((folder / "tokenizer.json").read_text())
@@ -845,9 +853,9 @@ def test_tokenizer_larger_than_the_embedding(tmp_path, tiny_model_dir):
 
 
 def test_max_length_beyond_position_embeddings(tmp_path):
-    from minbert.model import BertConfig, BertModel
-    from minbert.tokenizer import Tokenizer
-    from minbert.weights import packaged_minilm_folder, save_hf_folder
+    from minbert.model.bert import BertConfig, BertModel
+    from minbert.model.tokenizer import Tokenizer
+    from minbert.model.weights import packaged_minilm_folder, save_hf_folder
 
     folder = tmp_path / "short"
     cfg = BertConfig(vocab_size=30522, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
@@ -859,9 +867,9 @@ def test_max_length_beyond_position_embeddings(tmp_path):
 
 
 def test_type_vocab_size_1_cannot_read_pairs(tmp_path):
-    from minbert.model import BertConfig, BertModel
-    from minbert.tokenizer import Tokenizer
-    from minbert.weights import packaged_minilm_folder, save_hf_folder
+    from minbert.model.bert import BertConfig, BertModel
+    from minbert.model.tokenizer import Tokenizer
+    from minbert.model.weights import packaged_minilm_folder, save_hf_folder
 
     folder = tmp_path / "single"
     cfg = BertConfig(vocab_size=30522, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
@@ -883,7 +891,7 @@ def test_type_vocab_size_1_cannot_read_pairs(tmp_path):
     ({"tokenizer.json": "__DIR__"}, r"tokenizer\.json: is a folder"),
 ])
 def test_broken_tokenizer_files(tmp_path, minilm_dir, files, pattern):
-    from minbert.tokenizer import Tokenizer
+    from minbert.model.tokenizer import Tokenizer
 
     folder = tmp_path / "tok"
     folder.mkdir()
@@ -1020,7 +1028,7 @@ def _predictions(tmp_path, task="sst", edit=None, name=None) -> Path:
 
 
 def _evaluate(folder):
-    from minbert.evaluate import evaluate_folder
+    from minbert.scoring.evaluate import evaluate_folder
 
     return evaluate_folder(folder)
 
@@ -1052,7 +1060,7 @@ def test_predictions_bad_label(tmp_path, value):
 
 
 def test_predictions_id_na_stays_text(tmp_path):
-    from minbert.evaluate import read_predictions
+    from minbert.scoring.evaluate import read_predictions
 
     def edit(f):
         f.loc[3, "id"] = "NA"

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 import stages.fetch_data as fetch
-from minbert.data import raw_path, read_cs224n, read_nli
-from minbert.errors import MinBertError
+from minbert.core.errors import MinBertError
+from minbert.data.read import raw_path, read_cs224n, read_nli
 
 
 def _fake_hub(root):

@@ -10,12 +10,11 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
-from minbert.data import read_split
+from minbert.data.read import read_split
 from stages import finetune, predict, retrain_heads
 from stages._cli import run
-
-from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
 FT = {"epochs": 1, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 3,
       "downsample": {"mode": "fixed", "size": 24}}
@@ -75,7 +74,7 @@ def test_finetune_retrain_predict_write_the_file_contract(params_file, prepared,
     assert run_info["stage"] == "finetune" and run_info["best_epoch"] == 1 and "sst_acc" in run_info["best_dev"]
     # provenance: the resolved description and its fingerprint
     assert run_info["description"]["settings"]["finetune"]["epochs"] == 1 and len(run_info["fingerprint"]) == 16
-    assert "minbert/train.py" in run_info["description"]["code"] and "minbert/report/render.py" not in \
+    assert "minbert/train/loop.py" in run_info["description"]["code"] and "minbert/report/render.py" not in \
         run_info["description"]["code"]
     ckpt = torch.load(ft / "model.pt", map_location="cpu", weights_only=True)
     assert {"encoder_config", "heads", "tasks", "state_dict", "tokenizer_json", "max_length", "epoch",

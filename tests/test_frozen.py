@@ -1,21 +1,20 @@
-"""A frozen, deterministic encoder's embeddings computed once per split (minbert.frozen): the same
+"""A frozen, deterministic encoder's embeddings computed once per split (minbert.train.frozen): the same
 embeddings as the encoder gives batch by batch, and the same trained heads and metrics as the
 uncached path (to float tolerance) for the frozen baseline and head retraining."""
 from __future__ import annotations
 
 import pytest
 import torch
-
-import minbert.frozen as frozen
-from minbert.experiment import retrain_heads_experiment
-from minbert.multitask import MultitaskModel, build_task_data, collate, to_device
-from minbert.params import ExperimentParams, HeadsParams
-from minbert.runtime import autocast
-from minbert.settings import retrain_settings
-from minbert.tokenizer import Tokenizer
-from minbert.weights import load_encoder
-
 from test_train import finetune_experiment, make_exp, state_dict, write_prepared
+
+import minbert.train.frozen as frozen
+from minbert.core.runtime import autocast
+from minbert.model.tokenizer import Tokenizer
+from minbert.model.weights import load_encoder
+from minbert.params import ExperimentParams, HeadsParams
+from minbert.params.settings import retrain_settings
+from minbert.train.experiment import retrain_heads_experiment
+from minbert.train.multitask import MultitaskModel, build_task_data, collate, to_device
 
 CPU = torch.device("cpu")
 
@@ -26,7 +25,7 @@ def prepared(tmp_path_factory):
 
 
 def test_stored_embeddings_are_the_encoders(tiny_model_dir, prepared):
-    from minbert.data import load_splits
+    from minbert.data.read import load_splits
 
     encoder, _, folder = load_encoder(str(tiny_model_dir))
     tok = Tokenizer(folder, 32)
@@ -47,7 +46,7 @@ def _uncached(monkeypatch):
 def test_frozen_baseline_cached_equals_uncached(tiny_model_dir, prepared, tmp_path, monkeypatch, caplog):
     exp = make_exp(tiny_model_dir, freeze_encoder=True, epochs=2, max_steps_per_epoch=None,
                    heads={"para": "concat", "sts": "cosine", "symmetric_pairs": True})
-    with caplog.at_level("INFO", logger="minbert.train"):
+    with caplog.at_level("INFO", logger="minbert.train.loop"):
         cached = finetune_experiment(exp, prepared, tmp_path / "cached")
     assert any("computed once for sst train" in r.getMessage() for r in caplog.records)
     _uncached(monkeypatch)

@@ -28,15 +28,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from scipy.stats import pearsonr
-
-from minbert.errors import MinBertError
-from minbert.evaluate import evaluate_folder, expected_files, summary_line
-from minbert.layout import Layout
-from minbert.metrics import Undefined, pearson, selection_score, summarise
-
 from conftest import REPO
+from scipy.stats import pearsonr
 from test_evaluate import write_predictions
+
+from minbert.core.errors import MinBertError
+from minbert.core.layout import Layout
+from minbert.core.metrics import Undefined, pearson, selection_score, summarise
+from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_line
 
 EVERY_FILE = {"dev": ["sst", "para", "sts"], "test": ["sst", "para", "sts"]}
 
@@ -132,7 +131,7 @@ def test_evaluate_stage_refuses_incomplete_predictions_and_writes_nothing(scored
 
 def test_every_predictions_file_is_a_declared_output(tmp_path):
     """Both engines see each file (a deleted one re-runs predict: tests/test_reruns.py runs it)."""
-    from minbert.jobs import pipeline
+    from minbert.pipeline.plan import pipeline
 
     params = _params(tmp_path, "experiments:\n  a: {}\n  b: {finetune: {tasks: [sst]}}\n"
                                "ensembles:\n  ab: {members: [a, b]}\n")
@@ -316,7 +315,7 @@ def test_params_from_dev_zero_or_a_fifo_is_one_line_at_once(tmp_path):
 
 
 def test_size_bounds_refuse_before_reading(tmp_path):
-    from minbert.io import read_input
+    from minbert.core.io import read_input
     from minbert.params import load_params
 
     big = tmp_path / "params.yaml"
@@ -363,7 +362,7 @@ def test_model_config_that_is_endless_or_oversized_is_one_line(tmp_path, tiny_mo
             os.mkfifo(config)
         else:
             config.symlink_to("/dev/zero")
-    code = ("import sys; from minbert.weights import load_encoder; from stages._cli import run; "
+    code = ("import sys; from minbert.model.weights import load_encoder; from stages._cli import run; "
             "run(lambda argv: load_encoder(sys.argv[1]))")
     r = subprocess.run([sys.executable, "-c", code, str(model)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
@@ -377,7 +376,7 @@ def test_model_config_that_is_endless_or_oversized_is_one_line(tmp_path, tiny_mo
 def test_config_bounds_and_the_parameter_count_against_transformers():
     import transformers
 
-    from minbert.model import BertConfig
+    from minbert.model.bert import BertConfig
 
     for sizes in ({}, {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 2,
                        "intermediate_size": 64, "vocab_size": 1000, "max_position_embeddings": 40}):
@@ -538,7 +537,7 @@ def small_disk(tmp_path):
 def test_torch_save_on_a_full_disk_is_the_no_space_error(small_disk):
     import torch
 
-    from minbert.io import torch_save
+    from minbert.core.io import torch_save
 
     with pytest.raises(OSError) as err:
         torch_save({"weights": torch.zeros(2_000_000)}, small_disk / "model.pt")     # 8 MB on 3 MiB

@@ -11,16 +11,24 @@ import torch
 import torch.nn.functional as F
 from scipy import stats
 
-from minbert.errors import MinBertError
-from minbert.heads import BiPairHead, ClassifierHead, CrossPairHead, PrototypeHead, SharedBlock
-from minbert.losses import regression_prediction, regression_target, task_loss
-from minbert.multitask import (MultitaskModel, build_task_data, collate, load_checkpoint, predict_task, predictions,
-                               save_checkpoint)
+from minbert.core.errors import MinBertError
+from minbert.core.runtime import autocast
+from minbert.data.views import VIEWS, view_of
+from minbert.model.tokenizer import Tokenizer
+from minbert.model.weights import load_encoder
 from minbert.params import HeadsParams
-from minbert.views import BI_ENCODER_HEADS, VIEWS, view_of
-from minbert.runtime import autocast
-from minbert.tokenizer import Tokenizer
-from minbert.weights import load_encoder
+from minbert.params.schema import BI_ENCODER_HEADS
+from minbert.train.heads import BiPairHead, ClassifierHead, CrossPairHead, SharedBlock
+from minbert.train.losses import regression_prediction, regression_target, task_loss
+from minbert.train.multitask import (
+    MultitaskModel,
+    build_task_data,
+    collate,
+    load_checkpoint,
+    predict_task,
+    predictions,
+    save_checkpoint,
+)
 
 H = 8
 PAIR_KINDS = ("cross",) + BI_ENCODER_HEADS

@@ -1,18 +1,17 @@
 """The training step reads nothing back from the device: no host sync per batch. On CPU, where
 there is no device to wait for, the equivalent is counted: every operation that would make the host
 wait for a GPU (a tensor's value read as a Python number or bool, a data-dependent shape such as
-nonzero's, a copy to the host) during `minbert.train.train_step`."""
+nonzero's, a copy to the host) during `minbert.train.loop.train_step`."""
 from __future__ import annotations
 
 import collections
 
 import pytest
 import torch
+from test_train import finetune_experiment, make_exp, write_prepared
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import minbert.train as train
-
-from test_train import finetune_experiment, make_exp, write_prepared
+import minbert.train.loop as train
 
 # aten operations whose result the host needs before it can go on (on CUDA: a device sync)
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "is_nonzero", "equal"}

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_workflow import SNAKEMAKE, make_copy
 
 

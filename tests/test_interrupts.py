@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from test_workflow import DVC, SNAKEMAKE, make_copy, run
 
 MODEL = "results/experiments/a/finetune/model.pt"

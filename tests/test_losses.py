@@ -7,8 +7,7 @@ import scipy.special
 import scipy.stats
 import torch
 
-from minbert.losses import divergence, pearson_loss, symmetric_kl
-
+from minbert.train.losses import divergence, pearson_loss, symmetric_kl
 
 # ---------------------------------------------------------------- pearson_loss
 

@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 import torch
 
-from minbert.mlm import IGNORE, build_mlm_head, mask_tokens
-from minbert.model import BertConfig, BertModel
-from minbert.tokenizer import Tokenizer
-from minbert.weights import load_encoder, save_hf_folder
+from minbert.model.bert import BertConfig, BertModel
+from minbert.model.tokenizer import Tokenizer
+from minbert.model.weights import load_encoder, save_hf_folder
+from minbert.train.mlm import IGNORE, build_mlm_head, mask_tokens
 
 
 def _real_sentences(shared_data) -> list[str]:
@@ -135,7 +135,7 @@ def test_head_round_trips_through_save_hf_folder(tmp_path):
 
 
 def test_partial_head_is_a_user_error():
-    from minbert.errors import MinBertError
+    from minbert.core.errors import MinBertError
 
     enc = BertModel(BertConfig(vocab_size=40, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                                intermediate_size=16))

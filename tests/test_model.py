@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from minbert.model import BertConfig, BertModel, mean_pool
-from minbert.tokenizer import Tokenizer
-from minbert.weights import load_encoder, save_hf_folder
+from minbert.model.bert import BertConfig, BertModel, mean_pool
+from minbert.model.tokenizer import Tokenizer
+from minbert.model.weights import load_encoder, save_hf_folder
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,9 +7,8 @@ import pandas as pd
 import pytest
 import torch
 
-from minbert.errors import MinBertError
-from minbert.nli import (build_triplets, contrastive_loss, embed, regression_loss, regression_targets,
-                         triplet_loss)
+from minbert.core.errors import MinBertError
+from minbert.train.nli import build_triplets, contrastive_loss, embed, regression_loss, regression_targets, triplet_loss
 
 
 def test_regression_loss_by_hand():
@@ -46,8 +45,8 @@ def test_triplet_loss_by_hand():
 
 
 def test_objectives_give_gradients_through_the_encoder(tiny_model_dir):
-    from minbert.tokenizer import Tokenizer
-    from minbert.weights import load_encoder
+    from minbert.model.tokenizer import Tokenizer
+    from minbert.model.weights import load_encoder
 
     enc, _, folder = load_encoder(tiny_model_dir)
     tok = Tokenizer(folder, 32)

@@ -6,12 +6,11 @@ from __future__ import annotations
 import copy
 
 import pytest
-
-from minbert.errors import MinBertError
-from minbert.papers import numbers, transcription_problems
-from minbert.params import read_yaml, validate_params
-
 from conftest import REPO
+
+from minbert.core.errors import MinBertError
+from minbert.params import read_yaml, validate_params
+from minbert.params.papers import numbers, transcription_problems
 
 CATALOGUES = ["params.yaml", "params/full.yaml", "params/minilm.yaml", "params/reproduce.yaml"]
 
@@ -121,7 +120,7 @@ def test_a_paper_row_joins_its_study_and_best_of_a_study_stands_for_its_rows():
 def test_each_papers_formula_gives_its_printed_overall(catalogue):
     """The overall formula given for a paper (leaderboard or plain mean) reproduces, to its
     printed rounding, every printed overall from the same row's printed task scores."""
-    from minbert.stats import leaderboard, plain_mean
+    from minbert.scoring.stats import leaderboard, plain_mean
 
     params = validate_params(_raw(catalogue), catalogue).params
     checked = 0

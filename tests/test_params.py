@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from minbert.errors import MinBertError
+from minbert.core.errors import MinBertError
 from minbert.params import load_params, validate_params
 
 BASE = {"base": {"finetune": {"epochs": 1}},

@@ -8,13 +8,12 @@ import os
 import pytest
 import torch
 import yaml
-
-import minbert.experiment as experiment
-from minbert import runtime
-from minbert.errors import MinBertError
-from minbert.params import load_params
-
 from test_train import finetune_experiment, make_exp, write_prepared
+
+import minbert.train.experiment as experiment
+from minbert.core import runtime
+from minbert.core.errors import MinBertError
+from minbert.params import load_params
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -68,7 +67,7 @@ def test_a_state_saved_in_another_precision_is_not_resumed(tiny_model_dir, tmp_p
     state = torch.load(out.with_name("run.state") / "last.pt", map_location="cpu", weights_only=True)
     assert state["description"]["device_type"] == "cpu" and state["description"]["precision"] == "fp32"
     monkeypatch.setattr(experiment, "configure", lambda device, precision, deterministic=False: True)
-    with caplog.at_level("WARNING", logger="minbert.train"):
+    with caplog.at_level("WARNING", logger="minbert.train.loop"):
         res = finetune_experiment(exp, data, out)
     notice = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]
     assert len(notice) == 1 and "precision: 'fp32' -> 'bf16'" in notice[0]

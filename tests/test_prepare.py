@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from minbert.data import load_splits
+from minbert.data.read import load_splits
 from stages.prepare import main
 
 FILES = [f"{t}-{s}.tsv" for t in ("sst", "para", "sts") for s in ("train", "dev", "test")]
@@ -82,7 +82,7 @@ def test_prepare_missing_file(tmp_path, repo_root):
         if not f.name.startswith("sts-dev"):
             (raw / f.name).write_bytes(f.read_bytes())
     params = _params(tmp_path, dir=str(raw), nli_file=None)
-    from minbert.errors import MinBertError
+    from minbert.core.errors import MinBertError
     with pytest.raises(MinBertError, match=r"sts-dev\.csv: file not found"):
         main(["--params", params, "--results", str(tmp_path / "out")])
     params = _params(tmp_path, dir=str(repo_root / "data/demo"), nli_file=None, include_cfimdb=True)

@@ -12,12 +12,12 @@ import pytest
 import torch
 import yaml
 
-from minbert.data import read_cs224n, read_nli, read_split, split_by_group, write_split
-from minbert.mlm import build_mlm_head
+from minbert.data.read import read_cs224n, read_nli, read_split, split_by_group, write_split
+from minbert.model.tokenizer import Tokenizer
+from minbert.model.weights import load_encoder
 from minbert.params import ExperimentParams, PretrainParams
-from minbert.pretrain import MlmObjective, encode_texts, evaluate, mlm_frames
-from minbert.tokenizer import Tokenizer
-from minbert.weights import load_encoder
+from minbert.train.mlm import build_mlm_head
+from minbert.train.pretrain import MlmObjective, encode_texts, evaluate, mlm_frames
 from stages import pretrain as stage
 
 FAST = {"epochs": 2, "batch_size": 16, "lr": 1.0e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 12,
@@ -176,7 +176,7 @@ def test_bad_input_is_one_line_with_exit_2(params_file, prepared, tmp_path, repo
 
 
 def test_a_pretraining_may_set_its_own_precision(tiny_model_dir, prepared, tmp_path, monkeypatch):
-    import minbert.pretrain as pretrain
+    import minbert.train.pretrain as pretrain
 
     seen = []
     original = pretrain.autocast

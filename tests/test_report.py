@@ -1,6 +1,6 @@
 """The report stage: rendered from small fixed inputs, then parsed back and checked against the
 metrics files, the predictions (confusion matrices counted by hand, intervals and paired
-differences recomputed with minbert.stats on the same files), escaping, self-containment and
+differences recomputed with minbert.scoring.stats on the same files), escaping, self-containment and
 determinism."""
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from minbert import stats
-from minbert.evaluate import evaluate_folder
-from minbert.layout import Layout
+from minbert.core.layout import Layout
+from minbert.core.tasks import TASKS
 from minbert.params import load_params
 from minbert.report.data import load_report_data
 from minbert.report.render import fmt_std, render_reports
 from minbert.report.tables import METRIC_COLUMNS, best_experiment, fmt_delta, fmt_interval, fmt_metric
-from minbert.tasks import LEADERBOARD_TASKS, TASKS
+from minbert.scoring import stats
+from minbert.scoring.evaluate import evaluate_folder
 
 REPO = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert(1)</script> & friends"
@@ -153,7 +153,7 @@ def _frames(name: str, rng, quality: dict = QUALITY) -> dict:
 
 def build_inputs(root: Path, params: str = PARAMS, quality: dict = QUALITY) -> tuple[Path, Layout]:
     """params.yaml and a results/ folder as the pipeline would leave them (metrics.json written by
-    minbert.evaluate from the predictions) for the runs of `quality`; returns the params path and
+    minbert.scoring.evaluate from the predictions) for the runs of `quality`; returns the params path and
     the layout."""
     params_path = root / "params.yaml"
     params_path.write_text(params)
@@ -221,7 +221,7 @@ def _read(layout: Layout, name: str, task: str, split: str) -> pd.DataFrame | No
 
 @functools.lru_cache(maxsize=None)
 def expected(layout: Layout, name: str, split: str, key: str) -> stats.Estimate | None:
-    """minbert.stats on the predictions files, one run (or a group's seeds) at a time."""
+    """minbert.scoring.stats on the predictions files, one run (or a group's seeds) at a time."""
     params = load_params(Path(layout.results).parent / "params.yaml")
     if name in params.groups:
         seeds = [expected(layout, s, split, key) for s in params.groups[name]]
@@ -337,7 +337,7 @@ def test_summary_metrics_hold_every_run_overall_score(rendered):
 
 
 def test_study_table_values_intervals_deltas_and_best_marks(rendered):
-    """Every cell of every table against minbert.stats on the same files: the value (metrics.json),
+    """Every cell of every table against minbert.scoring.stats on the same files: the value (metrics.json),
     its interval, the difference from the baseline with its paired interval, the significance mark
     (only when the interval excludes 0) and the best mark (only when the best is significantly
     better than the second best)."""
@@ -610,7 +610,7 @@ def test_rendering_is_deterministic(rendered, tmp_path):
 
 
 def test_report_job_reads_every_seed_and_ensemble(rendered):
-    from minbert.jobs import pipeline
+    from minbert.pipeline.plan import pipeline
 
     layout = rendered["layout"]
     report = next(j for j in pipeline(rendered["params"], layout) if j.stage == "report")
@@ -666,7 +666,7 @@ def test_cli_renders_and_reports_bad_input(rendered, tmp_path):
 
 
 def test_missing_prediction_column_is_a_one_line_error(rendered, tmp_path):
-    from minbert.errors import MinBertError
+    from minbert.core.errors import MinBertError
 
     broken = Layout(str(tmp_path / "broken"), str(tmp_path / "out"))
     shutil.copytree(rendered["layout"].results, broken.results)

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_report import PARAMS, _metrics, build_inputs, expected, parse
 
-from minbert import stats
 from minbert.params import load_params
 from minbert.report.render import render_reports
 from minbert.report.tables import claim_verdict, fmt_delta, fmt_metric
-
-from test_report import PARAMS, _metrics, build_inputs, expected, parse
+from minbert.scoring import stats
 
 PAPER = """\
 papers:
@@ -113,7 +112,7 @@ def test_claims_get_their_verdicts_and_the_scorecard_opens_the_page(paper_report
     counts = {s.attrs["data-count"]: s.text() for s in card.iter("span") if "data-count" in s.attrs}
     assert all(counts[v].strip().endswith(" 1") for v in ("reproduced", "reversed", "not significant", "not run"))
     assert "Demo data" in card.text()                                       # data.dir is data/demo
-    # ours is the paired bootstrap difference, as minbert.stats gives it on the same files
+    # ours is the paired bootstrap difference, as minbert.scoring.stats gives it on the same files
     holds = next(tr for tr in card.iter("tr") if tr.attrs.get("data-verdict") == "reproduced")
     diff = expected(layout, "sbert", "dev", "para_acc").minus(expected(layout, "cls", "dev", "para_acc"))
     assert fmt_delta(diff.value) in holds.text() and fmt_delta(0.4) in holds.text()

@@ -14,9 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
-from test_workflow import (DVC, SNAKEMAKE, commands_run, dag, job_ids, make_copy, needs_dvc, needs_snakemake, run,
-                           tiny_params)
+from test_workflow import (
+    DVC,
+    SNAKEMAKE,
+    commands_run,
+    dag,
+    job_ids,
+    make_copy,
+    needs_dvc,
+    needs_snakemake,
+    run,
+    tiny_params,
+)
 
 EVERY_EXPERIMENT = ("a", "b", "c", "d")
 # c is exported too (its own target under Snakemake, one more stage under DVC)
@@ -73,7 +82,7 @@ EDITS = {
                                        {"finetune@c", "report"}),
     # the export's own settings and code re-run the export alone (and the report, which shows the params)
     "export license": ("params", (("export", "license"), "mit"), {"export@c", "report"}, {"export@c", "report"}),
-    "export code": ("code", "minbert/export.py", {"export@c"}, {"export@c"}),
+    "export code": ("code", "minbert/share/export.py", {"export@c"}, {"export@c"}),
 }
 # DVC re-runs for real (each a repro and its undo): the edits that differ in kind; an experiment's
 # own lr is run for real under DVC by test_dvc_experiments_and_revisions_compare
@@ -242,10 +251,10 @@ def results_with_data(repo_root, tmp_path, tiny_model_dir, monkeypatch):
 def interrupted_then_resumed(folder: Path, change=None):
     """Fine-tune `e` for one epoch only (an interruption), optionally change something, then run
     the stage; returns the final model's weights."""
-    from minbert import experiment
-    from minbert.jobs import job_for
-    from minbert.layout import Layout
-    from minbert.settings import FinetuneSettings
+    from minbert.core.layout import Layout
+    from minbert.params.settings import FinetuneSettings
+    from minbert.pipeline.plan import job_for
+    from minbert.train import experiment
     from stages import finetune
 
     L = Layout()

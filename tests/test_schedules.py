@@ -1,4 +1,4 @@
-"""Multi-task schedules visit the tasks in the order minbert/schedules.py documents."""
+"""Multi-task schedules visit the tasks in the order minbert/train/schedules.py documents."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from minbert.schedules import SCHEDULES, epoch_plan, sampling_probabilities, sequential_stages, unit_batches
+from minbert.params.schema import SCHEDULES
+from minbert.train.schedules import epoch_plan, sampling_probabilities, sequential_stages, unit_batches
 
 TASKS = ["sst", "para", "sts"]
 SIZES = {"sst": 100, "para": 400, "sts": 60}   # smallest: sts (60 rows), largest: para (400 rows)

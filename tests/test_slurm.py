@@ -30,9 +30,9 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workflow import dag  # noqa: E402
-
 from test_workflow import make_copy, tiny_params  # noqa: E402  (tests/ is on sys.path under pytest)
+
+from workflow import dag  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm_cluster.sh"

@@ -1,4 +1,4 @@
-"""minbert.stats against independent references: scipy.stats.bootstrap on the same statistic and
+"""minbert.scoring.stats against independent references: scipy.stats.bootstrap on the same statistic and
 the same resamples, the normal approximation of a proportion's interval, paired differences with
 known answers, the seed statistics and determinism."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import scipy.stats as ss
 
-from minbert import stats
-from minbert.errors import MinBertError
-from minbert.metrics import overall_score, pearson
+from minbert.core.errors import MinBertError
+from minbert.core.metrics import overall_score, pearson
+from minbert.scoring import stats
 
 
 def _ids(n, prefix="x"):

@@ -10,17 +10,16 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-
-import minbert.train as train
-from minbert.experiment import finetune_experiment, retrain_heads_experiment, with_dropout
-from minbert.multitask import MultitaskModel, build_task_data, collate, load_checkpoint
-from minbert.params import ExperimentParams, HeadsParams
-from minbert.settings import finetune_settings, retrain_settings
-from minbert.tokenizer import Tokenizer
-from minbert.weights import load_encoder
-
 from test_heads import PARA, SST, STS
 from test_train import make_exp, prepared, restore_threads, state_dict, write_prepared  # noqa: F401  (fixtures)
+
+import minbert.train.loop as train
+from minbert.model.tokenizer import Tokenizer
+from minbert.model.weights import load_encoder
+from minbert.params import ExperimentParams, HeadsParams
+from minbert.params.settings import finetune_settings, retrain_settings
+from minbert.train.experiment import finetune_experiment, retrain_heads_experiment, with_dropout
+from minbert.train.multitask import MultitaskModel, build_task_data, collate, load_checkpoint
 
 H = 32
 
@@ -174,9 +173,9 @@ def test_a_correlation_trained_head_is_calibrated_not_clipped(tiny_model_dir, pr
     model, tok, ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
     scale, shift = ckpt["calibration"]["sts"]
     # the fit: predictions on the training data regressed on the labels
-    from minbert.data import downsample, read_split
-    from minbert.multitask import predict_task
-    from minbert.runtime import autocast
+    from minbert.core.runtime import autocast
+    from minbert.data.read import downsample, read_split
+    from minbert.train.multitask import predict_task
 
     frame = downsample({"sts": read_split(prepared / "sts-train.tsv")}, exp.finetune.downsample, exp.seed)["sts"]
     data = build_task_data("sts", frame, tok, model.heads_cfg)
@@ -205,7 +204,7 @@ def test_hidden_and_attention_dropout_are_set_separately(tiny_model_dir):
 
 
 def test_the_bregman_teacher_runs_without_dropout(tiny_model_dir, prepared, tmp_path, monkeypatch):
-    import minbert.regularisers as regularisers
+    import minbert.train.regularisers as regularisers
 
     modes = []
     original = regularisers.bregman_term
@@ -229,9 +228,9 @@ def test_the_bregman_teacher_runs_without_dropout(tiny_model_dir, prepared, tmp_
 
 
 def test_mlm_keeps_the_epoch_with_the_best_dev_loss(tiny_model_dir, monkeypatch):
-    import minbert.pretrain as pretrain
+    import minbert.train.pretrain as pretrain
     from minbert.params import PretrainParams
-    from minbert.settings import PretrainSettings
+    from minbert.params.settings import PretrainSettings
 
     snapshots, losses = [], iter([5.0, 3.0, 4.0])          # before training, after epoch 1, after epoch 2
 
@@ -243,7 +242,7 @@ def test_mlm_keeps_the_epoch_with_the_best_dev_loss(tiny_model_dir, monkeypatch)
     encoder, _, folder = load_encoder(tiny_model_dir)
     tok = Tokenizer(folder, 32)
     texts = tok.encode([f"sentence number {i} about a film" for i in range(16)])
-    from minbert.mlm import build_mlm_head
+    from minbert.train.mlm import build_mlm_head
 
     head, _ = build_mlm_head(encoder, None)
     objective = pretrain.MlmObjective(encoder, head, tok, texts, texts[:4], 0.15, 1)

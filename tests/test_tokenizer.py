@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from minbert.errors import MinBertError
-from minbert.tokenizer import Tokenizer
+from minbert.core.errors import MinBertError
+from minbert.model.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")
 

@@ -15,18 +15,17 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-
-import minbert.experiment as experiment
-import minbert.train as train
-from minbert.data import read_cs224n, write_split
-from minbert.errors import MinBertError
-from minbert.experiment import retrain_heads_experiment
-from minbert.multitask import MultitaskModel, _EncoderStub
-from minbert.params import ExperimentParams
-from minbert.runtime import seed_everything
-from minbert.settings import finetune_settings, retrain_settings
-
 from conftest import REPO, shared_data_dir
+
+import minbert.train.experiment as experiment
+import minbert.train.loop as train
+from minbert.core.errors import MinBertError
+from minbert.core.runtime import seed_everything
+from minbert.data.read import read_cs224n, write_split
+from minbert.params import ExperimentParams
+from minbert.params.settings import finetune_settings, retrain_settings
+from minbert.train.experiment import retrain_heads_experiment
+from minbert.train.multitask import MultitaskModel, _EncoderStub
 
 RAW = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
 # history columns that measure time, not training
@@ -134,7 +133,7 @@ def test_resume_ignores_state_of_another_configuration(tiny_model_dir, prepared,
     out = tmp_path / "run"
     finetune_experiment(make_exp(tiny_model_dir, lr=5e-4), prepared, out, stop_after_epochs=1)
     exp = make_exp(tiny_model_dir)
-    with caplog.at_level("WARNING", logger="minbert.train"):
+    with caplog.at_level("WARNING", logger="minbert.train.loop"):
         res = finetune_experiment(exp, prepared, out, resume=True)
     ref = finetune_experiment(exp, prepared, tmp_path / "ref")
     assert res.best_dev == ref.best_dev and len(res.history) == 2
@@ -152,7 +151,7 @@ def test_a_corrupt_or_foreign_state_is_not_resumed(tiny_model_dir, prepared, tmp
         torch.save({"state_dict": {}, "epoch": 3}, last_state(out))
     else:
         last_state(out).write_bytes(content)
-    with caplog.at_level("WARNING", logger="minbert.train"):
+    with caplog.at_level("WARNING", logger="minbert.train.loop"):
         res = finetune_experiment(exp, prepared, out)
     ref = finetune_experiment(exp, prepared, tmp_path / "ref")
     assert res.best_dev == ref.best_dev
@@ -225,7 +224,7 @@ def test_diverging_learning_rate_stops_in_the_first_epoch(tiny_model_dir, prepar
 
 def initial_weights(exp: ExperimentParams) -> dict[str, torch.Tensor]:
     """The model finetune_experiment starts from (same seeding), for before/after comparisons."""
-    from minbert.weights import load_encoder
+    from minbert.model.weights import load_encoder
 
     encoder, _, _ = load_encoder(exp.model)
     seed_everything(exp.seed)
@@ -278,7 +277,7 @@ def test_retrain_heads_reinitialises_heads_and_keeps_the_encoder(tiny_model_dir,
 
 
 def tiny_config(sd):
-    from minbert.model import BertConfig
+    from minbert.model.bert import BertConfig
 
     return BertConfig(vocab_size=sd["encoder.embeddings.word.weight"].shape[0],
                       hidden_size=sd["encoder.embeddings.word.weight"].shape[1], num_attention_heads=1)
@@ -309,7 +308,7 @@ def test_sequential_stages_restart_the_smart_teacher_from_the_reloaded_best(tiny
                                                                           monkeypatch):
     """After each sequential stage the model goes back to that stage's best checkpoint; SMART's
     momentum teacher goes back with it (it would otherwise carry the last epoch's average)."""
-    import minbert.train as train
+    import minbert.train.loop as train
 
     seen = []
     original = train.end_of_stage
@@ -348,7 +347,7 @@ def test_smart_and_pcgrad_runs_complete_and_change_the_weights(tiny_model_dir, p
 
 
 def test_smart_tasks_limits_the_regulariser_to_the_named_tasks(tiny_model_dir, prepared, tmp_path, monkeypatch):
-    import minbert.regularisers as regularisers
+    import minbert.train.regularisers as regularisers
 
     calls = []
     original = regularisers.smart_adversarial_loss
@@ -440,7 +439,7 @@ def test_torchrun_two_processes_match_one(tiny_model_dir, tmp_path):
 
 
 def test_bf16_asked_for_on_a_cpu_without_native_bf16_is_honoured_and_said(monkeypatch, caplog):
-    from minbert import runtime
+    from minbert.core import runtime
 
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
     cpu = torch.device("cpu")

@@ -16,12 +16,11 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
-from minbert.data import read_split
+from minbert.data.read import read_split
 from stages import export, finetune, predict
 from stages._cli import run
-
-from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
 FT = {"epochs": 1, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 3,
       "downsample": {"mode": "fixed", "size": 24}}
@@ -273,8 +272,8 @@ def test_a_cross_encoder_head_loads_as_a_cross_encoder_and_others_through_the_ap
 
 
 def test_the_model_card_holds_metadata_scores_with_intervals_and_provenance(trained):
-    from minbert.evaluate import read_predictions
-    from minbert.stats import metric_interval
+    from minbert.scoring.evaluate import read_predictions
+    from minbert.scoring.stats import metric_interval
 
     text = (trained / "exports" / "bi" / "README.md").read_text()
     assert text.startswith("---\n")

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from minbert.errors import MinBertError
-from minbert.weights import hf_to_minbert, load_encoder, minbert_to_hf, resolve_model
+from minbert.core.errors import MinBertError
+from minbert.model.weights import hf_to_minbert, load_encoder, minbert_to_hf, resolve_model
 
 transformers = pytest.importorskip("transformers")
 

@@ -121,12 +121,12 @@ def test_code_a_job_depends_on_is_its_import_closure(repo_root):
     with dag._in(repo_root):
         finetune = jobs["finetune@cross_encoder"].description()["code"]
         report = jobs["report"].description()["code"]
-    assert "stages/finetune.py" in finetune and "minbert/train.py" in finetune and "minbert/losses.py" in finetune
-    assert "minbert/regularisers.py" in finetune        # imported inside a function: still code it runs
+    assert "stages/finetune.py" in finetune and "minbert/train/loop.py" in finetune and "minbert/train/losses.py" in finetune
+    assert "minbert/train/regularisers.py" in finetune        # imported inside a function: still code it runs
     assert not any(p.startswith("minbert/report/") for p in finetune)
-    assert "minbert/demo.py" not in finetune and "minbert/demo.py" not in report
+    assert "minbert/data/demo.py" not in finetune and "minbert/data/demo.py" not in report
     assert "minbert/report/plots.py" in report and "minbert/report/templates/final.html.j2" in report
-    assert "minbert/train.py" not in report
+    assert "minbert/train/loop.py" not in report
 
 
 def test_dvc_stages_track_the_description_files_and_the_whole_params_files(repo_root, tmp_path):

@@ -1,4 +1,4 @@
-"""The pipeline's DAG for both engines, rendered from the library's jobs (minbert.jobs).
+"""The pipeline's DAG for both engines, rendered from the library's jobs (minbert.pipeline.plan).
 
 Every job has a resolved description (its settings, what it reads, the code it runs) written to
 results/jobs/<stage>/<name>.json, and rewritten only when it changes. Both engines depend on that
@@ -32,10 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from minbert.errors import MinBertError  # noqa: E402
-from minbert.jobs import Job, code_closure, pipeline, write_description  # noqa: E402
-from minbert.layout import Layout  # noqa: E402
+from minbert.core.errors import MinBertError  # noqa: E402
+from minbert.core.layout import Layout  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, load_params, model_tasks  # noqa: E402
+from minbert.pipeline.plan import Job, code_closure, pipeline, write_description  # noqa: E402
 
 LAYOUT = Layout()
 # What each stage asks of the machine. Snakemake caps `threads` at --cores on one machine; on a
@@ -238,7 +238,7 @@ def _code(job: Job, repo: Path) -> list[str]:
 
 def _dvc_plot_views(all_jobs: list[Job], params_path, repo: Path) -> list:
     """Top-level plots: the dev curves per experiment and the SST/Quora dev confusion matrices."""
-    from minbert.tasks import TASKS
+    from minbert.core.tasks import TASKS
 
     lp = load_params(repo / params_path)
     views = []

@@ -1,5 +1,5 @@
 """Error analysis of one run's dev predictions, one section per task of the registry
-(minbert.tasks): confusion matrices and the most confident mistakes of classification and binary
+(minbert.core.tasks): confusion matrices and the most confident mistakes of classification and binary
 tasks, the worst pairs of a regression task (the papers' qualitative sections)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 
-from ..tasks import TASKS, Task
-from .data import RunResults
+from minbert.core.tasks import TASKS, Task
+from minbert.report.data import RunResults
 
 SST_CLASSES = list(TASKS["sst"].classes)
 PARA_CLASSES = list(TASKS["para"].classes)

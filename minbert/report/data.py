@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import MinBertError
-from ..layout import PREDICTED_SPLITS as SPLITS
-from ..layout import TRAINING_STAGES, Layout, prediction_file
-from ..metrics import Undefined
-from ..params import LoadedParams
-from ..tasks import TASKS
+from minbert.core.errors import MinBertError
+from minbert.core.layout import PREDICTED_SPLITS as SPLITS
+from minbert.core.layout import TRAINING_STAGES, Layout, prediction_file
+from minbert.core.metrics import Undefined
+from minbert.core.tasks import TASKS
+from minbert.params import LoadedParams
 
 TEXT_COLUMNS = ("id", "sentence", "sentence1", "sentence2")
 
@@ -45,7 +45,7 @@ class RunResults:
 
 
 def read_json(path: Path):
-    from ..io import read_input
+    from minbert.core.io import read_input
 
     try:
         return json.loads(read_input(path, "JSON file").decode("utf-8"))
@@ -78,7 +78,7 @@ def load_metrics(path: Path) -> dict | None:
 
 
 def load_predictions(path: Path, task: str) -> pd.DataFrame:
-    from ..io import read_input
+    from minbert.core.io import read_input
 
     data = read_input(path, "predictions file")
     # Texts stay text: "NA" or "null" are real words here, not missing values.
@@ -103,7 +103,7 @@ def load_predictions(path: Path, task: str) -> pd.DataFrame:
 def load_history(path: Path) -> pd.DataFrame | None:
     if not (path.exists() or path.is_symlink()):
         return None
-    from ..io import read_input
+    from minbert.core.io import read_input
 
     data = read_input(path, "training history")
     try:

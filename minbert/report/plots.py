@@ -15,9 +15,9 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, NullLocator
 
-from ..metrics import pearson
-from ..tasks import TASKS
-from .tables import Grid, Table, fmt_metric
+from minbert.core.metrics import pearson
+from minbert.core.tasks import TASKS
+from minbert.report.tables import Grid, Table, fmt_metric
 
 STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
          "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,

@@ -14,20 +14,34 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 from tqdm import tqdm
 
-from ..io import read_manifest, write_json, write_manifest, write_text
-from ..layout import Layout
-from ..metrics import Undefined, pearson, pearson_undefined
-from ..params import LoadedParams
-from ..tasks import LEADERBOARD_TASKS, TASKS
-from . import plots
-from .analysis import analyse
-from .data import ReportData, RunResults, load_report_data
-from .tables import (DASH, METRIC_COLUMNS, ScoreBook, best_experiment, delta_class, ensemble_tables, fmt_delta,
-                     fmt_interval, fmt_metric, is_number, paper_tables, scorecard, selection_score, study_grids,
-                     study_tables)
+from minbert.core.io import read_manifest, write_json, write_manifest, write_text
+from minbert.core.layout import Layout
+from minbert.core.metrics import Undefined, pearson, pearson_undefined
+from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
+from minbert.params import LoadedParams
+from minbert.report import plots
+from minbert.report.analysis import analyse
+from minbert.report.data import ReportData, RunResults, load_report_data
+from minbert.report.tables import (
+    DASH,
+    METRIC_COLUMNS,
+    ScoreBook,
+    best_experiment,
+    delta_class,
+    ensemble_tables,
+    fmt_delta,
+    fmt_interval,
+    fmt_metric,
+    is_number,
+    paper_tables,
+    scorecard,
+    selection_score,
+    study_grids,
+    study_tables,
+)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-CODE_DATA = ("templates",)      # part of this module's code for the re-run checks (minbert.jobs)
+CODE_DATA = ("templates",)      # part of this module's code for the re-run checks (minbert.pipeline.plan)
 
 
 def fmt_duration(seconds) -> str:

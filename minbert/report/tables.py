@@ -1,7 +1,7 @@
 """The result tables: one per study (rows: experiments; columns: the papers' metrics per split),
 the ensemble against its members, and the choice of the best model.
 
-Every score comes with its uncertainty (minbert.stats): `ScoreBook` computes, once per report,
+Every score comes with its uncertainty (minbert.scoring.stats): `ScoreBook` computes, once per report,
 each run's bootstrap estimates from its predictions; a cell carries the value, its 95% interval,
 the difference from the baseline row with its paired-bootstrap interval (significant when the
 interval excludes 0), and the best mark (only when the best is significantly better than the
@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import stats
-from ..errors import MinBertError
-from ..metrics import Undefined
-from ..metrics import selection_score as _selection_score
-from ..params import PAPER_OVERALL
-from ..tasks import LEADERBOARD_TASKS, TASKS
-from .data import ReportData, RunResults
+from minbert.core.errors import MinBertError
+from minbert.core.metrics import Undefined
+from minbert.core.metrics import selection_score as _selection_score
+from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
+from minbert.params import PAPER_OVERALL
+from minbert.report.data import ReportData, RunResults
+from minbert.scoring import stats
 
 METRIC_COLUMNS = (                              # (metrics.json key, column header, what it is)
     [("overall", "Overall", "(SST acc + Para acc + (STS r + 1) / 2) / 3, the leaderboard score")]
@@ -45,7 +45,7 @@ def is_number(x) -> bool:
 
 
 def fmt_metric(x, digits: int = DIGITS) -> str:
-    """0.51234 -> '0.512'; missing -> an em dash (never 0); undefined (minbert.metrics.Undefined) -> 'undefined'."""
+    """0.51234 -> '0.512'; missing -> an em dash (never 0); undefined (minbert.core.metrics.Undefined) -> 'undefined'."""
     if isinstance(x, Undefined):
         return "undefined"
     return f"{x:.{digits}f}".replace("-", MINUS) if is_number(x) else DASH
@@ -83,7 +83,7 @@ def metric_value(run: RunResults, split: str, key: str):
 # ------------------------------------------------------------------ the estimates
 
 class ScoreBook:
-    """Every score of the report with its bootstrap estimate (minbert.stats), computed once.
+    """Every score of the report with its bootstrap estimate (minbert.scoring.stats), computed once.
 
     Values come from metrics.json (what the pipeline reported); estimates from the labelled
     predictions, all runs of a task and split in one pass so that runs on the same examples share
@@ -527,7 +527,7 @@ def ensemble_tables(data: ReportData, book: ScoreBook | None = None) -> list[Tab
 
 
 def selection_score(run: RunResults) -> float | None:
-    """The run's dev selection score (minbert.metrics.selection_score) over the leaderboard tasks
+    """The run's dev selection score (minbert.core.metrics.selection_score) over the leaderboard tasks
     it has (the overall score when it has all three), else over the tasks it has."""
     dev = run.split_metrics("dev")
     score = _selection_score(dev, LEADERBOARD_TASKS)

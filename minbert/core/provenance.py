@@ -1,0 +1,82 @@
+"""What a result was made from: content hashes of files and folders, the canonical form and
+fingerprint of a job's description, how two descriptions differ, and the git revision."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+
+def fingerprint_of(description: dict) -> str:
+    return hashlib.sha256(canonical(description).encode()).hexdigest()[:16]
+
+
+def canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def file_hash(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def path_hash(path: str | os.PathLike) -> str | None:
+    """Content hash of a file, or of a folder's files (names and contents); None when absent.
+    Hidden entries (temporaries) and Python caches are left out."""
+    p = Path(path)
+    if p.is_file():
+        return file_hash(p)
+    if not p.is_dir():
+        return None
+    h = hashlib.sha256()
+    for f in sorted(q for q in p.rglob("*") if q.is_file()):
+        rel = f.relative_to(p)
+        if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
+            continue
+        h.update(rel.as_posix().encode() + b"\0" + file_hash(f).encode())
+    return h.hexdigest()[:16]
+
+
+
+def git_revision(cwd: str | os.PathLike | None = None) -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (rev + ("-dirty" if dirty else "")) if rev else "unknown"
+
+
+def _flat(obj, prefix: str = "") -> dict:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: obj}
+
+
+def describe_change(old: dict, new: dict, limit: int = 4) -> str:
+    """One line saying how two descriptions differ, e.g. `settings.finetune.lr: 0.0001 -> 0.0003`."""
+    a, b = _flat(old), _flat(new)
+    changes = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) == b.get(key):
+            continue
+        if key.startswith(("code.", "read_hashes.")):
+            what, _, path = key.partition(".")
+            changes.append(f"{'code' if what == 'code' else 'input'} {path} "
+                           f"{'changed' if key in a and key in b else 'added' if key in b else 'removed'}")
+        else:
+            changes.append(f"{key}: {a.get(key, '(unset)')!r} -> {b.get(key, '(unset)')!r}")
+    if not changes:
+        return "no recorded difference"
+    more = f" and {len(changes) - limit} more" if len(changes) > limit else ""
+    return "; ".join(changes[:limit]) + more

@@ -1,0 +1,118 @@
+"""Device, precision, seeding and logging shared by every training and inference stage."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import random
+import sys
+
+import numpy as np
+import torch
+
+from minbert.core.errors import MinBertError
+
+
+def pick_device(setting: str = "auto") -> torch.device:
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise MinBertError("params: device 'cuda' was asked for but no CUDA GPU is available; use device: auto or cpu")
+    if setting in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_has_native_bf16() -> bool | None:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); None where it cannot be told."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    return None if flags is None else bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+def bf16_is_native(device: torch.device) -> bool:
+    """Whether `device` computes bf16 in hardware: a CUDA GPU that supports it (Ampere on), a CPU
+    with avx512_bf16 / amx_bf16. Elsewhere bf16 is emulated and slower than float32."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return cpu_has_native_bf16() is True
+
+
+def resolve_precision(setting: str, device: torch.device) -> str:
+    """The precision a run uses on `device`: 'bf16' or 'fp32'. `auto` picks bf16 where it is native;
+    an explicit value is honoured on every device."""
+    if setting not in ("auto", "bf16", "fp32"):
+        raise MinBertError(f"params: precision {setting!r} is not one of auto, bf16, fp32")
+    if setting == "auto":
+        return "bf16" if bf16_is_native(device) else "fp32"
+    return setting
+
+
+def configure(device: torch.device, precision: str, deterministic: bool = False) -> bool:
+    """Set up the process for a run on `device` in `precision` (a setting: auto | bf16 | fp32) and
+    return whether bf16 autocast is on. float32 on CUDA multiplies matrices in TF32 (what fp32 means
+    on a GPU with tensor cores). `deterministic` pins algorithms (minbert.core.runtime.make_deterministic).
+    Asking for bf16 on a CPU that only emulates it is honoured, and said once in the log."""
+    bf16 = resolve_precision(precision, device) == "bf16"
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if device.type == "cpu" and bf16 and cpu_has_native_bf16() is False:
+        logging.getLogger("minbert").warning(
+            "precision: bf16 on a CPU without native bf16 (no avx512_bf16 / amx_bf16): bf16 autocast is "
+            "emulated and about 4x slower than float32 here; set precision: auto (or fp32) for speed")
+    if deterministic:
+        make_deterministic(device)
+    return bf16
+
+
+def make_deterministic(device: torch.device) -> None:
+    """Algorithms that give the same bits on every run: torch's deterministic mode (an error where an
+    op has no deterministic kernel), cuDNN without autotuning, cuBLAS with a fixed workspace, and the
+    math attention backend (the fused ones may pick kernels by shape and hardware)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # read when cuBLAS starts: before any matmul
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    if device.type == "cuda":
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+            torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.backends.cuda.enable_math_sdp(True)
+
+
+def autocast(device: torch.device, bf16: bool):
+    """bf16 autocast when `bf16` (a resolved precision, minbert.core.runtime.configure); otherwise a
+    no-op context (float32; TF32 matrix products on CUDA)."""
+    if bf16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def set_threads(n: int | None) -> None:
+    if n:
+        torch.set_num_threads(n)
+
+
+def setup_logging(log_file: str | os.PathLike | None = None, level=logging.INFO) -> logging.Logger:
+    """Log to stderr and, when given, to `log_file` (the stage says where it writes)."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w", encoding="utf-8"))
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        handlers=handlers, force=True)
+    return logging.getLogger("minbert")

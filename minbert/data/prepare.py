@@ -1,0 +1,72 @@
+"""The prepare stage's library: read and validate the raw files, write the clean per-task splits.
+
+`raw_inputs` lists the files `prepare` reads (the job's inputs come from it too); `prepare` writes
+`<task>-<split>.tsv` for every task and split, `nli-{train,dev}.tsv` and `summary.json` into a
+temporary sibling of the output folder and renames it into place when all of it is written, so a
+failure never leaves new files beside stale ones.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from minbert.core.errors import MinBertError
+from minbert.core.io import atomic_path, write_json
+from minbert.core.tasks import LEADERBOARD_TASKS
+from minbert.data.read import RAW_SPLITS, raw_path, read_cs224n, read_nli, split_by_group, write_split
+from minbert.params import DataParams
+
+
+def prepared_tasks(data: DataParams) -> tuple[str, ...]:
+    return LEADERBOARD_TASKS + (("cfimdb",) if data.include_cfimdb else ())
+
+
+def raw_inputs(data: DataParams) -> list[str]:
+    """Every raw file prepare reads, as given in the params (relative paths stay relative)."""
+    files = [raw_path(data.dir, task, split).as_posix() for task in prepared_tasks(data) for split in RAW_SPLITS]
+    return files + ([Path(data.nli_file).as_posix()] if data.nli_file else [])
+
+
+def prepare(data: DataParams, out: str | Path) -> dict:
+    """Read, validate and write every split; return the summary (also written to summary.json)."""
+    data_dir = Path(data.dir)
+    if not data_dir.is_dir():
+        raise MinBertError(f"data.dir: folder '{data_dir}' not found; point it at a folder in the "
+                           f"CS224N layout (e.g. data/demo, or one written by python -m stages.fetch_data)")
+    files: dict[str, dict] = {}
+    with atomic_path(out) as tmp:
+        tmp.mkdir(parents=True)
+        for task in prepared_tasks(data):
+            for split in RAW_SPLITS:
+                src = raw_path(data_dir, task, split)
+                if not (src.exists() or src.is_symlink()):   # anything else: the reader says why
+                    raise MinBertError(f"{src}: file not found; data.dir must hold {src.name}"
+                                       + (" (or set data.include_cfimdb: false)" if task == "cfimdb" else ""))
+                frame, report = read_cs224n(src, task, labelled=split != "test", on_bad_rows=data.on_bad_rows)
+                if len(frame) == 0:
+                    raise MinBertError(f"{src}: no valid rows left after validation")
+                write_split(frame, tmp / f"{task}-{split}.tsv")
+                files[f"{task}-{split}.tsv"] = report.as_dict()
+        if data.nli_file is not None:
+            src = Path(data.nli_file)
+            frame, report = read_nli(src, on_bad_rows=data.on_bad_rows)
+            if len(frame) == 0:
+                raise MinBertError(f"{src}: no valid NLI rows left after validation")
+            train, dev = split_by_group(frame, data.nli_dev_fraction, data.seed)
+            for split, part in (("train", train), ("dev", dev)):
+                write_split(part, tmp / f"nli-{split}.tsv")
+                files[f"nli-{split}.tsv"] = {**report.as_dict(), "rows_kept": len(part),
+                                             "note": f"{split} part of the split by premise group"}
+        summary = {"data_dir": str(data_dir), "nli_file": data.nli_file, "on_bad_rows": data.on_bad_rows,
+                   "files": files}
+        write_json(tmp / "summary.json", summary)
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    rows = [("file", "read", "kept", "dropped", "reasons")]
+    for name, f in summary["files"].items():
+        reasons = ", ".join(f"{k}={v}" for k, v in f["dropped_by_reason"].items()) or "-"
+        rows.append((name, str(f["rows_read"]), str(f["rows_kept"]), str(f["rows_dropped"]), reasons))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join([r[0].ljust(widths[0]), *(r[i].rjust(widths[i]) for i in (1, 2, 3)), r[4]])
+                     for r in rows)

@@ -1,0 +1,64 @@
+"""The papers' tables in a catalogue against the papers' text: every transcribed number is looked
+up in the text of its paper, so that a typo in a catalogue fails a test instead of misleading a
+reader.
+
+A row's printed values (its columns in the paper's order) must appear as one contiguous run of
+numbers in the paper's text, per split: the row as the paper prints it. A summary row (Average,
+Std) likewise; a paper's data sizes appear as written ("141,498" or "141498").
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from minbert.params import Params
+
+# a number with a decimal point, as tables print them; "- 0.048" (a minus set apart) included
+NUMBER = re.compile(r"(?<![\w.])(-\s?)?(\d*\.\d+)(?![\w.]*\d)")
+
+
+def paper_file(papers_dir: str | Path, paper_id: str) -> Path | None:
+    """The text of paper `paper_id` (`<id>_*.txt` in the folder), or None."""
+    found = sorted(Path(papers_dir).glob(f"{paper_id}_*.txt"))
+    return found[0] if found else None
+
+
+def numbers(text: str) -> list[float]:
+    """Every decimal number of the text, in order."""
+    return [float((m.group(1) or "").replace(" ", "") + m.group(2)) for m in NUMBER.finditer(text)]
+
+
+def _contains_run(haystack: list[float], run: list[float]) -> bool:
+    n = len(run)
+    return any(all(abs(haystack[i + k] - run[k]) < 1e-9 for k in range(n)) for i in range(len(haystack) - n + 1))
+
+
+def transcription_problems(params: Params, papers_dir: str | Path) -> list[str]:
+    """Every transcribed value that the paper's text does not print (one line each); [] when all
+    are found. Papers whose text is not in the folder are skipped."""
+    problems = []
+    texts = {}
+    for pid in params.papers:
+        path = paper_file(papers_dir, pid)
+        if path is not None:
+            texts[pid] = path.read_text(encoding="utf-8")
+    for pid, paper in params.papers.items():
+        if pid not in texts:
+            continue
+        for task, n in paper.data.items():
+            if f"{n:,}" not in texts[pid] and str(n) not in texts[pid]:
+                problems.append(f"papers.{pid}.data.{task}: {n} is not in the paper's text")
+    for st in params.studies:
+        if st.paper is None or st.paper.id not in texts:
+            continue
+        found = numbers(texts[st.paper.id])
+        order = [c.name for c in st.paper.columns]
+        printed = [(f"row '{r.label}' {split}", getattr(r, split)) for r in st.paper.rows for split in ("dev", "test")]
+        printed += [(f"summary {kind}", values) for kind, values in st.paper.summary.items()]
+        for what, values in printed:
+            run = [values[c] for c in order if c in values]
+            if run and not _contains_run(found, run):
+                shown = ", ".join(f"{c} {values[c]:g}" for c in order if c in values)
+                problems.append(f"study {st.name} ({st.paper.id} {st.paper.table}) {what}: {shown} is not printed "
+                                f"in that order in the paper's text")
+    return problems

@@ -1,0 +1,120 @@
+"""One process at a time per job, whichever engine (or hand) started it.
+
+Snakemake and DVC each keep their own lock, which the other does not see; a stage run by hand sees
+neither. So every stage takes the job's lock, results/locks/<stage>[/<name>].lock, before it touches
+the job's outputs or its resumable state (minbert.pipeline.runinfo.running):
+- `fcntl.flock` on the file: the operating system releases it when the holder ends, however it
+  ends (a crash, `kill -9`, a lost Slurm node's process on a shared file system aside), so a lock
+  left by a dead process is stale by construction and the next run takes it over;
+- the file holds who has it (engine, PID, host, start, command) as JSON, for the one-line refusal
+  the second process prints; it is emptied, never deleted, on release (deleting a lock file lets
+  two processes hold locks on two different files of the same name).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import errno
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+from minbert.core.errors import MinBertError
+
+log = logging.getLogger(__name__)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read(1 << 16).split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096).decode(errors="replace")
+        return int(stat.rsplit(")", 1)[1].split()[1])    # the field after the command name in parentheses
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def engine(environ=os.environ) -> str:
+    """Who started this stage: "dvc" (its stage commands get DVC_STAGE and DVC_ROOT), "snakemake"
+    (no variable of its own: a snakemake process among this process and its ancestors, the
+    in-process mode included), else "hand"."""
+    if environ.get("DVC_STAGE") or environ.get("DVC_ROOT"):
+        return "dvc"
+    pid, seen = os.getpid(), 0
+    while pid > 1 and seen < 64:
+        args = _cmdline(pid)
+        if any(Path(a).name in ("snakemake", "snakemake.exe") for a in args[:2]) or \
+                (len(args) > 2 and args[1:3] == ["-m", "snakemake"]):
+            return "snakemake"
+        pid, seen = _parent(pid), seen + 1
+    return "hand"
+
+
+def _holder(text: str) -> dict:
+    try:
+        info = json.loads(text)
+        return info if isinstance(info, dict) else {}
+    except ValueError:
+        return {}
+
+
+def describe(info: dict) -> str:
+    """e.g. `snakemake, PID 4711 on node3 since 2025-01-01T10:00:00+00:00`."""
+    if not info:
+        return "a process that left no record"
+    return (f"{info.get('engine', 'an unknown engine')}, PID {info.get('pid', '?')} on {info.get('host', '?')} "
+            f"since {info.get('started', '?')}")
+
+
+@contextlib.contextmanager
+def job_lock(path: str | os.PathLike, job_id: str):
+    """Hold the lock of job `job_id` (file `path`) for the body; a one-line MinBertError naming the
+    holder when another process has it."""
+    import fcntl
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                     0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise MinBertError(f"{path}: the job's lock file is a symlink; remove it (rm {path}) and run "
+                               f"again") from None
+        raise
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            holder = _holder(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
+            raise MinBertError(
+                f"{job_id} is already running ({describe(holder)}); wait for it to finish, or stop it. "
+                f"A lock whose process has ended is released by the system; only if no such process runs "
+                f"(e.g. a node of a shared file system went down) delete {path} and run again") from None
+        earlier = _holder(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
+        if earlier:
+            log.warning("%s: taking over the lock of %s, which ended without releasing it (a crash); its "
+                        "partial work is checked before any is reused", job_id, describe(earlier))
+        me = {"job": job_id, "engine": engine(), "pid": os.getpid(), "host": socket.gethostname(),
+              "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "command": " ".join([Path(sys.executable).name, *sys.argv])[:2000]}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        try:
+            yield me
+        finally:
+            os.ftruncate(fd, 0)         # released: an empty lock file is a free one
+    finally:
+        os.close(fd)                    # closing releases the flock

@@ -1,0 +1,50 @@
+"""A trained model's predictions on the dev and test splits, one CSV per task and split."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from minbert.core.errors import MinBertError
+from minbert.core.io import atomic_path
+from minbert.core.runtime import autocast, configure, pick_device, set_threads
+from minbert.core.tasks import TASKS
+from minbert.params.settings import PredictSettings
+from minbert.train.multitask import load_checkpoint, load_task_data, predict_task
+
+
+def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
+    """The predictions CSV of one task and split (docs/pipeline.md)."""
+    frame, spec = data.frame, TASKS[task]
+    out = pd.DataFrame({"id": frame["id"].astype(str).to_numpy()})
+    for c in spec.text_columns:
+        out[c] = frame[c].to_numpy()
+    out["label"] = frame["label"].to_numpy() if "label" in frame.columns else np.nan
+    out["prediction"] = result["prediction"]
+    probs = np.asarray(result.get("probs", np.empty((len(out), 0))))
+    for k, col in enumerate(spec.prob_columns):
+        out[col] = probs[:, k] if probs.ndim == 2 else probs
+    return out
+
+
+def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None) -> dict:
+    """Write <task>-<split>.csv for every trained task and each of its dev/test splits."""
+    set_threads(s.threads)
+    device = pick_device(s.device)
+    bf16 = configure(device, s.precision, s.deterministic)
+    model, tokenizer, _ = load_checkpoint(checkpoint)
+    model.to(device)
+    data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=("dev", "test"), cache_dir=cache_dir)
+    written = {}
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir(parents=True)
+        for split, tasks in data.items():
+            for task, td in tasks.items():
+                res = predict_task(model, td, tokenizer, s.batch_size, device, lambda: autocast(device, bf16))
+                frame = prediction_frame(task, td, res)
+                frame.to_csv(tmp / f"{task}-{split}.csv", index=False, float_format="%.6g")
+                written[f"{task}-{split}"] = len(frame)
+        if not written:
+            raise MinBertError(f"{data_dir}: no dev or test split for the tasks {model.tasks}; run the prepare stage")
+    return written

@@ -1,0 +1,84 @@
+"""The CS224N default final project's submission files, from an experiment's or ensemble's predictions.
+
+The course's starter code (multitask_classifier.py, `test_model_multitask` in evaluation.py) writes
+six files into predictions/, and prepare_submit.py zips that folder for the leaderboard:
+
+    predictions/{sst,para,sts}-{dev,test}-output.csv
+    header   `id \\t Predicted_Sentiment \\n` (Predicted_Is_Paraphrase, Predicted_Similiary [sic])
+    rows     `<id> , <prediction> \\n`: the id lower-cased and stripped as the starter reads it; SST the
+             class 0-4 (`3`), Quora the rounded sigmoid as a float (`1.0`), STS the score as the
+             float32 the starter holds, printed as a Python float (`3.4567000865936279`)
+
+`write_submission` writes them in the same bytes, in the data files' order, from the pipeline's
+predictions CSVs (the predict or ensemble stage's), and the zip with `./predictions/<file>` entries.
+"""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from minbert.core.errors import MinBertError
+
+HEADERS = {"sst": "Predicted_Sentiment", "para": "Predicted_Is_Paraphrase", "sts": "Predicted_Similiary"}
+SPLITS = ("dev", "test")
+ZIP_NAME = "cs224n_default_final_project_submission.zip"
+
+
+def output_name(task: str, split: str) -> str:
+    return f"{task}-{split}-output.csv"
+
+
+def starter_value(task: str, prediction: float) -> str:
+    """A prediction as the starter's f-string prints the numpy value it holds (a float32 formats as
+    the Python float it widens to: `3.4567000865936279`)."""
+    if task == "sst":
+        return f"{np.int64(round(prediction))}"
+    return f"{np.float32(prediction)}"     # para: sigmoid().round() is a float32 0.0 / 1.0
+
+
+def starter_text(task: str, ids, predictions) -> str:
+    lines = [f"id \t {HEADERS[task]} \n"]
+    lines += [f"{str(i).lower().strip()} , {starter_value(task, float(p))} \n" for i, p in zip(ids, predictions)]
+    return "".join(lines)
+
+
+def predictions_folder(source: str | Path) -> Path:
+    """An experiment's or ensemble's folder, or a predictions folder itself."""
+    p = Path(source)
+    if (p / "predictions").is_dir():
+        return p / "predictions"
+    if p.is_dir() and any(p.glob("*-dev.csv")):
+        return p
+    raise MinBertError(f"{p}: no predictions here; give an experiment's or ensemble's folder (results/experiments/E, "
+                       f"results/ensembles/N) after its predict or ensemble stage ran")
+
+
+def write_submission(source: str | Path, out_dir: str | Path = "predictions", zip_path: str | Path | None = None) -> list[str]:
+    """Write the six files into `out_dir` and the zip (default: beside `out_dir`, the starter's name);
+    returns the paths written."""
+    from minbert.core.io import atomic_path, write_text
+    from minbert.scoring.evaluate import prediction_file, read_predictions
+
+    folder = predictions_folder(source)
+    texts = {}
+    for task in HEADERS:
+        for split in SPLITS:
+            path = prediction_file(folder, task, split)
+            if not path.is_file():
+                raise MinBertError(f"{path}: missing; the submission needs dev and test predictions of sst, para and "
+                                   f"sts (train those tasks and prepare the test splits)")
+            frame = read_predictions(path, task)
+            texts[output_name(task, split)] = starter_text(task, frame["id"], frame["prediction"])
+    out = Path(out_dir)
+    written = []
+    for name, text in texts.items():
+        write_text(out / name, text)
+        written.append(str(out / name))
+    zip_path = Path(zip_path) if zip_path else out.parent / ZIP_NAME
+    with atomic_path(zip_path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zz:
+        for name, text in texts.items():       # a fixed date: the same predictions give the same zip
+            zz.writestr(zipfile.ZipInfo(f"./predictions/{name}", date_time=(1980, 1, 1, 0, 0, 0)), text)
+    written.append(str(zip_path))
+    return written

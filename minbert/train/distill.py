@@ -1,0 +1,108 @@
+"""Knowledge distillation: a teacher's outputs on the training data, and a student that learns from
+them as well as from the gold labels.
+
+- `teach`: the teacher (one experiment's model, or the mean of several: a repeated experiment's
+  seeds or an ensemble's members) predicts every row of the training splits of the distilled tasks:
+  class probabilities for sst and para (their mean over the models: soft targets need
+  probabilities, whatever rule the ensemble uses for its own predictions), a score for sts (mean or
+  median, as the ensemble says). It writes results/teachers/<T>/<task>-train.csv (id and outputs).
+- `attach_teacher`: the student's training rows get their teacher outputs (by id).
+- the loss (minbert.train.losses.distill_loss): (1 - weight) x gold-label loss + weight x loss against the
+  teacher; softened by a temperature for the classification tasks (Hinton et al., 2015).
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from minbert.core.errors import MinBertError
+from minbert.core.io import atomic_path
+from minbert.core.runtime import autocast, configure, pick_device, set_threads
+from minbert.core.tasks import TASKS
+from minbert.params import DistillParams
+from minbert.params.settings import TeachSettings
+from minbert.train.multitask import TaskData, load_checkpoint, load_task_data, predict_task
+
+BATCH_SIZE = 128        # fixed: the outputs are a student's training data, not to change with a speed setting
+
+
+def teacher_columns(task: str) -> list[str]:
+    """What a teacher file holds per row besides its id: probabilities, or a score."""
+    return TASKS[task].prob_columns or ["score"]
+
+
+def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir) -> dict[str, int]:
+    """Write the teacher's outputs on the training splits of `s.tasks`; `models` maps each member
+    to its model file. Returns the rows written per task."""
+    set_threads(s.threads)
+    device = pick_device(s.device)
+    bf16 = configure(device, s.precision, s.deterministic)
+    per_task: dict[str, list[np.ndarray]] = {t: [] for t in s.tasks}
+    ids: dict[str, list[str]] = {}
+    for member in s.members:
+        model, tokenizer, _ = load_checkpoint(models[member])
+        model.to(device)
+        data = load_task_data(data_dir, s.tasks, model.heads_cfg, tokenizer, splits=("train",))["train"]
+        for task in s.tasks:
+            td = data[task]
+            res = predict_task(model, td, tokenizer, BATCH_SIZE, device, lambda: autocast(device, bf16))
+            out = res["probs"] if TASKS[task].prob_columns else res["prediction"]
+            per_task[task].append(np.asarray(out, dtype=np.float64).reshape(len(td), -1))
+            if ids.setdefault(task, td.ids) != td.ids:
+                raise MinBertError(f"{data_dir}: the {task} training rows differ between the teacher's models")
+        del model
+    written = {}
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir(parents=True)
+        for task, outs in per_task.items():
+            stack = np.stack(outs)                              # (models, rows, columns)
+            combined = np.median(stack, 0) if (TASKS[task].kind == "regression" and s.similarity == "median") \
+                else stack.mean(0)
+            frame = pd.DataFrame(combined, columns=teacher_columns(task))
+            frame.insert(0, "id", ids[task])
+            frame.to_csv(tmp / f"{task}-train.csv", index=False, float_format="%.8g")
+            written[task] = len(frame)
+    return written
+
+
+def read_teacher(teacher_dir, task: str) -> pd.DataFrame:
+    from minbert.core.io import read_input
+
+    path = Path(teacher_dir) / f"{task}-train.csv"
+    data = read_input(path, "teacher file")
+    try:
+        frame = pd.read_csv(io.BytesIO(data), dtype={"id": str}, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise MinBertError(f"{path}: not a teacher file ({str(e).splitlines()[0]}); re-run its teach stage") from None
+    columns = teacher_columns(task)
+    if list(frame.columns) != ["id", *columns]:
+        raise MinBertError(f"{path}: columns {list(frame.columns)}, expected {['id', *columns]}; re-run its teach stage")
+    values = frame[columns].apply(pd.to_numeric, errors="coerce")
+    if not np.isfinite(values.to_numpy(dtype=float)).all():
+        raise MinBertError(f"{path}: a teacher output is not a finite number; re-run its teach stage")
+    frame[columns] = values
+    return frame
+
+
+def attach_teacher(train: dict[str, TaskData], teacher_dir, d: DistillParams, tasks: list[str]) -> None:
+    """Give each distilled task's training rows their teacher outputs (`TaskData.soft`, by id)."""
+    for task in tasks:
+        if task not in train:
+            continue
+        frame = read_teacher(teacher_dir, task).set_index("id")
+        missing = [i for i in train[task].ids if i not in frame.index]
+        if missing:
+            raise MinBertError(f"{teacher_dir}/{task}-train.csv: no teacher output for training id '{missing[0]}'; "
+                               f"re-run the teach stage on the same prepared data")
+        values = frame.loc[train[task].ids, teacher_columns(task)].to_numpy(dtype=np.float32)
+        train[task].soft = values if values.shape[1] > 1 else values[:, 0]
+
+
+def distilled_tasks(d: DistillParams, trained: list[str], teacher_dir) -> list[str]:
+    """The student's tasks it distils: those named (default: every trained task the teacher wrote)."""
+    if d.tasks is not None:
+        return [t for t in trained if t in d.tasks]
+    return [t for t in trained if (Path(teacher_dir) / f"{t}-train.csv").exists()]

@@ -1,0 +1,147 @@
+"""From a job's settings (minbert.params.settings) to trained models and prediction files.
+
+The stage CLIs (stages/finetune.py, retrain_heads.py, predict.py) are thin wrappers around these.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from minbert.core.errors import MinBertError
+from minbert.core.runtime import autocast, configure, pick_device, seed_everything, set_threads
+from minbert.core.tasks import TASKS
+from minbert.model.bert import BertModel
+from minbert.model.tokenizer import Tokenizer
+from minbert.model.weights import load_encoder
+from minbert.params.settings import FinetuneSettings, NetworkSettings, RetrainSettings
+from minbert.train.loop import DistInfo, FitResult, fit, init_distributed, shutdown_distributed
+from minbert.train.multitask import MultitaskModel, load_checkpoint, load_task_data
+
+log = logging.getLogger("minbert.train.experiment")
+
+
+def with_dropout(encoder: BertModel, hidden: float | None, attention: float | None = None) -> BertModel:
+    """Override the checkpoint's hidden dropout (the papers' "BERT dropout probability": embeddings
+    and every layer's outputs) and, separately, its attention dropout; None keeps the checkpoint's."""
+    if hidden is not None:
+        encoder.config.hidden_dropout_prob = hidden
+        for m in encoder.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = hidden
+    if attention is not None:
+        encoder.config.attention_probs_dropout_prob = attention
+        for m in encoder.modules():
+            if hasattr(m, "attn_dropout"):
+                m.attn_dropout = attention
+    return encoder
+
+
+def init_prototypes(model: MultitaskModel, train: dict, tokenizer: Tokenizer, device, seed: int, amp) -> None:
+    """Embed a prototypes head's training sentences (per label, seeded; drawn with replacement when a
+    label has fewer) with the frozen encoder, once, before the head trains."""
+    from minbert.train.heads import PrototypeHead
+    from minbert.train.multitask import collate, to_device
+
+    for task, head in model.heads.items():
+        if not isinstance(head, PrototypeHead) or task not in train:
+            continue
+        data, per = train[task], model.heads_cfg.prototypes_per_label
+        rng = np.random.default_rng([seed, 53])
+        picks = []
+        for label in TASKS[task].labels:
+            rows = np.flatnonzero(data.labels == label)
+            if len(rows) == 0:
+                raise MinBertError(f"the {task} training data has no example of label {label} for the prototypes head")
+            picks += rng.choice(rows, per, replace=len(rows) < per).tolist()
+        model.to(device).eval()
+        with torch.no_grad(), amp():
+            embs = [model.embed(to_device(collate(data, picks[i:i + 64], tokenizer), device), task=task).float()
+                    for i in range(0, len(picks), 64)]
+        head.set_prototypes(torch.cat(embs), torch.tensor(data.labels[picks], dtype=torch.float32))
+
+
+def runtime_setup(s: NetworkSettings) -> tuple[torch.device, DistInfo, bool]:
+    """The device, the process group under torchrun, and whether bf16 autocast is on."""
+    set_threads(s.threads)
+    dist_info, dist_device = init_distributed(s.device)
+    device = dist_device or pick_device(s.device)
+    return device, dist_info, configure(device, s.precision, s.deterministic)
+
+
+def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: str | None = None, state_dir=None,
+                        description: dict | None = None, cache_dir=None, resume: bool = True,
+                        stop_after_epochs: int | None = None, name: str = "", evaluate_first: bool = False,
+                        stage: str = "finetune", teacher_dir=None) -> FitResult:
+    """Multi-task fine-tuning from `start_model` (default: the settings' model), with a teacher's
+    outputs on the training data (`teacher_dir`) when it distils; writes out_dir/{model.pt,history.csv}
+    when finished (see minbert.train.loop.fit for the state folder)."""
+    device, dist_info, bf16 = runtime_setup(s)
+    cfg = s.finetune
+    encoder, _, folder = load_encoder(start_model or s.model)
+    with_dropout(encoder, cfg.hidden_dropout, cfg.attention_dropout)
+    encoder.gradient_checkpointing = cfg.gradient_checkpointing
+    tokenizer = Tokenizer(folder, s.max_length)
+    data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
+                          cache_dir=cache_dir)
+    if cfg.distill is not None:
+        from minbert.train.distill import attach_teacher, distilled_tasks
+
+        if teacher_dir is None:
+            raise MinBertError(f"{name or 'the experiment'} distils from '{cfg.distill.teacher}': its teacher's "
+                               f"outputs are needed (run the teach stage first)")
+        attach_teacher(data["train"], teacher_dir, cfg.distill, distilled_tasks(cfg.distill, cfg.tasks, teacher_dir))
+    seed_everything(s.seed)  # the heads' initialisation and dropout depend on it
+    model = MultitaskModel(encoder, cfg.heads, cfg.tasks)
+    if cfg.freeze_encoder:
+        init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, bf16))
+    if dist_info.main:
+        log.info("%s of %s on %s: %s", stage, name or "an experiment", device,
+                 ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
+    try:
+        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed,
+                   device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
+                   resume=resume, stop_after_epochs=stop_after_epochs, evaluate_first=evaluate_first,
+                   checkpoint_extra={"experiment": name, "stage": stage})
+    finally:
+        shutdown_distributed()
+
+
+def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir, out_dir, *, state_dir=None,
+                             description: dict | None = None, cache_dir=None, resume: bool = True,
+                             name: str = "") -> FitResult:
+    """Head retraining: the fine-tuned encoder frozen, the heads of the retrained tasks
+    re-initialised (added when the fine-tuned model lacks them) and trained; the other heads kept
+    as they are, frozen."""
+    device, dist_info, bf16 = runtime_setup(s)
+    model, tokenizer, _ = load_checkpoint(finetuned)
+    cfg = s.train
+    data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
+                          cache_dir=cache_dir)
+    seed_everything(s.seed + 1)
+    model.add_tasks(cfg.tasks)
+    model.reset_heads(cfg.tasks)
+    kept = [t for t in model.tasks if t not in cfg.tasks]
+    for task in kept:
+        for p in list(model.heads[task].parameters()) + (list(model.branches[task].parameters())
+                                                          if task in model.branches else []):
+            p.requires_grad_(False)
+    if model.shared is not None and set(model.heads_cfg.shared.tasks) & set(kept):
+        for p in model.shared.parameters():
+            p.requires_grad_(False)
+    init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, bf16))
+    try:
+        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed + 1,
+                   device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
+                   resume=resume, checkpoint_extra={"experiment": name, "stage": "retrain_heads"})
+    finally:
+        shutdown_distributed()
+
+
+def model_for_pretraining(folder: str | Path) -> str:
+    """The pretrained model folder an experiment starts from, checked."""
+    if not (Path(folder) / "config.json").is_file():
+        raise MinBertError(f"{folder}: pretrained model not found; run `python -m stages.pretrain` first")
+    return str(folder)

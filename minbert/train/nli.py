@@ -1,0 +1,88 @@
+"""NLI pretraining of sentence embeddings: triplets from SNLI/MNLI and the three objectives.
+
+- regression: cosine similarity of the two sentence embeddings against 1 / 0.5 / 0 for
+  entailment / neutral / contradiction, mean squared error (like an STS cosine head);
+- contrastive: supervised SimCSE (Gao et al., 2021) on triplets (premise, entailment,
+  contradiction): each premise must pick its own entailment among every entailment and
+  contradiction of the batch (in-batch negatives plus the hard negative), cosine / temperature;
+- triplet: SBERT's triplet loss (Reimers and Gurevych, 2019),
+  max(||a - p|| - ||a - n|| + margin, 0) with Euclidean distance, margin 1.
+
+Sentences are embedded separately (a bi-encoder) and pooled by `pooling`: "mean" over the
+non-padding tokens, as SBERT does (the default), or the [CLS] hidden state.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from minbert.core.errors import MinBertError
+from minbert.model.bert import BertModel, mean_pool
+
+LABEL_TARGET = {"entailment": 1.0, "neutral": 0.5, "contradiction": 0.0}
+
+
+# ---------------------------------------------------------------- data
+
+def build_triplets(frame: pd.DataFrame, source: str = "nli") -> pd.DataFrame:
+    """(anchor, positive, negative) rows from NLI pairs sharing a premise.
+
+    Rows are grouped by `group` (SNLI captionID / MNLI promptID) and premise text; within a
+    group the k-th entailment is paired with the k-th contradiction (file order), so no
+    hypothesis is used twice and groups lacking either kind give no triplet.
+    """
+    for col in ("group", "sentence1", "sentence2", "label"):
+        if col not in frame.columns:
+            raise MinBertError(f"{source}: column '{col}' is missing; NLI data needs id, group, "
+                               "sentence1, sentence2, label (run the prepare stage)")
+    rows = []
+    for (group, premise), g in frame.groupby(["group", "sentence1"], sort=False):
+        entail = g.loc[g["label"] == "entailment", "sentence2"].tolist()
+        contra = g.loc[g["label"] == "contradiction", "sentence2"].tolist()
+        rows += [(group, premise, p, n) for p, n in zip(entail, contra)]
+    return pd.DataFrame(rows, columns=["group", "anchor", "positive", "negative"])
+
+
+def regression_targets(labels, source: str = "nli") -> torch.Tensor:
+    try:
+        return torch.tensor([LABEL_TARGET[str(x)] for x in labels], dtype=torch.float)
+    except KeyError as e:
+        raise MinBertError(f"{source}: label {e.args[0]!r} is not entailment, neutral or contradiction") from None
+
+
+# ---------------------------------------------------------------- embeddings
+
+def embed(encoder: BertModel, batch: dict[str, torch.Tensor], pooling: str = "mean") -> torch.Tensor:
+    """Sentence embeddings (B, H) of a padded batch of single sentences."""
+    hidden, _ = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                        padded=batch.get("padded"), token_index=batch.get("token_index"))
+    if pooling == "mean":
+        return mean_pool(hidden, batch["attention_mask"])
+    if pooling == "cls":
+        return hidden[:, 0]
+    raise ValueError(f"unknown pooling {pooling!r}")
+
+
+# ---------------------------------------------------------------- objectives
+
+def regression_loss(u: torch.Tensor, v: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """MSE between cos(u, v) and the label's target similarity. u, v: (B, H); target: (B,)."""
+    return F.mse_loss(F.cosine_similarity(u.float(), v.float(), dim=-1), target.float())
+
+
+def contrastive_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor,
+                     temperature: float = 0.05) -> torch.Tensor:
+    """Supervised SimCSE: -log softmax over [all positives; all negatives] at the own positive."""
+    a = F.normalize(anchor.float(), dim=-1)
+    candidates = F.normalize(torch.cat([positive, negative]).float(), dim=-1)   # (2B, H)
+    logits = a @ candidates.T / temperature                                       # (B, 2B)
+    return F.cross_entropy(logits, torch.arange(len(a), device=a.device))
+
+
+def triplet_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor,
+                 margin: float = 1.0) -> torch.Tensor:
+    """SBERT triplet loss with Euclidean distance, averaged over the batch."""
+    d_pos = torch.linalg.vector_norm(anchor.float() - positive.float(), dim=-1)
+    d_neg = torch.linalg.vector_norm(anchor.float() - negative.float(), dim=-1)
+    return F.relu(d_pos - d_neg + margin).mean()

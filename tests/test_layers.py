@@ -1,0 +1,104 @@
+"""The package's layers: imports point down, and each job's code is what its stage runs.
+
+minbert's subpackages follow the data flow, one layer each (bottom first): core, params, model,
+data, train, scoring, share, pipeline, report, then the front doors (api, cli); the stages
+(stages/) and the engines (workflow/) stand on top. A job's code (what its fingerprint covers) is
+the import closure of its stage module, so the layering is what keeps an edit from re-running jobs
+that never run the edited file.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from minbert.pipeline import plan
+from workflow import dag
+
+REPO = Path(__file__).resolve().parents[1]
+LAYERS = ["core", "params", "model", "data", "train", "scoring", "share", "pipeline", "report", "api", "cli"]
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1]
+
+
+def _project_imports(path: Path, module: str) -> set[str]:
+    return {m for m in plan._imports(ast.parse(path.read_text()), module, path.name == "__init__.py")
+            if m.startswith("minbert.") and plan._module_file(m, plan._package_roots()) is not None}
+
+
+def _modules():
+    for path in sorted((REPO / "minbert").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if module != "minbert":
+            yield path, module
+
+
+def test_every_module_belongs_to_a_layer():
+    assert {_layer(m) for _, m in _modules()} == set(LAYERS)
+
+
+def test_imports_point_down_the_layers():
+    upward = []
+    for path, module in _modules():
+        for target in _project_imports(path, module):
+            if LAYERS.index(_layer(target)) > LAYERS.index(_layer(module)):
+                upward.append(f"{module} imports {target}")
+    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(upward))
+
+
+def test_stages_and_engines_import_only_minbert_and_themselves():
+    for folder in ("stages", "workflow"):
+        for path in (REPO / folder).glob("*.py"):
+            module = f"{folder}.{path.stem}"
+            targets = plan._imports(ast.parse(path.read_text()), module, path.name == "__init__.py")
+            other = {"stages", "workflow"} - {folder, "stages" if folder == "workflow" else ""}
+            assert not {t for t in targets if t.split(".")[0] in other}, module
+
+
+# ---------------------------------------------------------------- each job's code
+
+@pytest.fixture(scope="module")
+def demo_jobs(repo_root):
+    with dag._in(repo_root):
+        jobs = plan.pipeline("params.yaml")
+        return {j.id: set(plan.code_closure(j.module)) for j in jobs}
+
+
+def _running(jobs: dict[str, set], path: str) -> set[str]:
+    """The jobs whose description (their code) changes when `path` is edited."""
+    return {job for job, code in jobs.items() if path in code}
+
+
+def _of(jobs, *stages) -> set[str]:
+    return {j for j in jobs if j.split("@")[0] in stages}
+
+
+def test_prepare_and_evaluate_run_no_model_and_no_training(demo_jobs):
+    for job in ("prepare", *_of(demo_jobs, "evaluate")):
+        assert not {p for p in demo_jobs[job] if p.startswith(("minbert/train/", "minbert/model/"))}, job
+        assert "minbert/report/render.py" not in demo_jobs[job], job
+
+
+def test_a_batch_sampler_edit_reruns_the_training_jobs_only(demo_jobs):
+    training = _of(demo_jobs, "pretrain", "finetune", "retrain_heads")
+    assert training and _running(demo_jobs, "minbert/train/sampler.py") == training
+    assert _running(demo_jobs, "minbert/train/schedules.py") == _of(demo_jobs, "finetune", "pretrain", "retrain_heads")
+
+
+def test_a_report_edit_reruns_the_report_only(demo_jobs):
+    for path in ("minbert/report/plots.py", "minbert/report/tables.py", "minbert/report/templates/final.html.j2"):
+        assert _running(demo_jobs, path) == {"report"}, path
+
+
+def test_the_planner_is_in_no_job_and_preparation_only_in_prepare(demo_jobs):
+    # what the planner decides is each job's description itself (settings, reads)
+    assert _running(demo_jobs, "minbert/pipeline/plan.py") == set()
+    assert _running(demo_jobs, "minbert/data/prepare.py") == {"prepare"}
+    assert _running(demo_jobs, "minbert/data/demo.py") == set()
+    # prediction runs the model, not the training loop
+    for job in _of(demo_jobs, "predict"):
+        assert "minbert/train/multitask.py" in demo_jobs[job] and "minbert/train/loop.py" not in demo_jobs[job]
