@@ -83,6 +83,9 @@ EDITS = {
     # the export's own settings and code re-run the export alone (and the report, which shows the params)
     "export license": ("params", (("export", "license"), "mit"), {"export@c", "report"}, {"export@c", "report"}),
     "export code": ("code", "minbert/share/export.py", {"export@c"}, {"export@c"}),
+    # the batch sampler is run by the training jobs only (not prepare, predict, evaluate or the report)
+    "batch sampler code": ("code", "minbert/train/sampler.py", {"pretrain@pf"} | chain(*EVERY_EXPERIMENT),
+                           {"pretrain@pf"} | {f"finetune@{e}" for e in EVERY_EXPERIMENT}),
 }
 # DVC re-runs for real (each a repro and its undo): the edits that differ in kind; an experiment's
 # own lr is run for real under DVC by test_dvc_experiments_and_revisions_compare

@@ -148,7 +148,8 @@ def test_different_ids_are_refused():
 
 def test_unlabelled_rows_are_left_out():
     frame = pd.DataFrame({"id": ["a", "b", "c", "d"], "label": [1, 0, None, 1], "prediction": [1, 1, 0, 1]})
-    value, iv = stats.metric_interval("para", frame)
+    est = stats.task_estimate("para", stats.Sample.of(frame))
+    value, iv = est.value, est.interval()
     assert value == pytest.approx(2 / 3) and 0 <= iv.low <= value <= iv.high <= 1
 
 

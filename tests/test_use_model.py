@@ -273,7 +273,7 @@ def test_a_cross_encoder_head_loads_as_a_cross_encoder_and_others_through_the_ap
 
 def test_the_model_card_holds_metadata_scores_with_intervals_and_provenance(trained):
     from minbert.scoring.evaluate import read_predictions
-    from minbert.scoring.stats import metric_interval
+    from minbert.scoring.stats import Sample, task_estimate
 
     text = (trained / "exports" / "bi" / "README.md").read_text()
     assert text.startswith("---\n")
@@ -283,7 +283,8 @@ def test_the_model_card_holds_metadata_scores_with_intervals_and_provenance(trai
     assert {r["dataset"]["type"] for r in results} == {"sst", "para", "sts"}
     for task in ("sst", "para", "sts"):
         frame = read_predictions(trained / "experiments" / "bi" / "predictions" / f"{task}-dev.csv", task)
-        value, iv = metric_interval(task, frame)
+        est = task_estimate(task, Sample.of(frame))
+        value, iv = est.value, est.interval()
         assert f"| {value:.4f} | [{iv.low:.4f}, {iv.high:.4f}] | {len(frame)} |" in text
     record = json.loads((trained / "runs" / "finetune" / "bi.json").read_text())
     export_record = json.loads((trained / "runs" / "export" / "bi.json").read_text())

@@ -222,13 +222,6 @@ def task_estimate(task: str, sample: Sample, resamples: int = RESAMPLES, seed: i
     return task_estimates(task, {"run": sample}, resamples, seed)["run"]
 
 
-def metric_interval(task: str, frame, resamples: int = RESAMPLES, seed: int = SEED,
-                    confidence: float = CONFIDENCE) -> tuple[float, Interval]:
-    """The metric of a predictions frame and its percentile bootstrap interval."""
-    est = task_estimate(task, Sample.of(frame), resamples, seed)
-    return est.value, est.interval(confidence)
-
-
 def paired_difference(task: str, frame_a, frame_b, resamples: int = RESAMPLES, seed: int = SEED) -> Estimate:
     """The metric of run a minus run b on the same examples, with its paired bootstrap replicates.
     Rows are matched by `id`; different ids are an error."""

@@ -1,4 +1,5 @@
-"""A length-bucketed batch sampler that cuts padding (and shares its batches among DDP ranks)."""
+"""A length-bucketed batch sampler that cuts padding. (Under DDP every rank takes its slice of
+each global batch: minbert.train.loop.)"""
 from __future__ import annotations
 
 import math
@@ -13,22 +14,14 @@ class BucketBatchSampler(Sampler):
     With `shuffle`, each epoch permutes the examples (seeded by seed + epoch), sorts them by
     length within pools of `pool_batches` batches, cuts the pools into batches and shuffles the
     batch order: similar lengths together, yet different batches every epoch. Without `shuffle`,
-    batches follow the length order (deterministic; for prediction).
-
-    With num_replicas > 1 (DDP) every rank yields a disjoint share of the same batch list; the
-    list is padded by repeating its first batches (or cut, with drop_last) so all ranks yield the
-    same number of batches.
+    batches follow the length order (deterministic; for dev losses).
     """
 
-    def __init__(self, lengths, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 num_replicas: int = 1, rank: int = 0, drop_last: bool = False, pool_batches: int = 50):
+    def __init__(self, lengths, batch_size: int, shuffle: bool = True, seed: int = 0, pool_batches: int = 50):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.batch_size, self.shuffle, self.seed = int(batch_size), shuffle, int(seed)
-        self.num_replicas, self.rank, self.drop_last = int(num_replicas), int(rank), drop_last
         self.pool_batches = max(1, int(pool_batches))
         self.epoch = 0
 
@@ -47,29 +40,13 @@ class BucketBatchSampler(Sampler):
         else:
             order = np.argsort(self.lengths, kind="stable")
         batches = [order[i:i + bs].tolist() for i in range(0, n, bs)]
-        if self.drop_last and batches and len(batches[-1]) < bs:
-            batches.pop()
         if self.shuffle:
             perm = np.random.default_rng(self.seed + self.epoch + 1_000_003).permutation(len(batches))
             batches = [batches[i] for i in perm]
         return batches
 
-    def _per_rank(self, n_batches: int) -> int:
-        if self.drop_last:
-            return n_batches // self.num_replicas
-        return math.ceil(n_batches / self.num_replicas)
-
     def __iter__(self):
-        batches = self._all_batches()
-        per_rank = self._per_rank(len(batches))
-        total = per_rank * self.num_replicas
-        if total > len(batches):   # pad by repeating, as torch's DistributedSampler does
-            batches = (batches * math.ceil(total / max(1, len(batches))))[:total]
-        else:
-            batches = batches[:total]
-        yield from batches[self.rank:total:self.num_replicas]
+        yield from self._all_batches()
 
     def __len__(self) -> int:
-        n = len(self.lengths)
-        n_batches = n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
-        return self._per_rank(n_batches)
+        return math.ceil(len(self.lengths) / self.batch_size)
