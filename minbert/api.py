@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from minbert.core.errors import MinBertError
+from minbert.core.layout import MODEL_FILE, TRAINING_STAGES, Layout
 from minbert.core.tasks import TASKS
 
 EXPORT_MANIFEST = "minbert.json"     # what marks an export folder (minbert.share.export)
@@ -32,15 +33,16 @@ def model_file(path: str | Path) -> Path:
     record says which training stage), else retrain_heads/model.pt when present, else finetune/model.pt."""
     folder = Path(path)
     candidates = []
-    record = folder.parent.parent / "runs" / "predict" / f"{folder.name}.json"
+    # an experiment folder sits in <results>/experiments/, its predict record in <results>/runs/
+    record = Path(Layout(str(folder.parent.parent)).run_record("predict", folder.name))
     try:
         candidates.append(json.loads(record.read_text(encoding="utf-8"))["description"]["settings"]["model_stage"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    candidates += ["retrain_heads", "finetune"]
+    candidates += list(reversed(TRAINING_STAGES))
     for stage in candidates:
-        if (folder / stage / "model.pt").is_file():
-            return folder / stage / "model.pt"
+        if (folder / stage / MODEL_FILE).is_file():
+            return folder / stage / MODEL_FILE
     raise MinBertError(f"{folder}: no trained model (finetune/model.pt) in this experiment folder; run its "
                        f"finetune stage first (snakemake --cores all {folder}/finetune/model.pt)")
 

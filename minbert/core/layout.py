@@ -34,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TRAINING_STAGES = ("finetune", "retrain_heads")
+MODEL_FILE, HISTORY_FILE = "model.pt", "history.csv"     # in a training stage's folder
+STATE_FILE, BEST_STATE_FILE = "last.pt", "best.pt"       # in a running job's state folder
 SPLITS = ("train", "dev", "test")
 PREDICTED_SPLITS = ("dev", "test")
 
@@ -80,10 +82,10 @@ class Layout:
         return f"{self.experiment(name)}/{stage}"
 
     def model(self, name: str, stage: str) -> str:
-        return f"{self.training(name, stage)}/model.pt"
+        return f"{self.training(name, stage)}/{MODEL_FILE}"
 
     def history(self, name: str, stage: str) -> str:
-        return f"{self.training(name, stage)}/history.csv"
+        return f"{self.training(name, stage)}/{HISTORY_FILE}"
 
     def predictions(self, name: str) -> str:
         return f"{self.experiment(name)}/predictions"

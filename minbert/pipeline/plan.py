@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minbert.core.layout import PREDICTED_SPLITS, Layout, prediction_file
+from minbert.core.layout import MODEL_FILE, PREDICTED_SPLITS, Layout, prediction_file
 from minbert.core.provenance import canonical, file_hash, path_hash
 from minbert.core.tasks import TASKS
 from minbert.params import LoadedParams, load_params, model_tasks, shared_tasks
@@ -171,7 +171,7 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
             _predictions(L.ensemble_predictions(name), tasks), [L.ensemble_metrics(name)], args=["--name", name])
 
     # the report reads every earlier output but the models (minbert.report.data loads them by the layout)
-    reads = [o for j in out for o in j.outputs if not o.endswith(("/model.pt", "/model"))]
+    reads = [o for j in out for o in j.outputs if not o.endswith((f"/{MODEL_FILE}", "/model"))]
     add("report", None, S.report_settings(lp), reads, [L.final_report, L.experiment_reports], [L.summary_metrics])
 
     for name in lp.params.export.experiments:   # after the report, which never reads them
