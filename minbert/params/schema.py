@@ -156,12 +156,17 @@ class HeadsParams(Strict):
         False, description="pair tasks read both sentence orders: each training pair is fed as `(a, b)` or "
                            "`(b, a)`, drawn per pair and batch from the seed (so a re-run and a resumed run swap "
                            "the same pairs); at evaluation and prediction the output is the mean of the outputs "
-                           "for `(a, b)` and `(b, a)` (twice the pair tasks' prediction cost)")
+                           "for `(a, b)` and `(b, a)` (twice the pair tasks' prediction cost). Paraphrase and similarity "
+                           "are symmetric relations; a cross-encoder and the `concat*` heads are not symmetric "
+                           "functions of the pair, so this is both augmentation and test-time averaging")
     hybrid: list[Literal[PAIR_TASKS]] = Field(
         [], description="pair tasks (`para`, `sts`, each once; the head must be a bi-encoder kind) that also get "
                         "a cross-encoder term: the encoder reads each sentence alone and the pair as `[CLS] a "
-                        "[SEP] b [SEP]`, and the output is the bi-encoder head's plus a linear map of the "
-                        "cross-encoded pooled vector (one model, both views of the pair)")
+                        "[SEP] b [SEP]` (3 rows per pair in one batch; padding costs only attention), and the output "
+                        "is the bi-encoder head's plus a linear map of the cross-encoded pooled vector. One model "
+                        "with both views of the pair; with all-MiniLM-L6-v2 on the CS224N data it trained at half "
+                        "the bi-encoder's speed and scored below both the cross-encoder and the bi-encoder models "
+                        "(docs/results.md)")
 
     @model_validator(mode="after")
     def _hybrid_needs_bi_head(self):
