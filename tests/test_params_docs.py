@@ -16,12 +16,12 @@ from minbert.params import (
     ExperimentParams,
     Params,
     check_params,
+    docs,
     expand,
     parse_params,
     read_yaml,
     validate_params,
 )
-from minbert.params import docs
 
 REPO = Path(__file__).resolve().parents[1]
 CATALOGUES = ["params.yaml", "params/full.yaml", "params/minilm.yaml", "params/reproduce.yaml"]
@@ -200,3 +200,18 @@ def test_a_bad_catalogue_still_gives_its_one_line_error(settings, expected):
         validate_params(raw)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("params.yaml: ") and expected in msg, msg
+
+
+def test_the_package_imports_point_one_way():
+    """messages <- schema <- catalogue, validate (neither imports the other) <- load <- the rest."""
+    import ast
+
+    rank = {"messages": 0, "schema": 1, "catalogue": 2, "validate": 2, "load": 3}
+    for path in sorted((REPO / "minbert/params").glob("*.py")):
+        own = rank.get(path.stem, 4)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minbert."):
+                target = node.module.split(".")
+                assert target[1] in ("core", "params"), f"{path.name} imports {node.module}"
+                if target[1] == "params" and len(target) > 2 and path.stem != "__init__":
+                    assert rank.get(target[2], 4) < own, f"{path.name} imports {node.module}"

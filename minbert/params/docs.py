@@ -115,8 +115,7 @@ def json_schema() -> dict:
     schema["$defs"] = defs
     props = schema["properties"]
     props["base"] = {"$ref": "#/$defs/ExperimentParams", "description": props["base"]["description"]}
-    props["experiments"]["additionalProperties"] = {"anyOf": [{"$ref": "#/$defs/ExperimentParams"},
-                                                              {"type": "null"}]}
+    props["experiments"]["additionalProperties"] = {"$ref": "#/$defs/ExperimentParams"}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 

@@ -25,7 +25,14 @@ import copy
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import DEFAULT_TASKS, PAIR_TASKS, TASK_NAMES, TASKS, TaskName
@@ -132,8 +139,8 @@ class HeadsParams(Strict):
     sts_loss: Literal["mse", "pearson", "mse+pearson"] = Field(
         "mse", description="`mse`, `pearson` (1 - Pearson r over the batch) or `mse+pearson` (their sum)")
     cosine_target: Literal["0_1", "-1_1"] = Field(
-        "0_1", description="how STS labels are scaled for a `cosine` head: [0, 1] or `-1_1` for [-1, 1] (every other "
-                           "head, `cosine_linear` included: [0, 1])")
+        "0_1", description="how STS labels are scaled for a `cosine` head: [0, 1] or `-1_1` for [-1, 1] (every "
+                           "other head, `cosine_linear` included: [0, 1])")
     cosine_affine: bool = Field(
         True, description="`cosine` and `cosine_linear` heads learn a scale `a` and shift `b` of the cosine (para "
                           "starts at `a = 10, b = -7.5`, so a cosine of 0.75 is p 0.5; sts at 1 and 0); false: the "
@@ -156,17 +163,17 @@ class HeadsParams(Strict):
         False, description="pair tasks read both sentence orders: each training pair is fed as `(a, b)` or "
                            "`(b, a)`, drawn per pair and batch from the seed (so a re-run and a resumed run swap "
                            "the same pairs); at evaluation and prediction the output is the mean of the outputs "
-                           "for `(a, b)` and `(b, a)` (twice the pair tasks' prediction cost). Paraphrase and similarity "
-                           "are symmetric relations; a cross-encoder and the `concat*` heads are not symmetric "
-                           "functions of the pair, so this is both augmentation and test-time averaging")
+                           "for `(a, b)` and `(b, a)` (twice the pair tasks' prediction cost). Paraphrase and "
+                           "similarity are symmetric relations; a cross-encoder and the `concat*` heads are not "
+                           "symmetric functions of the pair, so this is both augmentation and test-time averaging")
     hybrid: list[Literal[PAIR_TASKS]] = Field(
         [], description="pair tasks (`para`, `sts`, each once; the head must be a bi-encoder kind) that also get "
                         "a cross-encoder term: the encoder reads each sentence alone and the pair as `[CLS] a "
-                        "[SEP] b [SEP]` (3 rows per pair in one batch; padding costs only attention), and the output "
-                        "is the bi-encoder head's plus a linear map of the cross-encoded pooled vector. One model "
-                        "with both views of the pair; with all-MiniLM-L6-v2 on the CS224N data it trained at half "
-                        "the bi-encoder's speed and scored below both the cross-encoder and the bi-encoder models "
-                        "(docs/results.md)")
+                        "[SEP] b [SEP]` (3 rows per pair in one batch; padding costs only attention), and the "
+                        "output is the bi-encoder head's plus a linear map of the cross-encoded pooled vector. One "
+                        "model with both views of the pair; with all-MiniLM-L6-v2 on the CS224N data it trained at "
+                        "half the bi-encoder's speed and scored below both the cross-encoder and the bi-encoder "
+                        "models (docs/results.md)")
 
     @model_validator(mode="after")
     def _hybrid_needs_bi_head(self):
@@ -380,8 +387,8 @@ class ExperimentParams(Strict):
         1, description="run the experiment with several seeds, each a job of its own named <name>.seed<seed>: N "
                        "seeds (seed, seed + 1, ...) or the list of seeds; studies show the mean and spread over "
                        "them")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="`auto` (CUDA when there is a GPU), `cpu` or "
-                                                                       "`cuda`")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="`auto` (CUDA when there is a GPU), `cpu` or `cuda`")
     precision: Literal["auto", "bf16", "fp32"] = Field(
         "auto", description="auto: bf16 autocast where bf16 is native (CUDA GPUs from Ampere on, CPUs with "
                             "avx512_bf16 / amx_bf16), float32 elsewhere; bf16 / fp32: that precision on every "
@@ -395,8 +402,8 @@ class ExperimentParams(Strict):
     pretrain: str | None = Field(None, description="start from this pretraining's output (a name in "
                                                    "`pretrainings`); null: from `model`")
     finetune: FinetuneParams = Field(FinetuneParams(), description="multi-task fine-tuning (docs/finetuning.md)")
-    retrain_heads: RetrainHeadsParams = Field(RetrainHeadsParams(), description="a second stage that trains heads "
-                                                                                "over the frozen fine-tuned encoder")
+    retrain_heads: RetrainHeadsParams = Field(
+        RetrainHeadsParams(), description="a second stage that trains heads over the frozen fine-tuned encoder")
     predict_batch_size: int = Field(128, ge=1, description="batch size of the dev and test predictions")
     description: str = Field("", description="a sentence on the experiment, for the report and the model card")
     template: bool = Field(False, description="only the base of a study's grid: not run itself")
@@ -574,8 +581,8 @@ class StudyParams(Strict):
 class ReportParams(Strict):
     """The report's settings (docs/report.md)."""
     title: str = Field("Multi-task minBERT", description="the report's title")
-    worst_k: int = Field(10, ge=1, description="how many of the worst-predicted dev examples each experiment's page "
-                                               "lists per task")
+    worst_k: int = Field(10, ge=1, description="how many of the worst-predicted dev examples each experiment's "
+                                               "page lists per task")
 
 
 class ExportParams(Strict):
