@@ -215,3 +215,8 @@ def test_the_package_imports_point_one_way():
                 assert target[1] in ("core", "params"), f"{path.name} imports {node.module}"
                 if target[1] == "params" and len(target) > 2 and path.stem != "__init__":
                     assert rank.get(target[2], 4) < own, f"{path.name} imports {node.module}"
+
+
+def test_an_unknown_table_marker_is_a_one_line_error():
+    with pytest.raises(MinBertError, match=r"docs/finetuning.md: unknown key table 'finetun' .*finetune, heads"):
+        docs.render_doc("<!-- keys: finetun -->\n<!-- /keys -->\n", "docs/finetuning.md")

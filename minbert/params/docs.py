@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from minbert.core.errors import MinBertError
 from minbert.params.schema import (
     DistillParams,
     ExperimentParams,
@@ -95,7 +96,8 @@ def render_doc(text: str, path: str) -> str:
         name = m.group("name")
         if name not in TABLES or TABLES[name][0] != path:
             known = [n for n, (p, _, _) in TABLES.items() if p == path]
-            raise SystemExit(f"{path}: unknown key table '{name}' (this file's: {', '.join(known)})")
+            raise MinBertError(f"{path}: unknown key table '{name}' in a `<!-- keys: NAME -->` marker; this "
+                               f"file's tables are {', '.join(known)}")
         _, model, flatten = TABLES[name]
         return m.group(1) + table(model, flatten) + m.group(4)
 
@@ -133,8 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is out of date")
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2]), help="the repository root")
     args = ap.parse_args(argv)
+    try:
+        generated = outputs(Path(args.root))
+    except MinBertError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     stale = []
-    for path, text in outputs(Path(args.root)).items():
+    for path, text in generated.items():
         if not path.is_file() or path.read_text() != text:
             stale.append(path)
             if not args.check:
