@@ -11,20 +11,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from minbert.core.tasks import TASKS
-from minbert.params import (
+from minbert.params.catalogue import LoadedParams
+from minbert.params.schema import (
     DataParams,
     Downsample,
     EnsembleParams,
     ExperimentParams,
     FinetuneParams,
-    LoadedParams,
     PretrainParams,
     SmartParams,
     Strict,
     deep_merge,
-    shared_tasks,
-    teacher_members,
 )
+from minbert.params.validate import shared_tasks, teacher_members
 
 Device = Literal["auto", "cpu", "cuda"]
 

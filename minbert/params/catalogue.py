@@ -1,0 +1,217 @@
+"""A catalogue's experiments as they run: study grids become experiments, repeated experiments
+become one experiment per seed, and the names that stand for several runs (an ensemble's or an
+export's repeated experiment, a paper row's `best_of` study) are replaced by those runs.
+
+The expansion builds new objects and leaves the parsed params as they were; it refuses only what
+it cannot build (a grid over an unknown experiment, a generated name that is taken or not a valid
+file name). The cross-section checks of the result are minbert.params.validate's.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+from typing import Any
+
+from minbert.core.errors import MinBertError
+from minbert.params.messages import close
+from minbert.params.schema import (
+    EnsembleParams,
+    ExperimentParams,
+    Params,
+    PretrainParams,
+    StudyParams,
+    check_name,
+    deep_merge,
+    resolve_experiment,
+)
+
+
+def seeds_of(exp: ExperimentParams, study_repeats: int | None = None) -> list[int] | None:
+    """The seeds of a repeated experiment (its own `repeats`, else its studies'); None when it runs once."""
+    rep = exp.repeats if exp.repeats != 1 else (study_repeats or 1)
+    if isinstance(rep, list):
+        return list(dict.fromkeys(rep))
+    return [exp.seed + k for k in range(rep)] if rep > 1 else None
+
+
+def seed_name(name: str, seed: int) -> str:
+    return f"{name}.seed{seed}"
+
+
+def _value_name(v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _nested(key: str, value) -> dict:
+    out: Any = value
+    for part in reversed(key.split(".")):
+        out = {part: out}
+    return out
+
+
+def grid_cells(study: StudyParams) -> list[tuple[str, dict[str, Any]]]:
+    """A grid's cells: (experiment name, {axis name: value}), the first axis varying slowest."""
+    axes = study.grid.axes
+    return [(study.name + "".join(f".{a.name}{_value_name(v)}" for a, v in zip(axes, values)),
+             {a.name: v for a, v in zip(axes, values)}) for values in itertools.product(*(a.values for a in axes))]
+
+
+def expand_grids(params: Params, where: str) -> tuple[dict[str, dict], list[list[str]], dict[str, list]]:
+    """Every grid cell as an experiment (the grid's experiment with the cell's settings) and as a
+    row of its study: (experiments with the cells added, each study's rows, {study: its cells})."""
+    experiments = dict(params.experiments)
+    rows = [list(st.experiments) for st in params.studies]
+    grids = {}
+    for i, st in enumerate(params.studies):
+        if st.grid is None:
+            continue
+        template = st.grid.experiment
+        if template not in params.experiments:
+            raise MinBertError(f"{where}: key 'studies[{i}].grid.experiment' (study '{st.name}'): unknown experiment "
+                               f"'{template}'{close(template, params.experiments)}")
+        cells = grid_cells(st)
+        labels = [a.name for a in st.grid.axes]
+        if len(set(labels)) != len(labels):
+            raise MinBertError(f"{where}: key 'studies[{i}].grid.axes' (study '{st.name}'): two axes are named "
+                               f"'{labels[0]}'; give them labels")
+        for name, values in cells:
+            check_name(name, where, f"grid cell (study '{st.name}')")
+            if name in experiments:
+                raise MinBertError(f"{where}: key 'studies[{i}].grid' (study '{st.name}'): its cell '{name}' is also "
+                                   f"an experiment of params.yaml; rename one of them")
+            overrides = copy.deepcopy(params.experiments[template] or {})
+            for axis in st.grid.axes:
+                overrides = deep_merge(overrides, _nested(axis.key, values[axis.name]))
+            what = ", ".join(f"{k} {_value_name(v)}" for k, v in values.items())
+            overrides["description"] = f"{overrides.get('description') or template} ({what})"
+            overrides["template"] = False
+            experiments[name] = overrides
+        rows[i] = rows[i] + [n for n, _ in cells if n not in rows[i]]
+        grids[st.name] = cells
+    return experiments, rows, grids
+
+
+def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[list[str]],
+                 where: str) -> tuple[dict[str, ExperimentParams], dict[str, list[str]]]:
+    """Each experiment resolved (base deep-merged with its overrides; a template left out), a
+    repeated one (its `repeats`, or its studies') as one experiment per seed: (experiments that
+    run, {repeated experiment: its seeds' experiments})."""
+    study_repeats: dict[str, int] = {}
+    for st, study_rows in zip(params.studies, rows):
+        for e in study_rows if st.repeats else ():
+            study_repeats[e] = max(study_repeats.get(e, 1), st.repeats)
+    experiments, groups = {}, {}
+    for name, ov in experiments_raw.items():
+        check_name(name, where, "experiment")
+        if ov is None:
+            ov = {}
+        if not isinstance(ov, dict):
+            raise MinBertError(f"{where}: key 'experiments.{name}': expected a mapping of overrides")
+        exp = resolve_experiment(params.base, ov, name, where)
+        if exp.template:
+            continue
+        seeds = seeds_of(exp, study_repeats.get(name))
+        if seeds is None:
+            experiments[name] = exp
+            continue
+        groups[name] = []
+        for seed in seeds:
+            member = seed_name(name, seed)
+            check_name(member, where, "experiment")
+            if member in experiments_raw:
+                raise MinBertError(f"{where}: key 'experiments.{name}.repeats': seed {seed} would be experiment "
+                                   f"'{member}', which params.yaml already defines; rename one of them")
+            experiments[member] = exp.model_copy(update={"seed": seed, "repeats": 1})
+            groups[name].append(member)
+    return experiments, groups
+
+
+def expand(params: Params, raw: Any, where: str = "params.yaml") -> LoadedParams:
+    """The catalogue as it runs (new objects; `params` is left as it was): grid cells added to the
+    experiments and their studies' rows, repeated experiments as their seeds (also in ensembles and
+    exports), a paper row's `run` added to its study's rows and a `best_of` that names a study (and
+    no run) replaced by that study's rows, as they were before any paper row was added."""
+    experiments_raw, rows, grids = expand_grids(params, where)
+    experiments, groups = expand_seeds(params, experiments_raw, rows, where)
+    runnable = set(experiments) | set(groups) | set(params.ensembles)
+
+    def seeds(names):
+        return [x for m in names for x in groups.get(m, [m])]
+
+    ensembles = {n: e.model_copy(update={"members": seeds(e.members)}) for n, e in params.ensembles.items()}
+    export = params.export.model_copy(update={"experiments": list(dict.fromkeys(seeds(params.export.experiments)))})
+    rows_of = {st.name: study_rows for st, study_rows in zip(params.studies, rows)}
+    studies = []
+    for st, study_rows in zip(params.studies, rows):
+        study_rows, paper = list(study_rows), st.paper
+        if paper is not None:
+            paper_rows = []
+            for row in paper.rows:
+                if row.run is not None:
+                    if row.run not in study_rows:
+                        study_rows.append(row.run)
+                    paper_rows.append(row)
+                    continue
+                names = []
+                for name in row.best_of:
+                    names += rows_of[name] if name in rows_of and name not in runnable else [name]
+                paper_rows.append(row.model_copy(update={"best_of": list(dict.fromkeys(names))}))
+            paper = paper.model_copy(update={"rows": paper_rows})
+        studies.append(st.model_copy(update={"experiments": study_rows, "paper": paper}))
+    expanded = params.model_copy(update={"experiments": experiments_raw, "ensembles": ensembles, "export": export,
+                                         "studies": studies})
+    return LoadedParams(params=expanded, experiments=experiments, raw=raw, groups=groups, grids=grids)
+
+
+class LoadedParams:
+    """Validated params with each experiment resolved (base deep-merged with its overrides)."""
+
+    def __init__(self, params: Params, experiments: dict[str, ExperimentParams], raw: dict,
+                 groups: dict[str, list[str]] | None = None, grids: dict[str, list] | None = None):
+        self.params = params
+        self.experiments = experiments      # every experiment that runs (a repeated one as its seeds)
+        self.raw = raw
+        self.groups = groups or {}          # repeated experiment -> its seeds' experiments
+        self.grids = grids or {}            # study -> its grid's cells: [(experiment, {axis: value})]
+        self.path: Path | None = None     # params.yaml as given to load_params
+        self.source: Path | None = None   # the file the sections come from (params.yaml or a catalogue)
+
+    def experiment(self, name: str) -> ExperimentParams:
+        if name in self.groups:
+            raise MinBertError(f"params.yaml: experiment '{name}' runs as {len(self.groups[name])} seeds; name one "
+                               f"of them ({', '.join(self.groups[name])})")
+        if name not in self.experiments:
+            raise MinBertError(f"params.yaml: unknown experiment '{name}'{close(name, self.experiments)}")
+        return self.experiments[name]
+
+    def pretraining(self, name: str) -> PretrainParams:
+        if name not in self.params.pretrainings:
+            raise MinBertError(f"params.yaml: unknown pretraining '{name}'{close(name, self.params.pretrainings)}")
+        return self.params.pretrainings[name]
+
+    def ensemble(self, name: str) -> EnsembleParams:
+        if name not in self.params.ensembles:
+            raise MinBertError(f"params.yaml: unknown ensemble '{name}'{close(name, self.params.ensembles)}")
+        return self.params.ensembles[name]
+
+    @property
+    def base(self) -> ExperimentParams:
+        """`base` on its own, with the defaults filled in."""
+        return ExperimentParams.model_validate(self.params.base)
+
+    def overrides(self, name: str) -> dict:
+        """The parameters of experiment `name` that differ from the base (for the report)."""
+        return _diff(self.base.model_dump(), self.experiment(name).model_dump())
+
+
+def _diff(a: dict, b: dict, prefix: str = "") -> dict:
+    out = {}
+    for k in b:
+        if isinstance(b[k], dict) and isinstance(a.get(k), dict):
+            out.update(_diff(a[k], b[k], f"{prefix}{k}."))
+        elif a.get(k) != b[k]:
+            out[f"{prefix}{k}"] = b[k]
+    return out

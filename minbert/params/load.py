@@ -1,0 +1,124 @@
+"""Reading params.yaml and its catalogue file: YAML that refuses a key given twice, the catalogue's
+sections in place of params.yaml's, then parse (minbert.params.schema), expand
+(minbert.params.catalogue) and check (minbert.params.validate). Each step reports a one-line
+MinBertError naming the file and the key."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from minbert.core.errors import MinBertError
+from minbert.params.catalogue import LoadedParams, expand
+from minbert.params.messages import close, raise_validation
+from minbert.params.schema import CATALOGUE_SECTIONS, NAME_RE, ExperimentParams, Params
+from minbert.params.validate import check_params
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (YAML itself would keep the last one)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":   # `<<: *anchor`: the keys after it override
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key, first: int, second: int):
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+def read_yaml(path: str | Path):
+    """A YAML file's content; a one-line error for a missing or unreadable file, a syntax error
+    (with its line) or a duplicate key (with both lines)."""
+    from minbert.core.io import read_input
+
+    path = Path(path)
+    data = read_input(path, "parameter file", limit=16 << 20)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MinBertError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)   # noqa: S506 (a SafeLoader subclass)
+    except _DuplicateKey as e:
+        raise MinBertError(f"{path} line {e.second}: key '{e.key}' is given twice in one mapping (first on line "
+                           f"{e.first}); keep one") from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise MinBertError(f"{path}{where}: not valid YAML ({e.problem or e.context}); fix the syntax") from None
+    except yaml.YAMLError as e:
+        raise MinBertError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+
+
+def catalogue_file(params_path: str | Path, name: str) -> Path:
+    return Path(params_path).parent / "params" / f"{name}.yaml"
+
+
+def _with_catalogue(raw: Any, path: Path) -> tuple[Any, Path]:
+    """`catalogue: demo` (the default) uses params.yaml's own sections; `catalogue: NAME` takes them
+    from params/NAME.yaml instead, so switching the whole study catalogue is one key."""
+    if not isinstance(raw, dict) or raw.get("catalogue", "demo") == "demo":
+        return raw, path
+    name = raw["catalogue"]
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise MinBertError(f"{path}: key 'catalogue': expected 'demo' or the name of a file in params/ (got {name!r})")
+    cat_path = catalogue_file(path, name)
+    if not cat_path.is_file():
+        known = ["demo"] + sorted(p.stem for p in cat_path.parent.glob("*.yaml"))
+        raise MinBertError(f"{path}: key 'catalogue': no catalogue file {cat_path}{close(name, known)}")
+    cat = read_yaml(cat_path)
+    if not isinstance(cat, dict):
+        raise MinBertError(f"{cat_path}: expected a mapping at the top level")
+    extra = sorted(set(cat) - set(CATALOGUE_SECTIONS))
+    if extra:
+        raise MinBertError(f"{cat_path}: unknown key '{extra[0]}'{close(extra[0], CATALOGUE_SECTIONS)} "
+                           f"(a catalogue holds {', '.join(CATALOGUE_SECTIONS)})")
+    merged = {k: v for k, v in raw.items() if k not in CATALOGUE_SECTIONS}
+    merged.update(cat)
+    return merged, cat_path
+
+
+def parse_params(raw: Any, where: str = "params.yaml") -> Params:
+    """The sections, each validated on its own (and `base` as an experiment's keys)."""
+    if not isinstance(raw, dict):
+        raise MinBertError(f"{where}: expected a mapping at the top level")
+    try:
+        params = Params.model_validate(raw)
+    except ValidationError as err:
+        raise_validation(err, Params, where)
+    try:
+        ExperimentParams.model_validate(params.base)
+    except ValidationError as err:
+        raise_validation(err, ExperimentParams, where, prefix="base.")
+    return params
+
+
+def validate_params(raw: Any, where: str = "params.yaml") -> LoadedParams:
+    """Params from their YAML content: parsed, expanded (grids, seeds) and checked across sections;
+    `raw` is left as it was."""
+    loaded = expand(parse_params(raw, where), raw, where)
+    check_params(loaded.params, loaded.experiments, loaded.groups, where)
+    return loaded
+
+
+def load_params(path: str | Path = "params.yaml") -> LoadedParams:
+    """params.yaml (and the catalogue file it names), validated."""
+    path = Path(path)
+    raw = read_yaml(path)
+    raw, source = _with_catalogue(raw, path)
+    loaded = validate_params(raw, str(source))
+    loaded.path, loaded.source = path, source
+    return loaded

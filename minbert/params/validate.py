@@ -1,0 +1,256 @@
+"""Checks across sections of params: settings that validate one by one (minbert.params.schema) but
+cannot run together, and names one section gives that another must know.
+
+Every check is pure: it reads the expanded params (minbert.params.catalogue.expand: grid cells
+added, repeated experiments as their seeds) and reports the first problem as a one-line
+MinBertError naming the file and the key; it changes nothing. What an earlier version filled in
+while checking is done by the expansion: an ensemble's and an export's repeated experiments
+become their seeds, a paper row's `run` joins its study's rows and a `best_of` that names a study
+becomes that study's rows (catalogue.expand), and a grid's cells join the experiments and their
+study's rows (catalogue.expand_grids).
+"""
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from minbert.core.errors import MinBertError
+from minbert.params.messages import close, raise_validation
+from minbert.params.schema import (
+    ExperimentParams,
+    FinetuneParams,
+    Params,
+    check_name,
+    deep_merge,
+    resolve_experiment,
+)
+
+MULTI_TASK_UPDATES = ("simultaneous",)          # the schedules whose updates sum several tasks' losses
+
+
+def model_tasks(exp: ExperimentParams) -> list[str]:
+    """Every task an experiment's final model has: the fine-tuned ones, then those head retraining adds."""
+    extra = [t for t in (exp.retrain_heads.tasks or []) if t not in exp.finetune.tasks] \
+        if exp.retrain_heads.enabled else []
+    return list(exp.finetune.tasks) + extra
+
+
+def shared_tasks(members: list[str], experiments: dict) -> set[str]:
+    """The tasks every one of `members`' final models has (what a teacher of them can predict)."""
+    return set.intersection(*(set(model_tasks(experiments[m])) for m in members))
+
+
+def teacher_members(teacher: str, experiments: dict, groups: dict, ensembles: dict) -> list[str] | None:
+    """The experiments whose models a teacher averages (None: no such experiment or ensemble)."""
+    if teacher in experiments:
+        return [teacher]
+    if teacher in groups:
+        return list(groups[teacher])
+    if teacher in ensembles:
+        return list(ensembles[teacher].members)
+    return None
+
+
+def check_params(params: Params, experiments: dict[str, ExperimentParams], groups: dict[str, list[str]],
+                 where: str = "params.yaml") -> None:
+    """Every cross-section check of expanded params, in the order a reader meets the sections:
+    `params` with its grid cells and seeds expanded, `experiments` every experiment that runs (a
+    repeated one as its seeds), `groups` each repeated experiment's seeds. Changes none of them."""
+    check_experiments(params, where)
+    for kind, names in (("pretraining", params.pretrainings), ("ensemble", params.ensembles)):
+        for name in names:
+            check_name(name, where, kind)
+    clash = set(params.ensembles) & (set(experiments) | set(groups))
+    if clash:
+        raise MinBertError(f"{where}: '{sorted(clash)[0]}' names both an experiment and an ensemble")
+    check_ensembles(params, experiments, groups, where)
+    check_combinations(params, experiments, where, groups)
+    check_studies(params, experiments, groups, where)
+    known = set(experiments) | set(groups)
+    for name in params.export.experiments:
+        if name not in known:
+            raise MinBertError(f"{where}: key 'export.experiments': unknown experiment '{name}'{close(name, known)}")
+    for i, st in enumerate(params.studies):
+        if not st.experiments:
+            raise MinBertError(f"{where}: key 'studies[{i}]' (study '{st.name}'): no rows; list experiments, a grid "
+                               f"or a paper table")
+
+
+def check_experiments(params: Params, where: str) -> None:
+    """Each experiment (a grid's template included) names a known pretraining, weights only tasks it
+    trains and counts its epochs in a task it trains."""
+    for name, ov in params.experiments.items():
+        exp = resolve_experiment(params.base, ov, name, where)
+        if exp.pretrain is not None and exp.pretrain not in params.pretrainings:
+            raise MinBertError(f"{where}: key 'experiments.{name}.pretrain': unknown pretraining "
+                               f"'{exp.pretrain}'{close(exp.pretrain, params.pretrainings)}")
+        for t in exp.finetune.task_weights:
+            if t not in exp.finetune.tasks:
+                raise MinBertError(f"{where}: key 'experiments.{name}.finetune.task_weights.{t}': "
+                                   f"task '{t}' is not trained in this experiment")
+        unit = exp.finetune.epoch_unit
+        if unit not in ("smallest", "largest") and unit not in exp.finetune.tasks:
+            raise MinBertError(f"{where}: key 'experiments.{name}.finetune.epoch_unit': '{unit}' is "
+                               f"not smallest, largest or one of the experiment's tasks")
+
+
+def check_ensembles(params: Params, experiments: dict, groups: dict, where: str) -> None:
+    """An ensemble's members are known experiments (a repeated one expanded to its seeds), two or more."""
+    known = set(experiments) | set(groups)
+    for ens_name, ens in params.ensembles.items():
+        for m in ens.members:
+            if m not in known:
+                raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': unknown experiment "
+                                   f"'{m}'{close(m, known)}")
+        if len(ens.members) < 2:
+            raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': an ensemble needs at least two "
+                               f"members (got {ens.members})")
+
+
+def check_studies(params: Params, experiments: dict, groups: dict, where: str) -> None:
+    """The papers' tables name known papers and runs, and each study's rows and baseline exist."""
+    runnable = set(experiments) | set(groups) | set(params.ensembles)
+    check_papers(params, runnable, where)
+    seen_studies = set()
+    for i, st in enumerate(params.studies):
+        if st.name in seen_studies:
+            raise MinBertError(f"{where}: key 'studies[{i}].name': study '{st.name}' is defined twice")
+        seen_studies.add(st.name)
+        for e in st.experiments:
+            if e not in runnable:
+                raise MinBertError(f"{where}: key 'studies[{i}].experiments' (study '{st.name}'): unknown "
+                                   f"experiment '{e}'{close(e, runnable)}")
+        if st.baseline is not None and st.baseline not in st.experiments:
+            raise MinBertError(f"{where}: key 'studies[{i}].baseline' (study '{st.name}'): "
+                               f"'{st.baseline}' is not one of the study's experiments")
+
+
+def check_papers(params: Params, runnable: set, where: str) -> None:
+    """A study's paper table names a known paper, and its rows runs that exist (the expansion has
+    put a `best_of` study's rows in its place; those rows are the studies' own to check)."""
+    studies = {st.name for st in params.studies}
+    rows = {e for st in params.studies for e in st.experiments}
+    for i, st in enumerate(params.studies):
+        if st.paper is None:
+            continue
+        key = f"studies[{i}].paper"
+        if st.paper.id not in params.papers:
+            raise MinBertError(f"{where}: key '{key}.id' (study '{st.name}'): unknown paper '{st.paper.id}'"
+                               f"{close(st.paper.id, params.papers)}; describe it under 'papers'")
+        for j, row in enumerate(st.paper.rows):
+            if row.run is not None:
+                if row.run not in runnable:
+                    raise MinBertError(f"{where}: key '{key}.rows[{j}].run' (row '{row.label}'): unknown experiment "
+                                       f"or ensemble '{row.run}'{close(row.run, runnable)}")
+                continue
+            for name in row.best_of:
+                if name not in runnable and name not in rows:
+                    raise MinBertError(f"{where}: key '{key}.rows[{j}].best_of' (row '{row.label}'): '{name}' is no "
+                                       f"experiment, ensemble or study{close(name, runnable | studies)}")
+
+
+def check_combinations(params: Params, experiments: dict[str, ExperimentParams], where: str,
+                       groups: dict | None = None) -> None:
+    """Settings that validate one by one but cannot run together."""
+    data = params.data
+    base_finetune = ExperimentParams.model_validate(params.base).finetune
+    for name, pre in params.pretrainings.items():
+        if pre.kind == "nli" and data.nli_file is None:
+            raise MinBertError(f"{where}: key 'pretrainings.{name}.kind': NLI pretraining needs NLI data; "
+                               f"set 'data.nli_file'")
+        if pre.kind == "mlm":
+            if "nli" in pre.mlm.tasks and data.nli_file is None:
+                raise MinBertError(f"{where}: key 'pretrainings.{name}.mlm.tasks': 'nli' needs 'data.nli_file'")
+            if "cfimdb" in pre.mlm.tasks and not data.include_cfimdb:
+                raise MinBertError(f"{where}: key 'pretrainings.{name}.mlm.tasks': 'cfimdb' needs "
+                                   f"'data.include_cfimdb: true'")
+        if pre.finetune and pre.kind != "para_first":
+            raise MinBertError(f"{where}: key 'pretrainings.{name}.finetune': only a para_first pretraining trains "
+                               f"with the fine-tuning settings (this one is {pre.kind}); remove it")
+        if pre.finetune:
+            try:
+                FinetuneParams.model_validate(deep_merge(base_finetune.model_dump(), pre.finetune))
+            except ValidationError as err:
+                raise_validation(err, FinetuneParams, where, prefix=f"pretrainings.{name}.finetune.")
+    for name, exp in experiments.items():
+        ft, key = exp.finetune, f"experiments.{name}"
+        if ft.pcgrad and len(ft.tasks) < 2:
+            raise MinBertError(f"{where}: key '{key}.finetune.pcgrad': PCGrad needs at least "
+                               f"two tasks (got {ft.tasks})")
+        if ft.pcgrad and ft.schedule not in MULTI_TASK_UPDATES:
+            raise MinBertError(f"{where}: key '{key}.finetune.pcgrad': PCGrad projects the gradients of the tasks "
+                               f"of one update, and under schedule '{ft.schedule}' every update trains one task, so it "
+                               f"would do nothing; use schedule: simultaneous")
+        unknown = [t for t in (ft.smart.tasks or []) if t not in ft.tasks]
+        if ft.smart.enabled and unknown:
+            raise MinBertError(f"{where}: key '{key}.finetune.smart.tasks': '{unknown[0]}' is not "
+                               f"trained by this experiment (finetune.tasks: {ft.tasks})")
+        untrained = [t for t in ft.walk_through if t not in ft.tasks]
+        if untrained:
+            raise MinBertError(f"{where}: key '{key}.finetune.walk_through': '{untrained[0]}' is not trained by this "
+                               f"experiment (finetune.tasks: {ft.tasks})")
+        if ft.freeze_encoder and exp.retrain_heads.enabled:
+            raise MinBertError(f"{where}: key '{key}.retrain_heads.enabled': the encoder is "
+                               f"already frozen in finetune (finetune.freeze_encoder); drop one of them")
+        if ft.frozen_encoder_dropout and not ft.freeze_encoder:
+            raise MinBertError(f"{where}: key '{key}.finetune.frozen_encoder_dropout': applies to a frozen encoder "
+                               f"only and would do nothing here; drop it or set finetune.freeze_encoder: true")
+        if ft.heads.sst == "prototypes" and "sst" in ft.tasks and not ft.freeze_encoder:
+            raise MinBertError(f"{where}: key '{key}.finetune.heads.sst': a prototypes head compares sentences with "
+                               f"prototypes embedded once, so it trains over a frozen encoder: train sst in "
+                               f"retrain_heads (retrain_heads.tasks: [sst]) or set finetune.freeze_encoder")
+        if exp.pretrain is not None:
+            pre = params.pretrainings[exp.pretrain]
+            # every task reads the sentence embedding NLI trained (a task's own pooling included)
+            other = next((t for t in model_tasks(exp) if ft.heads.pooling_of(t) != pre.nli.pooling), None)
+            if pre.kind == "nli" and other is not None:
+                where_key = (f"task_pooling.{other}" if other in ft.heads.task_pooling else "pooling")
+                raise MinBertError(f"{where}: key '{key}.finetune.heads.{where_key}': the NLI pretraining "
+                                   f"'{exp.pretrain}' trains {pre.nli.pooling}-pooled sentence embeddings but "
+                                   f"{other} reads '{ft.heads.pooling_of(other)}'; set the same pooling in both "
+                                   f"(pretrainings.{exp.pretrain}.nli.pooling)")
+    groups = groups or {}
+    for name, exp in experiments.items():
+        d = exp.finetune.distill
+        if d is None:
+            continue
+        key = f"experiments.{name}.finetune.distill"
+        members = teacher_members(d.teacher, experiments, groups, params.ensembles)
+        if members is None:
+            known = set(experiments) | set(groups) | set(params.ensembles)
+            raise MinBertError(f"{where}: key '{key}.teacher': unknown experiment or ensemble "
+                               f"'{d.teacher}'{close(d.teacher, known)}")
+        if name in members:
+            raise MinBertError(f"{where}: key '{key}.teacher': '{name}' cannot be its own teacher")
+        chain, seen = members, {name}
+        while chain:   # a teacher (or its teachers) learning from this experiment would never start
+            if seen & set(chain):
+                raise MinBertError(f"{where}: key '{key}.teacher': '{d.teacher}' learns (through its teachers) "
+                                   f"from '{name}' itself; break the cycle")
+            seen |= set(chain)
+            nxt = []
+            for m in chain:
+                dm = experiments[m].finetune.distill
+                if dm is not None:
+                    nxt += teacher_members(dm.teacher, experiments, groups, params.ensembles) or []
+            chain = nxt
+        taught = shared_tasks(members, experiments)
+        wanted = set(d.tasks or exp.finetune.tasks)
+        if d.tasks is not None:
+            untrained = [t for t in d.tasks if t not in exp.finetune.tasks]
+            if untrained:
+                raise MinBertError(f"{where}: key '{key}.tasks': '{untrained[0]}' is not trained by this "
+                                   f"experiment (finetune.tasks: {exp.finetune.tasks}); distil only tasks it trains")
+            missing = sorted(wanted - taught)
+            if missing:
+                raise MinBertError(f"{where}: key '{key}.tasks': the teacher '{d.teacher}' does not predict "
+                                   f"{missing[0]}")
+        if not (wanted & taught & set(exp.finetune.tasks)):
+            raise MinBertError(f"{where}: key '{key}.teacher': '{d.teacher}' predicts none of the tasks this "
+                               f"experiment trains")
+    for ens_name, ens in params.ensembles.items():
+        if len(set(ens.members)) != len(ens.members):
+            raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': lists a member twice")
+        common = set.intersection(*(set(model_tasks(experiments[m])) for m in ens.members
+                                    if m in experiments)) if ens.members else set()
+        if not common and all(m in experiments for m in ens.members):
+            raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': the members share no task")
