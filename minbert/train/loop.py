@@ -3,7 +3,8 @@
 Reads like nanoGPT's train.py, in plain parts:
 - `Plan`: every epoch's updates, computed up front (minbert.train.schedules), hence the lr schedule;
 - `TrainState`: where the run is (stage, epoch, update, history, best so far), saved with the
-  model, optimiser and RNG states as `last.pt` in the run's state folder after every epoch;
+  model, optimiser and RNG states as `last.pt` in the run's state folder after every epoch
+  (minbert.train.resumable, which pretraining saves its state with too);
 - `run_epoch`: one epoch's updates (task losses, SMART, PCGrad, all-reduce, clip, step);
 - `end_of_epoch`: dev evaluation, the best model (`best.pt`, beside `last.pt`), the state.
 The declared outputs (`model.pt`, `history.csv` in `out_dir`) are written only when the run has
@@ -36,7 +37,7 @@ from tqdm import tqdm
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, clean_stale_temporaries, torch_save
 from minbert.core.metrics import metric_undefined, selection_score, summarise, task_metric
-from minbert.core.provenance import describe_change, fingerprint_of
+from minbert.core.provenance import fingerprint_of
 from minbert.core.runtime import autocast
 from minbert.core.tasks import TASKS
 from minbert.model.tokenizer import Tokenizer
@@ -54,11 +55,11 @@ from minbert.train.multitask import (
     to_device,
 )
 from minbert.train.optim import build_adamw, set_lr
+from minbert.train.resumable import load_training_state, save_training_state
 from minbert.train.schedules import epoch_plan, sequential_stages
 
 log = logging.getLogger("minbert.train.loop")
 EVAL_BATCH_SIZE = 128          # dev evaluation during training (prediction speed lives in predict)
-STATE_FORMAT = "minbert-train-state-2"
 
 
 # ---------------------------------------------------------------- distributed helpers
@@ -291,43 +292,24 @@ class Run:
         return autocast(self.device, self.bf16)
 
 
+def _saved_parts(run: Run) -> dict:
+    return {"modules": {"model": run.model, "teacher": run.teacher.module if run.teacher is not None else None},
+            "optimizer": run.optimizer, "device": run.device, "generators": run.generators}
+
+
 def save_state(run: Run, state: TrainState) -> None:
-    torch_save({"format": STATE_FORMAT, "fingerprint": run.fingerprint, "description": run.description,
-                "state": asdict(state), "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
-                "teacher": run.teacher.module.state_dict() if run.teacher is not None else None,
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if run.device.type == "cuda" else None,
-                "generators": {k: g.get_state() for k, g in run.generators.items()}}, run.last_path)
+    save_training_state(run.last_path, fingerprint=run.fingerprint, description=run.description,
+                        position=asdict(state), **_saved_parts(run))
 
 
 def resume_state(run: Run) -> TrainState | None:
-    """The saved state when it belongs to this job; None (with a one-line notice) otherwise."""
-    path = run.last_path
-    if not path.is_file():
+    """The saved state when it belongs to this job (minbert.train.resumable); None otherwise."""
+    position = load_training_state(run.last_path, fingerprint=run.fingerprint, description=run.description,
+                                   log=log, **_saved_parts(run))
+    if position is None:
         return None
-    try:
-        ck = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(ck, dict) or ck.get("format") != STATE_FORMAT:
-            raise ValueError("not a training state")
-    except Exception as e:   # truncated, corrupt or foreign: never resume from it
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
-        log.warning("%s cannot be resumed (%s); starting fresh", path, reason)
-        return None
-    if ck.get("fingerprint") != run.fingerprint:
-        log.warning("%s was saved for another configuration (%s); starting fresh", path,
-                    describe_change(ck.get("description") or {}, run.description))
-        return None
-    run.model.load_state_dict(ck["model"])
-    run.optimizer.load_state_dict(ck["optimizer"])
-    if run.teacher is not None and ck.get("teacher") is not None:
-        run.teacher.module.load_state_dict(ck["teacher"])
-    torch.set_rng_state(ck["torch_rng"])
-    if run.device.type == "cuda" and ck.get("cuda_rng") is not None:
-        torch.cuda.set_rng_state_all(ck["cuda_rng"])
-    for k, g in run.generators.items():
-        g.set_state(ck["generators"][k])
-    state = TrainState(**ck["state"])
-    log.info("resuming from %s at stage %d epoch %d", path, state.stage, state.epoch)
+    state = TrainState(**position)
+    log.info("resuming from %s at stage %d epoch %d", run.last_path, state.stage, state.epoch)
     return state
 
 
