@@ -90,34 +90,49 @@ def test_a_killed_pretraining_resumes_bit_identical(params_file, prepared, tmp_p
         (reference / "pretrain" / name / "metrics.json").read_bytes()
 
 
-def test_a_state_of_other_settings_is_not_resumed(tiny_model_dir, tmp_path, caplog):
-    """In process, through `train`: a state left by a run with another learning rate is ignored
-    with fine-tuning's one-line notice, and the run equals a fresh one."""
+def pretrain_in_process(tiny_model_dir, lr: float, state_dir) -> tuple[list, dict]:
+    """Two epochs of MLM through `train` on 24 texts: (history, encoder weights)."""
     import minbert.train.pretrain as pretrain
     from minbert.model.tokenizer import Tokenizer
     from minbert.params import PretrainParams
     from minbert.params.settings import PretrainSettings
     from minbert.train.mlm import build_mlm_head
 
-    def run(lr: float, state_dir):
-        torch.manual_seed(0)
-        encoder, _, folder = load_encoder(tiny_model_dir)
-        tok = Tokenizer(folder, 32)
-        texts = tok.encode([f"sentence number {i} about a film" for i in range(24)])
-        head, _ = build_mlm_head(encoder, None)
-        objective = pretrain.MlmObjective(encoder, head, tok, texts, texts[:8], 0.15, 1)
-        pp = PretrainParams(kind="mlm", epochs=2, batch_size=8, lr=lr, warmup_ratio=0.0)
-        s = PretrainSettings(model=str(tiny_model_dir), seed=1, max_length=32, pretraining=pp, device="cpu")
-        history, _ = pretrain.train(objective, pp, s, torch.device("cpu"), "mlm", state_dir=state_dir)
-        return history, encoder.state_dict()
+    torch.manual_seed(0)
+    encoder, _, folder = load_encoder(tiny_model_dir)
+    tok = Tokenizer(folder, 32)
+    texts = tok.encode([f"sentence number {i} about a film" for i in range(24)])
+    head, _ = build_mlm_head(encoder, None)
+    objective = pretrain.MlmObjective(encoder, head, tok, texts, texts[:8], 0.15, 1)
+    pp = PretrainParams(kind="mlm", epochs=2, batch_size=8, lr=lr, warmup_ratio=0.0)
+    s = PretrainSettings(model=str(tiny_model_dir), seed=1, max_length=32, pretraining=pp, device="cpu")
+    history, _ = pretrain.train(objective, pp, s, torch.device("cpu"), "mlm", state_dir=state_dir)
+    return history, encoder.state_dict()
 
+
+def test_a_state_of_other_settings_is_not_resumed(tiny_model_dir, tmp_path, caplog):
+    """In process, through `train`: a state left by a run with another learning rate is ignored
+    with fine-tuning's one-line notice, and the run equals a fresh one."""
     state_dir = tmp_path / "state"
-    run(1e-3, state_dir)
+    pretrain_in_process(tiny_model_dir, 1e-3, state_dir)
     assert (state_dir / "last.pt").is_file()           # epoch 1's, left for the caller to remove
     with caplog.at_level("INFO", logger="minbert.train.pretrain"):
-        history, weights = run(2e-3, state_dir)
+        history, weights = pretrain_in_process(tiny_model_dir, 2e-3, state_dir)
     notices = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]
     assert len(notices) == 1 and "settings.pretraining.lr: 0.001 -> 0.002" in notices[0], notices
     assert "\n" not in notices[0] and not any("resuming" in r.getMessage() for r in caplog.records)
-    fresh_history, fresh_weights = run(2e-3, None)
+    fresh_history, fresh_weights = pretrain_in_process(tiny_model_dir, 2e-3, None)
+    assert history == fresh_history and all(torch.equal(weights[k], fresh_weights[k]) for k in weights)
+
+
+def test_a_state_without_its_best_weights_is_not_resumed(tiny_model_dir, tmp_path, caplog):
+    state_dir = tmp_path / "state"
+    pretrain_in_process(tiny_model_dir, 1e-3, state_dir)
+    (state_dir / "best.pt").write_bytes(b"\x00truncated")
+    with caplog.at_level("INFO", logger="minbert.train.pretrain"):
+        history, weights = pretrain_in_process(tiny_model_dir, 1e-3, state_dir)
+    assert any("cannot be resumed (best.pt:" in r.getMessage() and "starting fresh" in r.getMessage()
+               for r in caplog.records)
+    assert not any("resuming" in r.getMessage() for r in caplog.records)
+    fresh_history, fresh_weights = pretrain_in_process(tiny_model_dir, 1e-3, None)
     assert history == fresh_history and all(torch.equal(weights[k], fresh_weights[k]) for k in weights)

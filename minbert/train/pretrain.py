@@ -283,14 +283,19 @@ class Resumable:
 
     def resume(self, desc: str) -> tuple[PretrainState | None, list | None]:
         """The saved state and best weights when they belong to this job; (None, None) otherwise."""
-        if self.dir is None:
+        if self.dir is None or not self.last_path.is_file():
+            return None, None
+        try:   # every saved state has a best epoch (the first epoch's dev loss beats none): read it first
+            best = torch.load(self.best_path, map_location="cpu", weights_only=True)
+        except Exception as e:   # missing, truncated or corrupt: never resume without it
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+            log.warning("%s cannot be resumed (%s: %s); starting fresh", self.last_path, self.best_path.name, reason)
             return None, None
         position = load_training_state(self.last_path, fingerprint=self.fingerprint, description=self.description,
                                        log=log, **self.parts)
         if position is None:
             return None, None
         state = PretrainState(**position)
-        best = torch.load(self.best_path, map_location="cpu", weights_only=True) if state.best_epoch else None
         log.info("%s: resuming from %s at epoch %d", desc, self.last_path, state.epoch)
         return state, best
 
