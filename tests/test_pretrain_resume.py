@@ -56,7 +56,8 @@ def outputs(results: Path, name: str) -> tuple[dict, bytes]:
 def test_a_killed_pretraining_resumes_bit_identical(params_file, prepared, tmp_path, repo_root, name):  # noqa: F811
     env = environment(repo_root)
     reference = results_with(prepared, tmp_path / "reference")
-    done = subprocess.run(stage(params_file, reference, name), cwd=repo_root, env=env, capture_output=True, text=True)
+    done = subprocess.run(stage(params_file, reference, name), cwd=repo_root, env=env, capture_output=True,
+                          text=True)
     assert done.returncode == 0, done.stderr[-3000:]
 
     results = results_with(prepared, tmp_path / "killed")

@@ -294,7 +294,7 @@ class Run:
     def amp(self):
         return autocast(self.device, self.bf16)
 
-    def objective(self, task: str) -> "TaskObjective":
+    def objective(self, task: str) -> TaskObjective:
         """The task's training objective (`build_objective`), built on first use."""
         if task not in self.objectives:
             self.objectives[task] = build_objective(self, task)

@@ -66,9 +66,10 @@ def save_training_state(path: Path, *, fingerprint: str, description: dict, posi
                 **rng_states(device, generators)}, path)
 
 
-def load_training_state(path: Path, *, fingerprint: str, description: dict, modules: dict[str, torch.nn.Module | None],
-                        optimizer: torch.optim.Optimizer, device: torch.device,
-                        generators: dict[str, torch.Generator], log: logging.Logger) -> dict | None:
+def load_training_state(path: Path, *, fingerprint: str, description: dict,
+                        modules: dict[str, torch.nn.Module | None], optimizer: torch.optim.Optimizer,
+                        device: torch.device, generators: dict[str, torch.Generator],
+                        log: logging.Logger) -> dict | None:
     """Restore the modules, optimiser and RNGs from the state at `path` and return the loop's
     position, when the state belongs to this job; None otherwise (with a one-line notice on `log`
     when a file was there)."""
