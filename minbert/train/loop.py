@@ -3,8 +3,11 @@
 Reads like nanoGPT's train.py, in plain parts:
 - `Plan`: every epoch's updates, computed up front (minbert.train.schedules), hence the lr schedule;
 - `TrainState`: where the run is (stage, epoch, update, history, best so far), saved with the
-  model, optimiser and RNG states as `last.pt` in the run's state folder after every epoch;
-- `run_epoch`: one epoch's updates (task losses, SMART, PCGrad, all-reduce, clip, step);
+  model, optimiser and RNG states as `last.pt` in the run's state folder after every epoch
+  (minbert.train.resumable, which pretraining saves its state with too);
+- `run_epoch`: one epoch's updates (each task's objective, PCGrad, all-reduce, clip, step); a task's
+  objective (`TaskObjective`) gives its loss from the model's output and the labels, with
+  distillation (`Distilled`) and SMART (`Smart`) as wrappers that change or add to that loss;
 - `end_of_epoch`: dev evaluation, the best model (`best.pt`, beside `last.pt`), the state.
 The declared outputs (`model.pt`, `history.csv` in `out_dir`) are written only when the run has
 finished, from the best model; the state folder is then removed. The state folder is not a
@@ -36,7 +39,7 @@ from tqdm import tqdm
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, clean_stale_temporaries, torch_save
 from minbert.core.metrics import metric_undefined, selection_score, summarise, task_metric
-from minbert.core.provenance import describe_change, fingerprint_of
+from minbert.core.provenance import fingerprint_of
 from minbert.core.runtime import autocast
 from minbert.core.tasks import TASKS
 from minbert.model.tokenizer import Tokenizer
@@ -54,11 +57,11 @@ from minbert.train.multitask import (
     to_device,
 )
 from minbert.train.optim import build_adamw, set_lr
+from minbert.train.resumable import load_training_state, save_training_state
 from minbert.train.schedules import epoch_plan, sequential_stages
 
 log = logging.getLogger("minbert.train.loop")
 EVAL_BATCH_SIZE = 128          # dev evaluation during training (prediction speed lives in predict)
-STATE_FORMAT = "minbert-train-state-2"
 
 
 # ---------------------------------------------------------------- distributed helpers
@@ -278,6 +281,7 @@ class Run:
     progress: bool
     features: dict = field(default_factory=dict)       # task -> its training split's stored embeddings
     dev_features: dict = field(default_factory=dict)   # task -> its dev split's (minbert.train.frozen)
+    objectives: dict = field(default_factory=dict)     # task -> its TaskObjective (Run.objective)
 
     @property
     def last_path(self) -> Path:
@@ -290,44 +294,31 @@ class Run:
     def amp(self):
         return autocast(self.device, self.bf16)
 
+    def objective(self, task: str) -> TaskObjective:
+        """The task's training objective (`build_objective`), built on first use."""
+        if task not in self.objectives:
+            self.objectives[task] = build_objective(self, task)
+        return self.objectives[task]
+
+
+def _saved_parts(run: Run) -> dict:
+    return {"modules": {"model": run.model, "teacher": run.teacher.module if run.teacher is not None else None},
+            "optimizer": run.optimizer, "device": run.device, "generators": run.generators}
+
 
 def save_state(run: Run, state: TrainState) -> None:
-    torch_save({"format": STATE_FORMAT, "fingerprint": run.fingerprint, "description": run.description,
-                "state": asdict(state), "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
-                "teacher": run.teacher.module.state_dict() if run.teacher is not None else None,
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if run.device.type == "cuda" else None,
-                "generators": {k: g.get_state() for k, g in run.generators.items()}}, run.last_path)
+    save_training_state(run.last_path, fingerprint=run.fingerprint, description=run.description,
+                        position=asdict(state), **_saved_parts(run))
 
 
 def resume_state(run: Run) -> TrainState | None:
-    """The saved state when it belongs to this job; None (with a one-line notice) otherwise."""
-    path = run.last_path
-    if not path.is_file():
+    """The saved state when it belongs to this job (minbert.train.resumable); None otherwise."""
+    position = load_training_state(run.last_path, fingerprint=run.fingerprint, description=run.description,
+                                   log=log, **_saved_parts(run))
+    if position is None:
         return None
-    try:
-        ck = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(ck, dict) or ck.get("format") != STATE_FORMAT:
-            raise ValueError("not a training state")
-    except Exception as e:   # truncated, corrupt or foreign: never resume from it
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
-        log.warning("%s cannot be resumed (%s); starting fresh", path, reason)
-        return None
-    if ck.get("fingerprint") != run.fingerprint:
-        log.warning("%s was saved for another configuration (%s); starting fresh", path,
-                    describe_change(ck.get("description") or {}, run.description))
-        return None
-    run.model.load_state_dict(ck["model"])
-    run.optimizer.load_state_dict(ck["optimizer"])
-    if run.teacher is not None and ck.get("teacher") is not None:
-        run.teacher.module.load_state_dict(ck["teacher"])
-    torch.set_rng_state(ck["torch_rng"])
-    if run.device.type == "cuda" and ck.get("cuda_rng") is not None:
-        torch.cuda.set_rng_state_all(ck["cuda_rng"])
-    for k, g in run.generators.items():
-        g.set_state(ck["generators"][k])
-    state = TrainState(**ck["state"])
-    log.info("resuming from %s at stage %d epoch %d", path, state.stage, state.epoch)
+    state = TrainState(**position)
+    log.info("resuming from %s at stage %d epoch %d", run.last_path, state.stage, state.epoch)
     return state
 
 
@@ -422,7 +413,8 @@ def train_step(run: Run, state: TrainState, plan: Plan, batches: list[tuple[str,
     pc_losses = []
     for (task, host_batch), y in zip(batches, labels):
         batch = to_device(host_batch, run.device)
-        loss, out = task_objective(run, task, batch)
+        with run.amp():
+            loss, out = run.objective(task)(batch)
         totals.add(task, loss, out, y, state.update)
         weighted = cfg.task_weights.get(task, 1.0) * loss
         if cfg.pcgrad and len(batches) > 1:
@@ -459,40 +451,110 @@ def check_finite(run: Run, state: TrainState, totals: EpochTotals) -> None:
     diverged(run, f"non-finite loss in another process at {where} by update {state.update}")
 
 
-def task_objective(run: Run, task: str, batch: dict):
-    """Task loss, plus SMART's adversarial and Bregman terms when enabled. Returns (loss, output)."""
-    cfg, model = run.cfg, run.model
-    labels, soft = batch["labels"], batch.get("soft")
-    inputs = {k: v for k, v in batch.items() if k not in ("labels", "soft")}
+# ---------------------------------------------------------------- a task's objective
 
-    def loss_of(out):
-        if soft is None:
-            return task_loss(task, model.heads_cfg, out, labels)
-        return distill_loss(task, model.heads_cfg, out, labels, soft, cfg.distill.weight, cfg.distill.temperature)
+def model_inputs(batch: dict) -> dict:
+    """What the model reads of a batch (not the targets)."""
+    return {k: v for k, v in batch.items() if k not in ("labels", "soft")}
 
-    with run.amp():
+
+class TaskObjective:
+    """One task's training objective: the head's output for a device batch and the gold-label loss
+    on it (minbert.train.losses.task_loss). `objective(batch)` returns (loss, output). Distillation
+    and SMART are wrappers (`Distilled`, `Smart`) with the same three parts, each changing the loss
+    its inner objective gives; `build_objective` stacks them as a task's settings ask."""
+
+    def __init__(self, task: str, model: MultitaskModel):
+        self.task, self.model = task, model
+
+    def forward(self, inputs: dict, return_embeddings: bool = False):
+        """The head's output (with the word embeddings, for SMART, when asked)."""
         if "emb" in inputs:   # a frozen encoder's stored embeddings: the heads only
-            out = model.head_forward(task, inputs["emb"])
-            return loss_of(out), out
-        if not cfg.smart.enabled or (cfg.smart.tasks is not None and task not in cfg.smart.tasks):
-            out = model(task, inputs)
-            return loss_of(out), out
+            return self.model.head_forward(self.task, inputs["emb"])
+        if return_embeddings:
+            return self.model(self.task, inputs, return_embeddings=True)
+        return self.model(self.task, inputs)
+
+    def loss(self, output: torch.Tensor, batch: dict) -> torch.Tensor:
+        return task_loss(self.task, self.model.heads_cfg, output, batch["labels"])
+
+    def __call__(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        output = self.forward(model_inputs(batch))
+        return self.loss(output, batch), output
+
+
+class ObjectiveWrapper(TaskObjective):
+    """An objective around another: the inner one's forward and loss unless it changes them."""
+
+    def __init__(self, inner: TaskObjective):
+        super().__init__(inner.task, inner.model)
+        self.inner = inner
+
+    def forward(self, inputs: dict, return_embeddings: bool = False):
+        return self.inner.forward(inputs, return_embeddings)
+
+    def loss(self, output: torch.Tensor, batch: dict) -> torch.Tensor:
+        return self.inner.loss(output, batch)
+
+
+class Distilled(ObjectiveWrapper):
+    """Distillation: on a batch with the teacher's outputs (`soft`), (1 - weight) x the gold-label
+    loss + weight x the loss against the teacher (minbert.train.losses.distill_loss, which computes
+    the gold-label part as the task objective does); the inner loss on a batch without them."""
+
+    def __init__(self, inner: TaskObjective, weight: float, temperature: float):
+        super().__init__(inner)
+        self.weight, self.temperature = weight, temperature
+
+    def loss(self, output: torch.Tensor, batch: dict) -> torch.Tensor:
+        if batch.get("soft") is None:
+            return self.inner.loss(output, batch)
+        return distill_loss(self.task, self.model.heads_cfg, output, batch["labels"], batch["soft"], self.weight,
+                            self.temperature)
+
+
+class Smart(ObjectiveWrapper):
+    """SMART (minbert.train.regularisers): the inner loss plus λ_s x the adversarial smoothness term
+    on the word embeddings and, with a momentum `teacher`, μ x the Bregman term against its output.
+    A head trained on a frozen encoder's stored embeddings has no word embeddings to perturb: the
+    inner objective alone."""
+
+    def __init__(self, inner: TaskObjective, smart, teacher, generator: torch.Generator):
+        super().__init__(inner)
+        self.smart, self.teacher, self.generator = smart, teacher, generator
+
+    def __call__(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = model_inputs(batch)
+        if "emb" in inputs:
+            return self.inner(batch)
         from minbert.train.regularisers import bregman_term, smart_adversarial_loss
 
-        out, word = model(task, inputs, return_embeddings=True)
-        loss = loss_of(out)
+        model, task, sm = self.model, self.task, self.smart
+        out, word = self.forward(inputs, return_embeddings=True)
+        loss = self.loss(out, batch)
         kind = TASKS[task].kind
-        sm = cfg.smart
         if sm.lambda_s > 0:
             adv = smart_adversarial_loss(lambda e: model(task, inputs, inputs_embeds=e), word, out, kind,
                                          step_size=sm.step_size, epsilon=sm.epsilon, noise_var=sm.noise_var,
-                                         steps=sm.steps, generator=run.generators["smart"])
+                                         steps=sm.steps, generator=self.generator)
             loss = loss + sm.lambda_s * adv
-        if run.teacher is not None:
+        if self.teacher is not None:
             with torch.no_grad():
-                teacher_out = run.teacher.module(task, inputs)
+                teacher_out = self.teacher.module(task, inputs)
             loss = loss + sm.mu * bregman_term(out, teacher_out, kind)
-    return loss, out
+        return loss, out
+
+
+def build_objective(run: Run, task: str) -> TaskObjective:
+    """The task's objective as the run's settings ask: the task loss, distilled when its training
+    data carries a teacher's outputs, with SMART's terms when SMART covers the task."""
+    cfg = run.cfg
+    objective = TaskObjective(task, run.model)
+    if cfg.distill is not None and run.train[task].soft is not None:
+        objective = Distilled(objective, cfg.distill.weight, cfg.distill.temperature)
+    if cfg.smart.enabled and (cfg.smart.tasks is None or task in cfg.smart.tasks):
+        objective = Smart(objective, cfg.smart, run.teacher, run.generators["smart"])
+    return objective
 
 
 def diverged(run: Run, what: str) -> None:

@@ -12,14 +12,20 @@ whether it lowered its own objective.
 
 Dev losses are comparable across epochs: the dev batches are fixed (length order) and MLM dev
 masking is re-drawn from the same seed at every evaluation.
+
+Resumable as fine-tuning is: after every epoch but the last, `train` saves the state (epoch, step,
+history, best so far, the modules, the optimiser and every RNG; minbert.train.resumable) as last.pt
+in the job's state folder, with the best epoch's weights beside it as best.pt; a run of the same job
+(same fingerprint) continues from there and ends bit-identical to an uninterrupted one.
 """
 from __future__ import annotations
 
 import logging
 import math
 import os
+import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +34,8 @@ import torch
 from tqdm.auto import tqdm
 
 from minbert.core.errors import MinBertError
-from minbert.core.io import atomic_path, write_json
+from minbert.core.io import atomic_path, clean_stale_temporaries, torch_save, write_json
+from minbert.core.provenance import fingerprint_of
 from minbert.core.runtime import autocast, configure, pick_device, seed_everything, set_threads
 from minbert.core.tasks import TASKS
 from minbert.data.encode import encode_cached
@@ -42,6 +49,7 @@ from minbert.train import nli
 from minbert.train.mlm import IGNORE, build_mlm_head, mask_tokens, mlm_loss_sum
 from minbert.train.multitask import padding_layout, to_device
 from minbert.train.optim import build_adamw, set_lr
+from minbert.train.resumable import load_training_state, save_training_state
 from minbert.train.sampler import BucketBatchSampler
 
 log = logging.getLogger(__name__)
@@ -105,6 +113,10 @@ class MlmObjective:
     def modules(self):
         return [self.encoder, self.head]
 
+    def generators(self) -> dict[str, torch.Generator]:
+        """The RNGs it draws from besides torch's global one (saved with a resumable state)."""
+        return {"mask": self.train_gen}
+
     def lengths(self, split: str) -> list[int]:
         return [len(ids) for ids, _ in self.data[split]]
 
@@ -144,6 +156,9 @@ class NliObjective:
 
     def modules(self):
         return [self.encoder]
+
+    def generators(self) -> dict[str, torch.Generator]:
+        return {}
 
     def lengths(self, split: str) -> list[int]:
         parts = self.data[split]["parts"]
@@ -230,10 +245,82 @@ def _named_parameters(modules) -> list[tuple[str, torch.nn.Parameter]]:
     return named
 
 
+@dataclass
+class PretrainState:
+    """Where a pretraining is; saved after every epoch but the last (with the modules, optimiser and
+    RNGs, minbert.train.resumable) as last.pt in the state folder. The epoch also numbers the
+    sampler's shuffle (`set_epoch(epoch + 1)`), so it says where the batches continue."""
+    epoch: int = 0                    # epochs finished
+    step: int = 0                     # updates made (the lr schedule's position)
+    history: list = field(default_factory=list)
+    best_loss: float = math.inf       # the lowest dev loss so far; its weights are best.pt beside last.pt
+    best_epoch: int = 0
+    dev_before: float | None = None   # the starting model's dev loss
+
+
+class Resumable:
+    """Where one pretraining's resumable state lives and what it is saved under: `state_dir`
+    (None: nothing is saved, nothing resumed) and the job's description, whose fingerprint a
+    saved state must carry to be resumed."""
+
+    def __init__(self, state_dir, description: dict, modules: list, optimizer, device, generators: dict):
+        self.dir = Path(state_dir) if state_dir is not None else None
+        self.description, self.fingerprint = description, fingerprint_of(description)
+        self.parts = {"modules": {f"module{i}": m for i, m in enumerate(modules)}, "optimizer": optimizer,
+                      "device": device, "generators": generators}
+        self.modules = modules
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            clean_stale_temporaries(self.dir)
+
+    @property
+    def last_path(self) -> Path:
+        return self.dir / "last.pt"
+
+    @property
+    def best_path(self) -> Path:
+        return self.dir / "best.pt"
+
+    def resume(self, desc: str) -> tuple[PretrainState | None, list | None]:
+        """The saved state and best weights when they belong to this job; (None, None) otherwise."""
+        if self.dir is None or not self.last_path.is_file():
+            return None, None
+        try:   # every saved state has a best epoch (the first epoch's dev loss beats none): read it first
+            best = torch.load(self.best_path, map_location="cpu", weights_only=True)
+        except Exception as e:   # missing, truncated or corrupt: never resume without it
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+            log.warning("%s cannot be resumed (%s: %s); starting fresh", self.last_path, self.best_path.name, reason)
+            return None, None
+        position = load_training_state(self.last_path, fingerprint=self.fingerprint, description=self.description,
+                                       log=log, **self.parts)
+        if position is None:
+            return None, None
+        state = PretrainState(**position)
+        log.info("%s: resuming from %s at epoch %d", desc, self.last_path, state.epoch)
+        return state, best
+
+    def save(self, state: PretrainState, best: list | None, new_best: bool) -> None:
+        if self.dir is None:
+            return
+        if new_best:
+            torch_save(best, self.best_path)
+        save_training_state(self.last_path, fingerprint=self.fingerprint, description=self.description,
+                            position=asdict(state), **self.parts)
+
+    def discard(self) -> None:
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc: str,
-          bf16: bool = False) -> tuple[list[dict], float]:
+          bf16: bool = False, *, state_dir=None, description: dict | None = None) -> tuple[list[dict], float]:
     """Train `objective` for `pparams.epochs` and keep the epoch with the lowest dev loss (the
-    modules end with its weights); returns (history rows, dev loss before training)."""
+    modules end with its weights); returns (history rows, dev loss before training).
+
+    With a `state_dir`, the resumable state is saved there after every epoch but the last, and a
+    state saved under the same `description` (default: the settings and data sizes) is resumed,
+    exactly as fine-tuning does (minbert.train.loop); the caller removes the folder once the
+    outputs are written."""
     modules = objective.modules()
     for m in modules:
         m.to(device)
@@ -246,11 +333,19 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
         raise MinBertError(f"{desc}: no training examples")
     total_steps = pparams.epochs * steps_per_epoch
     warmup = int(pparams.warmup_ratio * total_steps)
+    if description is None:
+        description = {"settings": s.model_dump(), "sizes": {"train": len(objective.lengths("train")),
+                                                             "dev": len(objective.lengths("dev"))}}
+    # a state saved on one device type or in one precision never resumes in another
+    description = {**description, "world": 1, "device_type": device.type, "precision": "bf16" if bf16 else "fp32"}
+    saved = Resumable(state_dir, description, modules, optimizer, device, objective.generators())
 
-    dev_before = evaluate(objective, device, bf16, pparams.batch_size)
-    log.info("%s: dev loss before training %.4f", desc, dev_before)
-    history, step, best = [], 0, (math.inf, None)
-    for epoch in range(1, pparams.epochs + 1):
+    state, best = saved.resume(desc)
+    if state is None:
+        state = PretrainState(dev_before=evaluate(objective, device, bf16, pparams.batch_size))
+        log.info("%s: dev loss before training %.4f", desc, state.dev_before)
+    while state.epoch < pparams.epochs:
+        epoch = state.epoch + 1
         for m in modules:
             m.train()
         sampler.set_epoch(epoch)
@@ -259,7 +354,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
         bar = tqdm(total=sum(len(b) for b in batches), desc=f"{desc} epoch {epoch}/{pparams.epochs}",
                    unit="ex", dynamic_ncols=True, mininterval=1.0)
         for indices in batches:
-            lr = set_lr(optimizer, step, total_steps, warmup, pparams.lr_schedule)
+            lr = set_lr(optimizer, state.step, total_steps, warmup, pparams.lr_schedule)
             with autocast(device, bf16):
                 loss_sum, n = objective.loss_sum("train", indices, device)
             loss = loss_sum / max(n, 1)
@@ -268,7 +363,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
             if pparams.grad_clip:
                 torch.nn.utils.clip_grad_norm_([p for _, p in params], pparams.grad_clip)
             optimizer.step()
-            step += 1
+            state.step += 1
             total, count = total + loss_sum.detach().float(), count + n    # summed on the device, read once
             bar.update(len(indices))
             bar.set_postfix(lr=f"{lr:.2e}", refresh=False)
@@ -276,17 +371,23 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
         train_loss = float(total) / max(count, 1)
         dev_loss = evaluate(objective, device, bf16, pparams.batch_size)
         if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
+            saved.discard()    # resumed with the same settings it would diverge again
             raise MinBertError(f"{desc}: the {'training' if not math.isfinite(train_loss) else 'dev'} loss became "
                                f"non-finite in epoch {epoch}; lower `lr`"
                                f"{' or set precision: fp32' if bf16 else ''}")
-        history.append({"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss})
+        state.history.append({"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss})
+        state.epoch = epoch
         log.info("%s epoch %d: train loss %.4f, dev loss %.4f (%.1fs, %d steps)", desc, epoch, train_loss,
                  dev_loss, time.perf_counter() - t0, len(batches))
-        if dev_loss < best[0]:
-            best = (dev_loss, [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules])
-    for m, state in zip(modules, best[1]):
-        m.load_state_dict(state)
-    return history, dev_before
+        new_best = dev_loss < state.best_loss
+        if new_best:
+            state.best_loss, state.best_epoch = dev_loss, epoch
+            best = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
+        if state.epoch < pparams.epochs:    # the last epoch's state is not needed: the run ends right after it
+            saved.save(state, best, new_best)
+    for m, weights in zip(modules, best):
+        m.load_state_dict(weights)
+    return state.history, state.dev_before
 
 
 def _setup(s: PretrainSettings, model_name: str):
@@ -299,8 +400,9 @@ def _setup(s: PretrainSettings, model_name: str):
     return device, bf16, encoder, mlm_tensors, folder, tok
 
 
-def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=None) -> PretrainResult:
-    """Masked-LM further pretraining on the texts of the pretraining's `mlm.tasks`."""
+def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, *, state_dir=None,
+                 description: dict | None = None) -> PretrainResult:
+    """Masked-LM further pretraining on the texts of the pretraining's `mlm.tasks` (resumable: see `train`)."""
     pparams = s.pretraining
     device, bf16, encoder, mlm_tensors, folder, tok = _setup(s, model_name)
     head, loaded = build_mlm_head(encoder, mlm_tensors, str(folder))
@@ -310,14 +412,15 @@ def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=Non
     train_set = encode_texts(tok, train_frames, cache_dir)
     dev_set = _cap(encode_texts(tok, dev_frames, cache_dir), pparams.dev_size, s.seed)
     objective = MlmObjective(encoder, head, tok, train_set, dev_set, pparams.mlm.mask_prob, s.seed)
-    history, before = train(objective, pparams, s, device, "mlm", bf16)
+    history, before = train(objective, pparams, s, device, "mlm", bf16, state_dir=state_dir, description=description)
     metrics = {"mlm_head_loaded": loaded, "tasks": list(pparams.mlm.tasks),
                "train_examples": {t: len(f) for t, f in train_frames.items()}, "dev_examples": len(dev_set)}
     return PretrainResult(encoder.cpu(), head.cpu(), history, _loss_summary(history, before) | metrics)
 
 
-def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, data_dir="results/data") -> PretrainResult:
-    """NLI pretraining of sentence embeddings with the pretraining's `nli.objective`."""
+def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, data_dir="results/data", *,
+                 state_dir=None, description: dict | None = None) -> PretrainResult:
+    """NLI pretraining of sentence embeddings with the pretraining's `nli.objective` (resumable: see `train`)."""
     pparams = s.pretraining
     device, bf16, encoder, _, folder, tok = _setup(s, model_name)
     objective_name = pparams.nli.objective
@@ -327,7 +430,8 @@ def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=Non
     examples["dev"] = _subset(examples["dev"], pparams.dev_size, s.seed)
     objective = NliObjective(encoder, tok, objective_name, examples["train"], examples["dev"],
                              pparams.nli.temperature, pparams.nli.margin, pparams.nli.pooling)
-    history, before = train(objective, pparams, s, device, f"nli-{objective_name}", bf16)
+    history, before = train(objective, pparams, s, device, f"nli-{objective_name}", bf16, state_dir=state_dir,
+                            description=description)
     metrics = {"objective": objective_name, "pooling": pparams.nli.pooling,
                "train_examples": len(examples["train"]["parts"][0]), "dev_examples": len(examples["dev"]["parts"][0])}
     return PretrainResult(encoder.cpu(), None, history, _loss_summary(history, before) | metrics)
@@ -354,21 +458,30 @@ def refuse_torchrun() -> None:
 def pretrain(s: PretrainSettings, data_dir, model_dir, history_path, metrics_path, *, start_model: str,
              cache_dir=None, state_dir=None, description: dict | None = None, name: str = "") -> dict:
     """Run a pretraining of any kind from `start_model`; write the model folder, history.csv and
-    metrics.json (each atomically); return the metrics."""
+    metrics.json (each atomically); return the metrics.
+
+    While it runs, its resumable state lives in `state_dir` (default `<model_dir>.state`): an
+    interrupted pretraining run again under the same `description` (the job's, minbert.pipeline.plan;
+    default: the settings and data sizes) resumes from its last finished epoch, bit for bit. The
+    folder is removed once the outputs are written."""
     kind = s.pretraining.kind
+    if state_dir is None:
+        state_dir = Path(model_dir).with_name(Path(model_dir).name + ".state")
     if kind == "para_first":
         history, metrics, encoder, head = _paraphrase_first(s, data_dir, start_model, cache_dir, state_dir,
                                                             description, name)
     else:
         data = read_pretraining_data(data_dir, s)
-        result = (pretrain_mlm(s, data, start_model, cache_dir) if kind == "mlm"
-                  else pretrain_nli(s, data, start_model, cache_dir, data_dir))
+        resumable = {"state_dir": state_dir, "description": description}
+        result = (pretrain_mlm(s, data, start_model, cache_dir, **resumable) if kind == "mlm"
+                  else pretrain_nli(s, data, start_model, cache_dir, data_dir, **resumable))
         history, metrics, encoder = result.history, {"kind": kind, **result.metrics}, result.encoder
         head = result.mlm_head.checkpoint_tensors() if result.mlm_head is not None else None
     with atomic_path(model_dir) as tmp:
         save_hf_folder(tmp, encoder, tokenizer_folder=resolve_model(start_model), mlm_head=head)
     write_history(history_path, history)
     write_json(metrics_path, metrics)
+    shutil.rmtree(state_dir, ignore_errors=True)
     return metrics
 
 
