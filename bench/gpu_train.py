@@ -5,7 +5,7 @@
     python bench/gpu_train.py --quick         # smoke run (CPU, CI): a tiny random BERT, batch 8, a few steps
 
 What is timed is the pipeline's own step, `minbert.train.loop.train_step` (forward, loss, backward,
-clip, fused AdamW; SMART's rows add its adversarial term and momentum teacher), on batches the
+clip, fused AdamW; SMART's rows add its adversarial term and momentum copy), on batches the
 pipeline's `TaskStream` draws from real SST / Quora / STS training rows (../shared/data, else
 data/demo): length-bucketed, padded to a multiple of 8, one task per step in turn. Each shape
 (model x batch size x SMART) gets its own warm-up steps, then timed steps (CUDA events on a GPU,
@@ -120,15 +120,15 @@ def measure(shape: str, encoder: BertModel, tok: Tokenizer, batch: int, smart: b
         model.encoder = torch.compile(model.encoder, dynamic=True)
     train = load_train(tok, cfg.heads, args.rows)
     optimizer = build_adamw([(encoder_parameters(model), cfg.lr), (head_parameters(model), cfg.lr)], cfg.weight_decay)
-    teacher = None
+    momentum = None
     if smart:
-        from minbert.train.regularisers import MomentumTeacher
+        from minbert.train.regularisers import MomentumModel
 
-        teacher = MomentumTeacher(model, cfg.smart.beta)
-        teacher.module.eval()
+        momentum = MomentumModel(model, cfg.smart.beta)
+        momentum.module.eval()
     generators = {"smart": torch.Generator().manual_seed(1), "pcgrad": torch.Generator().manual_seed(2)}
     run = T.Run(model, tok, train, {}, cfg, 0, device, bf16, T.DistInfo(), optimizer,
-                [p for p in model.parameters() if p.requires_grad], teacher, generators, Path(tempfile.gettempdir()),
+                [p for p in model.parameters() if p.requires_grad], momentum, generators, Path(tempfile.gettempdir()),
                 "", {}, {}, False)
     plan = T.Plan(stages=[list(TASKS)], epochs={}, total_updates=10**6, warmup=0)
     state = T.TrainState()

@@ -17,7 +17,7 @@ from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
 from minbert.params import ExperimentParams, PretrainParams
 from minbert.train.mlm import build_mlm_head
-from minbert.train.pretrain import MlmObjective, encode_texts, evaluate, mlm_frames
+from minbert.train.pretrain import MlmObjective, encode_texts, mean_dev_loss, mlm_frames
 from stages import pretrain as stage
 
 FAST = {"epochs": 2, "batch_size": 16, "lr": 1.0e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 12,
@@ -101,8 +101,8 @@ def test_mlm_stage_lowers_dev_loss_and_keeps_its_head(params_file, prepared, tmp
     dev = encode_texts(tok, mlm_frames(dev_frames, pp, exp.seed))[:64]
     fresh, _ = build_mlm_head(enc, None)
     torch.manual_seed(0)
-    with_head = evaluate(MlmObjective(enc, head, tok, dev, dev, 0.15, 3), torch.device("cpu"), False, 16)
-    with_fresh = evaluate(MlmObjective(enc, fresh, tok, dev, dev, 0.15, 3), torch.device("cpu"), False, 16)
+    with_head = mean_dev_loss(MlmObjective(enc, head, tok, dev, dev, 0.15, 3), torch.device("cpu"), False, 16)
+    with_fresh = mean_dev_loss(MlmObjective(enc, fresh, tok, dev, dev, 0.15, 3), torch.device("cpu"), False, 16)
     assert with_head < with_fresh - 0.3, (with_head, with_fresh)
 
 

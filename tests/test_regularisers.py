@@ -12,7 +12,7 @@ import torch.nn as nn
 from minbert.model.bert import BertConfig, BertModel
 from minbert.train.losses import divergence
 from minbert.train.regularisers import (
-    MomentumTeacher,
+    MomentumModel,
     bregman_term,
     pcgrad_backward,
     pcgrad_project,
@@ -190,7 +190,7 @@ def test_smart_under_bf16_autocast():
 def test_bregman_term_zero_at_start_grows_after_a_step_and_shrinks_after_update():
     torch.manual_seed(0)
     model = TinyClassifier(5).eval()   # dropout off: student and teacher comparable exactly
-    teacher = MomentumTeacher(model, beta=0.5)
+    teacher = MomentumModel(model, beta=0.5)
     ids, mask = _batch()
     assert bregman_term(model(ids, mask), teacher(ids, mask), "classification").item() == 0.0
 
@@ -216,7 +216,7 @@ def test_momentum_teacher_ema_arithmetic():
     with torch.no_grad():
         model.weight.fill_(1.0)
         model.bias.fill_(2.0)
-    teacher = MomentumTeacher(model, beta=0.9)
+    teacher = MomentumModel(model, beta=0.9)
     with torch.no_grad():
         model.weight.fill_(3.0)
         model.bias.fill_(-2.0)
@@ -232,12 +232,12 @@ def test_momentum_teacher_ema_arithmetic():
 
 def test_momentum_teacher_keeps_the_callers_mode_and_checks_beta():
     model = TinyClassifier(1, dropout=0.5).train()
-    teacher = MomentumTeacher(model, beta=0.99)
+    teacher = MomentumModel(model, beta=0.99)
     assert teacher.module.training            # not forced into eval()
     teacher.module.eval()
     assert not teacher.module.training and model.training
     with pytest.raises(ValueError, match="beta"):
-        MomentumTeacher(model, beta=1.0)
+        MomentumModel(model, beta=1.0)
     with pytest.raises(ValueError, match="differ"):
         teacher.update(nn.Linear(2, 2))
 

@@ -213,7 +213,7 @@ def test_the_bregman_teacher_runs_without_dropout(tiny_model_dir, prepared, tmp_
         modes.append(teacher_out.requires_grad)
         return original(student, teacher_out, kind)
 
-    real_teacher = regularisers.MomentumTeacher
+    real_teacher = regularisers.MomentumModel
 
     class Recording(real_teacher):
         def update(self, model):
@@ -221,7 +221,7 @@ def test_the_bregman_teacher_runs_without_dropout(tiny_model_dir, prepared, tmp_
             return super().update(model)
 
     monkeypatch.setattr(regularisers, "bregman_term", spy)
-    monkeypatch.setattr(regularisers, "MomentumTeacher", Recording)
+    monkeypatch.setattr(regularisers, "MomentumModel", Recording)
     exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=2, smart={"enabled": True, "lambda_s": 0.0, "mu": 1.0})
     finetune_experiment(finetune_settings(exp), prepared, tmp_path / "run")
     assert ("teacher training", False) in modes and ("teacher training", True) not in modes

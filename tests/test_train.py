@@ -316,7 +316,7 @@ def test_sequential_stages_restart_the_smart_teacher_from_the_reloaded_best(tiny
     def spy(run, state, plan):
         original(run, state, plan)
         if state.stage < len(plan.stages):
-            model, teacher = run.model.state_dict(), run.teacher.module.state_dict()
+            model, teacher = run.model.state_dict(), run.momentum.module.state_dict()
             seen.append(all(torch.equal(model[k], teacher[k]) for k in model))
 
     monkeypatch.setattr(train, "end_of_stage", spy)

@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, clean_stale_temporaries, torch_save
+from minbert.core.layout import BEST_STATE_FILE, HISTORY_FILE, MODEL_FILE, STATE_FILE
 from minbert.core.metrics import metric_undefined, selection_score, summarise, task_metric
 from minbert.core.provenance import fingerprint_of
 from minbert.core.runtime import autocast
@@ -186,7 +187,7 @@ class TaskStream:
 
 # ---------------------------------------------------------------- evaluation
 
-def evaluate(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, batch_size: int,
+def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, batch_size: int,
              device, bf16: bool, features: dict | None = None) -> dict[str, float]:
     """Dev metrics and losses of every labelled task, plus overall/mean when they apply; a task
     with stored embeddings of a frozen encoder (`features`, minbert.train.frozen) runs its head only."""
@@ -272,7 +273,7 @@ class Run:
     dist: DistInfo
     optimizer: torch.optim.Optimizer
     params: list
-    teacher: object | None
+    momentum: object | None                     # SMART's momentum copy of the model (or None)
     generators: dict[str, torch.Generator]
     state_dir: Path
     fingerprint: str
@@ -285,11 +286,11 @@ class Run:
 
     @property
     def last_path(self) -> Path:
-        return self.state_dir / "last.pt"
+        return self.state_dir / STATE_FILE
 
     @property
     def best_path(self) -> Path:
-        return self.state_dir / "best.pt"
+        return self.state_dir / BEST_STATE_FILE
 
     def amp(self):
         return autocast(self.device, self.bf16)
@@ -302,7 +303,7 @@ class Run:
 
 
 def _saved_parts(run: Run) -> dict:
-    return {"modules": {"model": run.model, "teacher": run.teacher.module if run.teacher is not None else None},
+    return {"modules": {"model": run.model, "momentum": run.momentum.module if run.momentum is not None else None},
             "optimizer": run.optimizer, "device": run.device, "generators": run.generators}
 
 
@@ -430,8 +431,8 @@ def train_step(run: Run, state: TrainState, plan: Plan, batches: list[tuple[str,
     if cfg.grad_clip:
         torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip, foreach=True)
     run.optimizer.step()
-    if run.teacher is not None:
-        run.teacher.update(run.model)
+    if run.momentum is not None:
+        run.momentum.update(run.model)
     state.update += 1
     return lr
 
@@ -515,13 +516,14 @@ class Distilled(ObjectiveWrapper):
 
 class Smart(ObjectiveWrapper):
     """SMART (minbert.train.regularisers): the inner loss plus λ_s x the adversarial smoothness term
-    on the word embeddings and, with a momentum `teacher`, μ x the Bregman term against its output.
+    on the word embeddings and, with the `momentum` copy of the model, μ x the Bregman term against its
+    output.
     A head trained on a frozen encoder's stored embeddings has no word embeddings to perturb: the
     inner objective alone."""
 
-    def __init__(self, inner: TaskObjective, smart, teacher, generator: torch.Generator):
+    def __init__(self, inner: TaskObjective, smart, momentum, generator: torch.Generator):
         super().__init__(inner)
-        self.smart, self.teacher, self.generator = smart, teacher, generator
+        self.smart, self.momentum, self.generator = smart, momentum, generator
 
     def __call__(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = model_inputs(batch)
@@ -538,10 +540,10 @@ class Smart(ObjectiveWrapper):
                                          step_size=sm.step_size, epsilon=sm.epsilon, noise_var=sm.noise_var,
                                          steps=sm.steps, generator=self.generator)
             loss = loss + sm.lambda_s * adv
-        if self.teacher is not None:
+        if self.momentum is not None:
             with torch.no_grad():
-                teacher_out = self.teacher.module(task, inputs)
-            loss = loss + sm.mu * bregman_term(out, teacher_out, kind)
+                momentum_out = self.momentum.module(task, inputs)
+            loss = loss + sm.mu * bregman_term(out, momentum_out, kind)
         return loss, out
 
 
@@ -553,7 +555,7 @@ def build_objective(run: Run, task: str) -> TaskObjective:
     if cfg.distill is not None and run.train[task].soft is not None:
         objective = Distilled(objective, cfg.distill.weight, cfg.distill.temperature)
     if cfg.smart.enabled and (cfg.smart.tasks is None or task in cfg.smart.tasks):
-        objective = Smart(objective, cfg.smart, run.teacher, run.generators["smart"])
+        objective = Smart(objective, cfg.smart, run.momentum, run.generators["smart"])
     return objective
 
 
@@ -576,7 +578,7 @@ def end_of_epoch(run: Run, state: TrainState, plan: Plan, row: dict, t_start: fl
     state.seconds = time.perf_counter() - t_start
     if not run.dist.main:
         return
-    dev = evaluate(run.model, run.dev, run.tokenizer, EVAL_BATCH_SIZE, run.device, run.bf16, run.dev_features)
+    dev = dev_metrics(run.model, run.dev, run.tokenizer, EVAL_BATCH_SIZE, run.device, run.bf16, run.dev_features)
     finite = torch.stack([torch.isfinite(p).all() for p in run.model.parameters()]).all()   # one read
     bad = [f"dev {k}" for k, v in dev.items() if v is not None and not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
     if bad:
@@ -622,8 +624,8 @@ def end_of_stage(run: Run, state: TrainState, plan: Plan) -> None:
         barrier(run.dist)
         best = torch.load(run.best_path, map_location="cpu", weights_only=True)
         run.model.load_state_dict(best["state_dict"])
-        if run.teacher is not None:     # SMART's momentum copy restarts from the weights this stage starts from
-            run.teacher.module.load_state_dict(best["state_dict"])
+        if run.momentum is not None:    # SMART's momentum copy restarts from the weights this stage starts from
+            run.momentum.module.load_state_dict(best["state_dict"])
         state.stage_best = -math.inf
     state.stage += 1
     state.epoch = 0
@@ -671,18 +673,18 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
         model.encoder.freeze(True)
     optimizer = build_adamw([(encoder_parameters(model), cfg.lr), (head_parameters(model), cfg.head_lr or cfg.lr)],
                             cfg.weight_decay)
-    teacher = None
+    momentum = None
     if cfg.smart.enabled and cfg.smart.mu > 0:
-        from minbert.train.regularisers import MomentumTeacher
+        from minbert.train.regularisers import MomentumModel
 
-        teacher = MomentumTeacher(model, cfg.smart.beta)
-        teacher.module.eval()   # the Bregman term compares with the teacher's deterministic output
-    if cfg.compile:   # in place: parameter names, checkpoints and the teacher's copy stay as they are
+        momentum = MomentumModel(model, cfg.smart.beta)
+        momentum.module.eval()   # the Bregman term compares with the copy's deterministic output
+    if cfg.compile:   # in place: parameter names, checkpoints and the momentum copy stay as they are
         model.encoder.compile(dynamic=True)
     generators = {"smart": torch.Generator(device="cpu").manual_seed(seed + 17),
                   "pcgrad": torch.Generator(device="cpu").manual_seed(seed + 29)}
     run = Run(model, tokenizer, {t: train[t] for t in tasks}, dev, cfg, seed, device, bf16, dist_info, optimizer,
-              [p for p in model.parameters() if p.requires_grad], teacher, generators, state_dir,
+              [p for p in model.parameters() if p.requires_grad], momentum, generators, state_dir,
               fingerprint_of(description), description, checkpoint_extra or {}, progress)
     plan = Plan.build(cfg, tasks, sizes, seed)
 
@@ -692,7 +694,7 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     state = (resume_state(run) if resume else None) or TrainState()
     store_frozen_features(run, plan)
     if evaluate_first and state.dev_before is None and dist_info.main:
-        state.dev_before = evaluate(model, dev, tokenizer, EVAL_BATCH_SIZE, device, bf16)
+        state.dev_before = dev_metrics(model, dev, tokenizer, EVAL_BATCH_SIZE, device, bf16)
     t_start = time.perf_counter() - state.seconds
     epochs_run = 0
     while state.stage < len(plan.stages):
@@ -742,8 +744,8 @@ def finish(run: Run, state: TrainState, out_dir: Path) -> None:
     best = torch.load(run.best_path, map_location="cpu", weights_only=True)
     calibrate(run, best)
     out_dir.mkdir(parents=True, exist_ok=True)
-    torch_save(best, out_dir / "model.pt")
-    write_history(out_dir / "history.csv", state.history)
+    torch_save(best, out_dir / MODEL_FILE)
+    write_history(out_dir / HISTORY_FILE, state.history)
     shutil.rmtree(run.state_dir, ignore_errors=True)
 
 

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, clean_stale_temporaries, torch_save, write_json
+from minbert.core.layout import BEST_STATE_FILE, MODEL_FILE, STATE_FILE
 from minbert.core.provenance import fingerprint_of
 from minbert.core.runtime import autocast, configure, pick_device, seed_everything, set_threads
 from minbert.core.tasks import TASKS
@@ -220,7 +221,7 @@ class PretrainResult:
 
 
 @torch.no_grad()
-def evaluate(objective, device, bf16: bool, batch_size: int) -> float:
+def mean_dev_loss(objective, device, bf16: bool, batch_size: int) -> float:
     """Mean dev loss (per token for MLM, per example for NLI) over fixed, length-ordered batches."""
     for m in objective.modules():
         m.eval()
@@ -275,11 +276,11 @@ class Resumable:
 
     @property
     def last_path(self) -> Path:
-        return self.dir / "last.pt"
+        return self.dir / STATE_FILE
 
     @property
     def best_path(self) -> Path:
-        return self.dir / "best.pt"
+        return self.dir / BEST_STATE_FILE
 
     def resume(self, desc: str) -> tuple[PretrainState | None, list | None]:
         """The saved state and best weights when they belong to this job; (None, None) otherwise."""
@@ -342,7 +343,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
 
     state, best = saved.resume(desc)
     if state is None:
-        state = PretrainState(dev_before=evaluate(objective, device, bf16, pparams.batch_size))
+        state = PretrainState(dev_before=mean_dev_loss(objective, device, bf16, pparams.batch_size))
         log.info("%s: dev loss before training %.4f", desc, state.dev_before)
     while state.epoch < pparams.epochs:
         epoch = state.epoch + 1
@@ -369,7 +370,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, device, desc:
             bar.set_postfix(lr=f"{lr:.2e}", refresh=False)
         bar.close()
         train_loss = float(total) / max(count, 1)
-        dev_loss = evaluate(objective, device, bf16, pparams.batch_size)
+        dev_loss = mean_dev_loss(objective, device, bf16, pparams.batch_size)
         if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
             saved.discard()    # resumed with the same settings it would diverge again
             raise MinBertError(f"{desc}: the {'training' if not math.isfinite(train_loss) else 'dev'} loss became "
@@ -479,7 +480,7 @@ def pretrain(s: PretrainSettings, data_dir, model_dir, history_path, metrics_pat
         head = result.mlm_head.checkpoint_tensors() if result.mlm_head is not None else None
     with atomic_path(model_dir) as tmp:
         save_hf_folder(tmp, encoder, tokenizer_folder=resolve_model(start_model), mlm_head=head)
-    write_history(history_path, history)
+    write_pretraining_history(history_path, history)
     write_json(metrics_path, metrics)
     shutil.rmtree(state_dir, ignore_errors=True)
     return metrics
@@ -501,7 +502,7 @@ def _paraphrase_first(s: PretrainSettings, data_dir, start_model: str, cache_dir
         result = finetune_experiment(ft, data_dir, work, state_dir=state_dir, description=description,
                                      cache_dir=cache_dir, name=name or "para_first", evaluate_first=True,
                                      stage="pretrain")
-        model, _, _ = load_checkpoint(Path(work) / "model.pt")
+        model, _, _ = load_checkpoint(Path(work) / MODEL_FILE)
     rows = result.history.to_dict("records")
     history = [{"epoch": int(r["epoch"]), "train_loss": r.get("train_para_loss"), "dev_loss": r.get("dev_para_loss")}
                for r in rows]
@@ -513,7 +514,7 @@ def _paraphrase_first(s: PretrainSettings, data_dir, start_model: str, cache_dir
     return history, metrics, model.encoder, None
 
 
-def write_history(path, rows: list[dict]) -> None:
+def write_pretraining_history(path, rows: list[dict]) -> None:
     frame = pd.DataFrame(rows)
     for col in HISTORY_COLUMNS:
         if col not in frame.columns:

@@ -8,7 +8,7 @@ SMART (Jiang et al. 2020) adds two terms to the task loss L(θ):
 where x are the word embeddings, ℓ_s is `minbert.train.losses.divergence`, the inner max is
 approximated by a few steps of normalised projected gradient ascent from x + noise
 (`smart_adversarial_loss`), and θ̃_t is a momentum (EMA) copy of the parameters
-(`MomentumTeacher`, `bregman_term`).
+(`MomentumModel`, `bregman_term`).
 
 PCGrad (Yu et al. 2020) projects each task's gradient onto the normal plane of every other task's
 gradient it conflicts with (negative dot product), in a random order, and sums the results
@@ -106,12 +106,12 @@ def smart_adversarial_loss(
 
 # ---------------------------------------------------------------- SMART: Bregman proximal point
 
-class MomentumTeacher:
+class MomentumModel:
     """A frozen copy θ̃ of a model, updated as an exponential moving average of its parameters:
     θ̃ ← β·θ̃ + (1 - β)·θ. It is the θ̃_t of SMART's momentum Bregman proximal point term.
 
     `module` is the copy. Its train/eval mode is the caller's to set (it starts in the mode the
-    model had); SMART compares student and teacher in the same mode.
+    model had); SMART compares the model and its momentum copy in the same mode.
     """
 
     def __init__(self, model: nn.Module, beta: float):
@@ -125,15 +125,15 @@ class MomentumTeacher:
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         """θ̃ ← β·θ̃ + (1 - β)·θ for every parameter; buffers are copied as they are."""
-        teacher = dict(self.module.named_parameters())
-        student = dict(model.named_parameters())
-        if teacher.keys() != student.keys():
-            raise ValueError("MomentumTeacher.update: the model's parameters differ from the copy's")
-        for name, p in teacher.items():
-            p.lerp_(student[name].detach().to(p.dtype), 1.0 - self.beta)
-        student_buffers = dict(model.named_buffers())
+        averaged = dict(self.module.named_parameters())
+        current = dict(model.named_parameters())
+        if averaged.keys() != current.keys():
+            raise ValueError("MomentumModel.update: the model's parameters differ from the copy's")
+        for name, p in averaged.items():
+            p.lerp_(current[name].detach().to(p.dtype), 1.0 - self.beta)
+        current_buffers = dict(model.named_buffers())
         for name, b in self.module.named_buffers():
-            b.copy_(student_buffers[name])
+            b.copy_(current_buffers[name])
 
     @torch.no_grad()
     def __call__(self, *args, **kwargs):
@@ -141,9 +141,9 @@ class MomentumTeacher:
         return self.module(*args, **kwargs)
 
 
-def bregman_term(student_out: Tensor, teacher_out: Tensor, kind: str) -> Tensor:
+def bregman_term(out: Tensor, momentum_out: Tensor, kind: str) -> Tensor:
     """D_Breg for one batch: ℓ_s(f(x; θ), f(x; θ̃)); gradients flow into the student only."""
-    return divergence(student_out, teacher_out.detach(), kind)
+    return divergence(out, momentum_out.detach(), kind)
 
 
 # ---------------------------------------------------------------- PCGrad
