@@ -45,18 +45,43 @@ class Tokenizer:
                                    f"({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})") from None
         else:
             raise MinBertError(f"{folder}: no tokenizer.json or vocab.txt; the model folder needs one of them")
+        self._setup(str(folder))
+        self._check_against_model(folder, max(self._tok.get_vocab().values()) + 1)
+
+    @classmethod
+    def from_json(cls, text: str, max_length: int, source: str = "checkpoint") -> "Tokenizer":
+        """The tokenizer a checkpoint stores (`to_json`), without a folder."""
+        from tokenizers import Tokenizer as HFTokenizer
+
+        self = cls.__new__(cls)
+        self.folder, self.max_length = None, int(max_length)
+        try:
+            self._tok = HFTokenizer.from_str(text)
+        except Exception as e:
+            raise MinBertError(f"{source}: its tokenizer cannot be read by the tokenizers library "
+                               f"({str(e).splitlines()[0][:160] if str(e) else type(e).__name__})") from None
+        self._setup(source)
+        return self
+
+    def to_json(self) -> str:
+        """The whole tokenizer (vocabulary, normalisation, special tokens) as tokenizers' JSON."""
+        return self._tok.to_str()
+
+    def vocabulary(self) -> dict[str, int]:
+        return self._tok.get_vocab()
+
+    def _setup(self, where: str) -> None:
         self._tok.no_padding()
         self._tok.enable_truncation(max_length=self.max_length, strategy="longest_first")
         vocab_map = self._tok.get_vocab()
         for tok in ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"):
             if tok not in vocab_map:
-                raise MinBertError(f"{folder}: the vocabulary has no {tok} token; not a BERT tokenizer")
+                raise MinBertError(f"{where}: the vocabulary has no {tok} token; not a BERT tokenizer")
         self.pad_id, self.cls_id, self.sep_id = vocab_map["[PAD]"], vocab_map["[CLS]"], vocab_map["[SEP]"]
         self.mask_id, self.unk_id = vocab_map["[MASK]"], vocab_map["[UNK]"]
         self.vocab_size = self._tok.get_vocab_size()
         self.special_ids = sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id, self.unk_id})
         self.type_vocab_size: int | None = None
-        self._check_against_model(folder, max(vocab_map.values()) + 1)
 
     @staticmethod
     def _text(path: Path) -> str:
@@ -104,7 +129,7 @@ class Tokenizer:
 
     def fingerprint(self) -> str:
         """Stable hash of the tokenizer and max length: the key of tokenised caches."""
-        h = hashlib.sha256(self._tok.to_str().encode("utf-8"))
+        h = hashlib.sha256(self.to_json().encode("utf-8"))
         h.update(str(self.max_length).encode())
         return h.hexdigest()[:16]
 

@@ -41,10 +41,10 @@ TOKEN_NAMES = {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]",
 def write_tokenizer(folder: Path, tokenizer) -> None:
     """tokenizer.json (no truncation or padding of its own: the caller sets them), vocab.txt and
     the configs transformers.AutoTokenizer reads."""
-    spec = json.loads(tokenizer._tok.to_str())
+    spec = json.loads(tokenizer.to_json())
     spec["truncation"], spec["padding"] = None, None
     (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False) + "\n", encoding="utf-8")
-    vocab = tokenizer._tok.get_vocab()
+    vocab = tokenizer.vocabulary()
     (folder / "vocab.txt").write_text("".join(t + "\n" for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])),
                                       encoding="utf-8")
     lower = bool((spec.get("normalizer") or {}).get("lowercase", True))

@@ -9,7 +9,6 @@ pair, or both) is the task's view (minbert.data.views).
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -264,7 +263,7 @@ def checkpoint_dict(model: MultitaskModel, tokenizer: Tokenizer, **extra) -> dic
         "heads": model.heads_cfg.model_dump(),
         "tasks": model.tasks,
         "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-        "tokenizer_json": tokenizer._tok.to_str(),
+        "tokenizer_json": tokenizer.to_json(),
         "max_length": tokenizer.max_length,
         "calibration": dict(model.calibration),
         **extra,
@@ -303,7 +302,7 @@ def model_from_checkpoint(ckpt: dict, source: str = "checkpoint") -> tuple[Multi
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise MinBertError(f"{source}: the checkpoint does not describe a model this version can build "
                            f"({type(e).__name__}); re-run the stage that writes it") from None
-    return model, tokenizer_from_json(ckpt["tokenizer_json"], ckpt["max_length"])
+    return model, Tokenizer.from_json(ckpt["tokenizer_json"], ckpt["max_length"], source)
 
 
 def load_checkpoint(path, map_location="cpu") -> tuple[MultitaskModel, Tokenizer, dict]:
@@ -313,10 +312,6 @@ def load_checkpoint(path, map_location="cpu") -> tuple[MultitaskModel, Tokenizer
     return model, tokenizer, ckpt
 
 
-def tokenizer_from_json(tokenizer_json: str, max_length: int) -> Tokenizer:
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
-        return Tokenizer(d, max_length)
 
 
 def head_parameters(model: MultitaskModel):
