@@ -134,3 +134,28 @@ def test_claim_verdict_rule():
     assert claim_verdict(-0.02, est([-0.01, -0.02, -0.03] * 50)) == "reproduced"
     assert claim_verdict(0.02, est([-0.01, 0.0, 0.03] * 50)) == "not significant"
     assert claim_verdict(0.02, None) == "not run"
+
+
+def test_scale_line_counts_the_rows_each_experiment_trains_on():
+    """The training rows under a paper table are what each row's experiment trains on: the prepared
+    rows after its own downsampling (mode and caps), not the prepared files' sizes."""
+    from types import SimpleNamespace as NS
+
+    from minbert.params import FinetuneParams, PaperParams
+    from minbert.report.tables import scale_line
+
+    def exp(**finetune):
+        return NS(model="m", finetune=FinetuneParams(epochs=10, **finetune))
+
+    lp = NS(params=NS(ensembles={}), groups={}, experiments={
+        "capped": exp(downsample={"mode": "none", "caps": {"sst": 3000, "para": 3000}}),
+        "smallest": exp(downsample={"mode": "smallest"}),
+        "full": exp(downsample={"mode": "none"})})
+    paper = PaperParams(title="t", overall="mean", model="m", epochs=10, data={"sst": 8544, "para": 8000})
+    summary = [{"file": "sst-train.tsv", "rows_kept": 8544}, {"file": "para-train.tsv", "rows_kept": 8000},
+               {"file": "sts-train.tsv", "rows_kept": 6040}]
+    assert scale_line(lp, paper, ["full"], summary) == ""
+    capped = scale_line(lp, paper, ["capped"], summary)
+    assert "3,000 (the paper: 8,544)" in capped and "3,000 (the paper: 8,000)" in capped
+    assert "3,000/8,544 (the paper: 8,544)" in scale_line(lp, paper, ["capped", "full"], summary)
+    assert "6,040 (the paper: 8,544)" in scale_line(lp, paper, ["smallest"], summary)   # the smallest task: STS

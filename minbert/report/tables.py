@@ -26,6 +26,7 @@ from minbert.core.errors import MinBertError
 from minbert.core.metrics import Undefined
 from minbert.core.metrics import selection_score as _selection_score
 from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
+from minbert.data.read import target_sizes
 from minbert.params import PAPER_OVERALL
 from minbert.report.data import ReportData, RunResults
 from minbert.scoring import stats
@@ -666,8 +667,8 @@ def row_run(row, book: ScoreBook) -> tuple[str | None, str]:
 
 def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
     """One line saying how this run's scale (model, epochs, training rows) differs from the
-    paper's, from the resolved settings of the rows' experiments and the prepare summary; ''
-    when nothing differs."""
+    paper's, from the resolved settings of the rows' experiments (their downsampling included) and
+    the prepare summary; '' when nothing differs."""
     exps = []
     for name in runs:
         if name in lp.params.ensembles:
@@ -692,11 +693,18 @@ def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
     for r in data_summary:
         name = str(r.get("file", ""))
         rows = r.get("rows_kept")
-        for task in paper.data:
+        for task in TASKS:      # every task: `smallest` downsampling compares an experiment's tasks
             if name == f"{task}-train.tsv" and isinstance(rows, int):
                 kept[task] = rows
-    smaller = [f"{TASKS[t].short} {kept[t]:,} (the paper: {n:,})" for t, n in paper.data.items()
-               if t in kept and not 0.9 <= kept[t] / n <= 1.1]
+    # the rows each experiment trains on: the prepared rows after its own downsampling (mode, caps)
+    trained: dict[str, set] = {}
+    for e in exps:
+        sizes = {t: kept[t] for t in e.finetune.tasks if t in kept}
+        for t, n in target_sizes(sizes, e.finetune.downsample).items():
+            trained.setdefault(t, set()).add(n)
+    smaller = [f"{TASKS[t].short} {'/'.join(f'{n:,}' for n in sorted(trained[t]))} (the paper: {n_paper:,})"
+               for t, n_paper in paper.data.items()
+               if t in trained and not all(0.9 <= n / n_paper <= 1.1 for n in trained[t])]
     if smaller:
         parts.append("training rows " + ", ".join(smaller))
     return ("Scale differs from the paper's: " + "; ".join(parts) + ".") if parts else ""
