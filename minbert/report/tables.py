@@ -685,7 +685,7 @@ def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
     epochs = sorted({e.finetune.epochs for e in exps})
     steps = sorted({e.finetune.max_steps_per_epoch for e in exps if e.finetune.max_steps_per_epoch})
     if paper.epochs is not None and (epochs != [paper.epochs] or steps):
-        text = f"{'/'.join(map(str, epochs))} epochs"
+        text = f"{'/'.join(map(str, epochs))} epoch{'s' if epochs != [1] else ''}"
         if steps:
             text += f" of at most {'/'.join(map(str, steps))} step{'s' if steps != [1] else ''}"
         parts.append(f"{text} (the paper: {paper.epochs} for most rows)")
