@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,10 @@ def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
     folder = tmp_path_factory.mktemp("tiny-bert")
     save_hf_folder(folder, BertModel(cfg), tokenizer_folder=minilm_dir)
     return folder
+
+
+def default_signals() -> None:
+    """`preexec_fn` of a child a test interrupts with SIGINT: the signal's default disposition, so
+    Python in the child turns it into KeyboardInterrupt even when the test run itself was started
+    as a shell's background job (which starts with SIGINT ignored, inherited by every child)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

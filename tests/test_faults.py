@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO
+from conftest import REPO, default_signals
 
 from minbert.core.errors import MinBertError
 from minbert.data.read import (
@@ -611,7 +611,8 @@ def _slow_prepare(tmp_path):
     _write(results / "data" / "summary.json", "{}")       # a previous run's output
     params = _params(tmp_path, dir=str(DEMO), nli_file=str(nli))
     proc = subprocess.Popen([sys.executable, "-m", "stages.prepare", "--params", params, "--results", str(results)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     deadline = time.time() + 120
     while not list(results.glob(".data.*.tmp/sts-test.tsv")):
         assert proc.poll() is None, proc.communicate()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import default_signals
 from test_workflow import DVC, SNAKEMAKE, make_copy, run
 
 MODEL = "results/experiments/a/finetune/model.pt"
@@ -49,7 +50,7 @@ def reference(repo_root, tmp_path_factory, tiny_model_dir):
 def interrupt_when_training(cmd: list[str], folder: Path, sig: int) -> None:
     """Start `cmd` in its own process group; once the fine-tune has saved its state after an epoch,
     send `sig` to the whole group (what Ctrl-C in a terminal, or the OOM killer, does)."""
-    proc = subprocess.Popen(cmd, cwd=folder, start_new_session=True, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=folder, start_new_session=True, preexec_fn=default_signals, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     deadline = time.monotonic() + 600
     while not (folder / STATE).is_file():

@@ -28,6 +28,7 @@ from test_workflow import (
 )
 
 EVERY_EXPERIMENT = ("a", "b", "c", "d")
+PRETRAININGS = {"pretrain@pf", "pretrain@mlm_tiny"}      # paraphrase-first and masked LM: both train
 # c is exported too (its own target under Snakemake, one more stage under DVC)
 PARAMS = {**tiny_params("models/tiny"), "export": {"experiments": ["c"]}}
 TARGETS = ["all", "results/exports/c"]
@@ -84,8 +85,8 @@ EDITS = {
     "export license": ("params", (("export", "license"), "mit"), {"export@c", "report"}, {"export@c", "report"}),
     "export code": ("code", "minbert/share/export.py", {"export@c"}, {"export@c"}),
     # the batch sampler is run by the training jobs only (not prepare, predict, evaluate or the report)
-    "batch sampler code": ("code", "minbert/train/sampler.py", {"pretrain@pf"} | chain(*EVERY_EXPERIMENT),
-                           {"pretrain@pf"} | {f"finetune@{e}" for e in EVERY_EXPERIMENT}),
+    "batch sampler code": ("code", "minbert/train/sampler.py", PRETRAININGS | chain(*EVERY_EXPERIMENT),
+                           PRETRAININGS | {f"finetune@{e}" for e in EVERY_EXPERIMENT}),
 }
 # DVC re-runs for real (each a repro and its undo): the edits that differ in kind; an experiment's
 # own lr is run for real under DVC by test_dvc_experiments_and_revisions_compare

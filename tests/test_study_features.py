@@ -238,7 +238,7 @@ def test_mlm_keeps_the_epoch_with_the_best_dev_loss(tiny_model_dir, monkeypatch)
         snapshots.append({k: v.clone() for k, v in objective.encoder.state_dict().items()})
         return next(losses)
 
-    monkeypatch.setattr(pretrain, "evaluate", fake_evaluate)
+    monkeypatch.setattr(pretrain, "mean_dev_loss", fake_evaluate)
     encoder, _, folder = load_encoder(tiny_model_dir)
     tok = Tokenizer(folder, 32)
     texts = tok.encode([f"sentence number {i} about a film" for i in range(16)])
