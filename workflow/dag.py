@@ -127,8 +127,14 @@ def rule_groups(all_jobs: list[Job]) -> list[tuple[str, str, Job, str]]:
     return out
 
 
-def snakemake_inputs(job: Job) -> list[str]:
-    return [LAYOUT.job_file(job.stage, job.name)] + job.deps
+def snakemake_inputs(job: Job) -> list:
+    """The description file and the deps. A source (raw data, made by no job) counts as old: its
+    content hash is in the description, so new bytes re-run the job through the description file,
+    and a new date alone (a copy, a fresh checkout, a re-mounted data folder) re-runs nothing, as
+    under DVC."""
+    from snakemake.io import ancient
+
+    return [LAYOUT.job_file(job.stage, job.name)] + [ancient(d) if d in job.sources else d for d in job.deps]
 
 
 def snakemake_outputs(sample: Job) -> list:
@@ -211,7 +217,9 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO) -> dict
     stages = {RESOLVE_STAGE: {
         "cmd": f"python -m workflow.dag --resolve{params_arg}",
         "params": [{f: None} for f in params_source(params_path, repo)],
-        "deps": sorted(set(resolve_code) | {c for j in all_jobs for c in _code(j, repo)}),
+        # the sources too: their content hashes are in the descriptions this stage writes
+        "deps": sorted(set(resolve_code) | {c for j in all_jobs for c in _code(j, repo)} |
+                       {s for j in all_jobs for s in j.sources}),
         "outs": [{LAYOUT.job_files: {"persist": True, "cache": False}}],
     }}
     for job in all_jobs:

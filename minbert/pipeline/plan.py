@@ -57,6 +57,7 @@ class Job:
     run_record: str = ""
     cmd: str = ""
     deps: list[str] = field(default_factory=list)    # `reads` as the engines see them: whole upstream outputs
+    sources: list[str] = field(default_factory=list)  # the deps no job makes (raw data): hashed in the description
     results: str = "results"                         # the results folder it runs in (its state, its lock)
 
     @property
@@ -73,9 +74,14 @@ class Job:
         return self.outs + self.metrics + self.plots + [self.run_record]
 
     def description(self) -> dict:
-        """The resolved description (settings, reads, code with content hashes)."""
-        return {"stage": self.stage, "name": self.name, "settings": self.settings, "reads": self.reads,
-                "code": {p: file_hash(p) for p in code_closure(self.module)}}
+        """The resolved description (settings, reads, code with content hashes, and the content hash
+        of each source: a raw data file changes the description when its bytes change, not when
+        only its date does, as after a copy or a fresh checkout)."""
+        out = {"stage": self.stage, "name": self.name, "settings": self.settings, "reads": self.reads,
+               "code": {p: file_hash(p) for p in code_closure(self.module)}}
+        if self.sources:
+            out["sources"] = {p: path_hash(p) for p in self.sources}
+        return out
 
     def runtime_description(self, extra_reads: list[str | os.PathLike] = ()) -> dict:
         """The description with the content hash of every read (and `extra_reads`, e.g. a model
@@ -195,6 +201,7 @@ def _link(jobs: list[Job]) -> list[Job]:
             if holder not in deps:
                 deps.append(holder)
         job.deps = deps
+        job.sources = [d for d in deps if d not in maker]
     ordered, placed = [], set()
 
     def place(job: Job, path: tuple = ()) -> None:
