@@ -86,8 +86,10 @@ class Job:
     def runtime_description(self, extra_reads: list[str | os.PathLike] = ()) -> dict:
         """The description with the content hash of every read (and `extra_reads`, e.g. a model
         folder outside the repository): what the fingerprint of a running job covers."""
-        return {**self.description(),
-                "read_hashes": {str(p): path_hash(p) for p in [*self.reads, *map(str, extra_reads)]}}
+        description = self.description()
+        hashed = description.get("sources", {})          # a source's hash is in the description already
+        return {**description, "read_hashes": {p: hashed[p] if p in hashed else path_hash(p)
+                                               for p in [*self.reads, *map(str, extra_reads)]}}
 
 
 
@@ -248,9 +250,9 @@ def _pipeline_of(params_path: str | Path, layout: Layout, extra_pretraining: str
 def job_for(params_path: str | Path, stage: str, name: str | None, layout: Layout = Layout()) -> Job:
     """One job of the pipeline (what a stage CLI runs); a one-line error for a name it lacks."""
     import copy
-    import difflib
 
     from minbert.core.errors import MinBertError
+    from minbert.params.messages import close
 
     lp, jobs = _pipeline_of(params_path, layout, name if stage == "pretrain" else None)
     for job in jobs:
@@ -265,8 +267,7 @@ def job_for(params_path: str | Path, stage: str, name: str | None, layout: Layou
     if name in names:   # it exists, but this stage does not apply to it
         hint = "set retrain_heads.enabled: true" if stage == "retrain_heads" else ""
         raise MinBertError(f"{params_path}: {what} '{name}' has no {stage} job{'; ' + hint if hint else ''}")
-    close = difflib.get_close_matches(str(name), list(names), n=1)
-    raise MinBertError(f"{params_path}: unknown {what} '{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    raise MinBertError(f"{params_path}: unknown {what} '{name}'{close(name, names)}")
 
 
 # ---------------------------------------------------------------- code closure and hashes

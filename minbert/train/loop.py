@@ -188,7 +188,7 @@ class TaskStream:
 # ---------------------------------------------------------------- evaluation
 
 def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, batch_size: int,
-             device, bf16: bool, features: dict | None = None) -> dict[str, float]:
+                device, bf16: bool, features: dict | None = None) -> dict[str, float]:
     """Dev metrics and losses of every labelled task, plus overall/mean when they apply; a task
     with stored embeddings of a frozen encoder (`features`, minbert.train.frozen) runs its head only."""
     out: dict[str, float] = {}

@@ -312,8 +312,6 @@ def load_checkpoint(path, map_location="cpu") -> tuple[MultitaskModel, Tokenizer
     return model, tokenizer, ckpt
 
 
-
-
 def head_parameters(model: MultitaskModel):
     return [(n, p) for n, p in model.named_parameters() if not n.startswith("encoder.")]
 

@@ -142,7 +142,7 @@ class MomentumModel:
 
 
 def bregman_term(out: Tensor, momentum_out: Tensor, kind: str) -> Tensor:
-    """D_Breg for one batch: ℓ_s(f(x; θ), f(x; θ̃)); gradients flow into the student only."""
+    """D_Breg for one batch: ℓ_s(f(x; θ), f(x; θ̃)); gradients flow into the model only, not its momentum copy."""
     return divergence(out, momentum_out.detach(), kind)
 
 
