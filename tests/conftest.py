@@ -11,6 +11,15 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
+def child_env(first: str | os.PathLike = REPO, **extra: str) -> dict:
+    """The environment of a child process that imports this checkout: `first` ahead of what
+    PYTHONPATH already holds (an environment may provide packages through it, as cluster modules
+    do), plus `extra` variables."""
+    inherited = os.environ.get("PYTHONPATH")
+    path = str(first) + (os.pathsep + inherited if inherited else "")
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def shared_data_dir() -> Path | None:
     env = os.environ.get("MINBERT_SHARED_DATA")
     for cand in ([Path(env)] if env else []) + [REPO.parent / "shared" / "data"]:

@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, shared_data_dir
+from conftest import REPO, child_env, shared_data_dir
 
 
 def test_gpu_train_smoke_run_on_cpu():
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = child_env(OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "bench/gpu_train.py", "--quick"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

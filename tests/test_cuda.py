@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, child_env
 from test_train import (
     assert_same_weights,
     fine_tune_once_and_under_torchrun,
@@ -116,7 +116,7 @@ def test_no_host_sync_in_the_cuda_training_step(tiny_model_dir, prepared, tmp_pa
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_two_gpus_under_torchrun_follow_one(tiny_model_dir, tmp_path):
     a, b = fine_tune_once_and_under_torchrun(
-        tmp_path, tiny_model_dir, {"device": "cuda", "precision": "fp32"}, {**os.environ, "PYTHONPATH": str(REPO)},
+        tmp_path, tiny_model_dir, {"device": "cuda", "precision": "fp32"}, child_env(),
         timeout=600, one_env={"CUDA_VISIBLE_DEVICES": "0"})
     ca, cb = (torch.load(p / "model.pt", map_location="cpu", weights_only=True) for p in (a, b))
     assert_same_weights(ca["state_dict"], cb["state_dict"], atol=1e-3)

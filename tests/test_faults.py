@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO, default_signals
+from conftest import REPO, child_env, default_signals
 
 from minbert.core.errors import MinBertError
 from minbert.data.read import (
@@ -924,7 +924,7 @@ def _finetune_params(tmp_path, tiny_model_dir, epochs=1) -> str:
 def test_corrupt_or_foreign_last_pt_starts_fresh(tmp_path, tiny_model_dir):
     params = _finetune_params(tmp_path, tiny_model_dir)
     results = tmp_path / "results"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = child_env()
     run = [sys.executable, "-m", "stages.prepare", "--params", params, "--results", str(results)]
     assert subprocess.run(run, cwd=REPO, capture_output=True, env=env).returncode == 0
     state = results / "state" / "finetune" / "a"
@@ -949,7 +949,7 @@ def test_sigterm_during_finetune_keeps_the_state_and_resumes(tmp_path, tiny_mode
     model.pt, the last finished epoch's state kept; the next run resumes from it."""
     params = _finetune_params(tmp_path, tiny_model_dir, epochs=6)
     results = tmp_path / "results"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = child_env()
     prep = [sys.executable, "-m", "stages.prepare", "--params", params, "--results", str(results)]
     assert subprocess.run(prep, cwd=REPO, capture_output=True, env=env).returncode == 0
     cmd = [sys.executable, "-m", "stages.finetune", "--experiment", "a", "--params", params, "--results", str(results)]

@@ -8,14 +8,14 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO
+from conftest import REPO, child_env
 
 SHOW = [sys.executable, "-c", "import os, sys, time; print(os.environ.get('CUDA_VISIBLE_DEVICES', 'none'), "
                               "flush=True); time.sleep(float(sys.argv[1]))"]
 
 
 def wrapped(tmp_path, visible, seconds, count=1):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = child_env()
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import child_env
 from test_pretrain_stage import prepared, results_with  # noqa: F401  (the module-scoped data fixture)
 
 from minbert.model.weights import load_encoder
@@ -41,7 +42,7 @@ def stage(params_file: Path, results: Path, name: str) -> list[str]:
 
 
 def environment(repo_root: Path) -> dict:
-    return {**os.environ, "PYTHONPATH": str(repo_root), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    return child_env(repo_root, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
 
 
 def outputs(results: Path, name: str) -> tuple[dict, bytes]:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO, shared_data_dir
+from conftest import REPO, child_env, shared_data_dir
 
 import minbert.train.experiment as experiment
 import minbert.train.loop as train
@@ -420,7 +420,7 @@ def fine_tune_once_and_under_torchrun(tmp_path: Path, model_dir: Path, base: dic
 def test_torchrun_two_processes_match_one(tiny_model_dir, tmp_path):
     a, b = fine_tune_once_and_under_torchrun(
         tmp_path, tiny_model_dir, {"device": "cpu", "threads": 1},
-        {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, timeout=300)
+        child_env(OMP_NUM_THREADS="1"), timeout=300)
     ca = torch.load(a / "model.pt", map_location="cpu", weights_only=True)
     cb = torch.load(b / "model.pt", map_location="cpu", weights_only=True)
     assert ca["epoch"] == cb["epoch"]

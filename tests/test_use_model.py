@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import child_env
 from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
 from minbert.data.read import read_split
@@ -51,7 +52,7 @@ def trained(tmp_path_factory, tiny_model_dir):
 
 def minbert_cli(args, stdin: str | None = None, cwd=None):
     """`minbert ARGS` as a user runs it (the console script's module, this checkout first)."""
-    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    env = child_env(REPO, OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "minbert.cli", *map(str, args)], input=stdin, capture_output=True,
                           text=True, env=env, cwd=cwd, timeout=300)
 
