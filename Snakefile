@@ -1,8 +1,10 @@
 # The pipeline for Snakemake: `snakemake --cores all` builds reports/final.html (docs/workflow.md).
-# The jobs come from the library (minbert.jobs, rendered by workflow/dag.py), which also generates
-# dvc.yaml: both engines run the same stage commands on the same files.
+# The jobs come from the library (minbert.pipeline.plan, rendered by workflow/dag.py), which also
+# generates dvc.yaml: both engines run the same stage commands on the same files. profiles/default
+# (used by Snakemake without being named) holds the settings every run here shares.
 #   another params file:       snakemake --cores all --config params=params/minilm.yaml
-#   a cluster without GPUs:    snakemake --profile profiles/slurm --config gpu=0
+#   a cluster:                 snakemake --profile profiles/slurm   (--config gpu=0 without GPUs)
+#   jobs sharing one GPU:      snakemake --cores all --config jobs_per_gpu=4   (the default)
 #   record outputs in DVC too: snakemake --cores all --config dvc_commit=true
 from snakemake.utils import min_version
 
@@ -11,14 +13,21 @@ min_version("9.0")
 import importlib
 import sys
 
+from snakemake.exceptions import WorkflowError
+
 sys.path.insert(0, workflow.basedir)
 dag = importlib.import_module("workflow.dag")   # `workflow` here is Snakemake's object, so no plain import
 
 PARAMS = config.get("params", "params.yaml")
-GPUS = int(config.get("gpu", 1))
-# Every job's description file is rewritten here when it changed: it is each job's first input,
-# so a changed setting, input list or code file re-runs exactly the jobs it concerns.
-JOBS = dag.resolve(PARAMS, workflow.basedir)
+try:
+    GPUS = dag.whole_number(config, "gpu", 1, "GPUs for each job that runs the network (0: none)")
+    JOBS_PER_GPU = max(1, dag.whole_number(config, "jobs_per_gpu", 4, "jobs that share one GPU"))
+    # Every job file is rewritten here when it changed: it is each job's first input, so a changed
+    # setting, input list or code file re-runs exactly the jobs it concerns.
+    JOBS = dag.resolve(PARAMS, workflow.basedir)
+except dag.MinBertError as e:
+    raise WorkflowError(str(e)) from None
+SNAKE = dag.SnakemakeDag(JOBS)
 
 
 # Every declared output is asked for, not only the report: a deleted intermediate output (one
@@ -29,3 +38,10 @@ rule all:
 
 
 include: "workflow/rules/stages.smk"
+
+
+onsuccess:
+    # Opt-in: record Snakemake's outputs in dvc.lock too (docs/workflow.md: the two engines' records).
+    if config.get("dvc_commit", False):
+        if not dag.dvc_commit(JOBS, dag.REPO):
+            print("warning: `dvc commit --force` failed; run it by hand to update dvc.lock", file=sys.stderr)

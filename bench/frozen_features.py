@@ -30,8 +30,9 @@ sys.path.insert(0, str(REPO))
 import minbert.train.frozen as frozen  # noqa: E402
 from minbert.data.read import read_cs224n, write_split  # noqa: E402
 from minbert.params import ExperimentParams  # noqa: E402
-from minbert.params.settings import finetune_settings, retrain_settings  # noqa: E402
+from minbert.params.resolve import finetune_settings, retrain_settings  # noqa: E402
 from minbert.train.experiment import finetune_experiment, retrain_heads_experiment  # noqa: E402
+from minbert.train.training import FitOptions  # noqa: E402
 
 RAW = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
 
@@ -78,12 +79,12 @@ def main() -> None:
               f"torch {torch.__version__}, threads {args.threads}, fp32", flush=True)
         # the fine-tuned model a head retraining starts from (not timed): one short unfrozen epoch
         warm = exp.model_copy(update={"finetune": exp.finetune.model_copy(update={"epochs": 1, "max_steps_per_epoch": 3})})
-        finetune_experiment(finetune_settings(warm), tmp / "data", tmp / "ft")
+        finetune_experiment(finetune_settings(warm), tmp / "data", FitOptions(tmp / "ft"))
         jobs = {
-            "frozen baseline": lambda out: finetune_experiment(finetune_settings(frozen_exp), tmp / "data", out,
-                                                               resume=False),
+            "frozen baseline": lambda out: finetune_experiment(finetune_settings(frozen_exp), tmp / "data",
+                                                               FitOptions(out, resume=False)),
             "retrain heads": lambda out: retrain_heads_experiment(retrain_settings(exp), tmp / "ft" / "model.pt",
-                                                                  tmp / "data", out, resume=False),
+                                                                  tmp / "data", FitOptions(out, resume=False)),
         }
         for r in range(args.rounds):
             ways = ["cached", "uncached"] if r % 2 == 0 else ["uncached", "cached"]

@@ -40,13 +40,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from minbert.core.runtime import configure  # noqa: E402
+from minbert.data.batches import build_task_data
 from minbert.data.read import read_cs224n, target_sizes  # noqa: E402
 from minbert.model.bert import BertConfig, BertModel  # noqa: E402
+from minbert.model.multitask import MultitaskModel, encoder_parameters, head_parameters
 from minbert.model.tokenizer import Tokenizer  # noqa: E402
 from minbert.model.weights import load_encoder, packaged_minilm_folder  # noqa: E402
 from minbert.params import FinetuneParams, load_params  # noqa: E402
 from minbert.train import loop as T  # noqa: E402
-from minbert.train.multitask import MultitaskModel, build_task_data, encoder_parameters, head_parameters  # noqa: E402
 from minbert.train.optim import build_adamw  # noqa: E402
 
 TASKS = ("sst", "para", "sts")

@@ -11,7 +11,7 @@ cross-encoded STS pair), the same losses (cross-entropy, BCE, MSE on label / 5),
 gradient clipping at 1.0.
 
 - ours: minbert's encoder and multi-task model, the sentences tokenised once up front (as the
-  finetune stage does, through its token cache), `minbert.train.loop.TaskStream` batches (length-bucketed,
+  finetune stage does, through its token cache), `minbert.data.batches.TaskStream` batches (length-bucketed,
   so little padding), fused AdamW (`minbert.train.optim.build_adamw`).
 - reference: the common CS224N starter style: randomly shuffled batches, each tokenised in the loop
   by `BertTokenizerFast(..., padding=True, truncation=True)` (padding to the longest in the batch),
@@ -36,12 +36,13 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from minbert.data.batches import TaskStream, build_task_data, to_device
 from minbert.data.read import read_cs224n  # noqa: E402
+from minbert.model.multitask import MultitaskModel, task_loss
 from minbert.model.tokenizer import Tokenizer  # noqa: E402
 from minbert.model.weights import load_encoder, packaged_minilm_folder  # noqa: E402
 from minbert.params import HeadsParams  # noqa: E402
-from minbert.train.loop import DistInfo, TaskStream  # noqa: E402
-from minbert.train.multitask import MultitaskModel, build_task_data, task_loss, to_device  # noqa: E402
+from minbert.train.distributed import DistInfo
 from minbert.train.optim import build_adamw  # noqa: E402
 
 TASKS = ("sst", "para", "sts")

@@ -6,7 +6,7 @@
     m.paraphrase([("How do I learn Python?", "What is the best way to learn Python?")])   # prediction, class, prob_1
     m.similarity([("A man plays a guitar.", "A man is playing music.")])                 # prediction (0-5)
 
-The predictions go through the pipeline's own code (minbert.train.multitask: the checkpoint loader,
+The predictions go through the pipeline's own code (minbert.model.multitask: the checkpoint loader,
 tokenisation by the task's view, `predict_task`), so they equal the predict stage's on the same rows.
 `minbert predict` (minbert.cli) is the command-line form.
 """
@@ -50,7 +50,7 @@ def model_file(path: str | Path) -> Path:
 def load_multitask(path: str | Path):
     """(MultitaskModel, Tokenizer, where it came from) from an experiment folder, a model.pt or an
     export folder (minbert.share.export); a one-line error for anything else."""
-    from minbert.train.multitask import load_checkpoint, model_from_checkpoint
+    from minbert.model.checkpoint import load_checkpoint, model_from_checkpoint
 
     p = Path(path)
     if p.is_dir() and (p / EXPORT_MANIFEST).is_file():
@@ -99,7 +99,8 @@ class Model:
         from tqdm.auto import tqdm
 
         from minbert.core.runtime import autocast
-        from minbert.train.multitask import build_task_data, predict_task
+        from minbert.data.batches import build_task_data
+        from minbert.model.multitask import predict_task
 
         self.has(task)
         spec = TASKS[task]
@@ -146,7 +147,7 @@ class Model:
         import torch
 
         from minbert.core.runtime import autocast
-        from minbert.train.multitask import to_device
+        from minbert.data.batches import to_device
 
         texts = list(texts)
         out = []

@@ -1,46 +1,15 @@
-"""What every stage CLI shares: its arguments, its job, and one-line user errors."""
+"""How every stage CLI ends: one-line user errors and exit codes (arguments and jobs: minbert.pipeline.stage)."""
 from __future__ import annotations
 
-import argparse
 import errno
-import os
 import signal
 import sys
 from typing import Callable
 
 from minbert.core.errors import MinBertError
 
-
-def parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--params", default="params.yaml", help="the parameter file (default: params.yaml)")
-    p.add_argument("--results", default="results", help="the results folder (default: results)")
-    return p
-
-
-def experiment_parser(description: str) -> argparse.ArgumentParser:
-    """The arguments of a per-experiment stage: --params, --results, --experiment."""
-    p = parser(description)
-    p.add_argument("--experiment", required=True, help="the experiment name in params.yaml")
-    return p
-
-
-def job(args, stage: str, name: str | None = None):
-    """The stage's job in the pipeline of `args.params` (its settings, inputs and outputs)."""
-    from minbert.core.layout import Layout
-    from minbert.pipeline.plan import job_for
-
-    layout = Layout(args.results)
-    return job_for(args.params, stage, name, layout), layout
-
-
 # what the file system says about a path the stage writes (a file where a folder should be, no permission)
 PATH_ERRORS = (errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG)
-
-
-def main_process() -> bool:
-    """False in the other ranks of a torchrun launch (only rank 0 writes outputs)."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 # import names that differ from the names pip installs
@@ -72,9 +41,14 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
     """Call `main`; bad input (a MinBertError), a full disk, a missing package or an interruption
     print one line (no traceback) and exit with 2, 2, 2 or 128 + the signal. SIGTERM (what Slurm and the engines send)
     stops the stage as Ctrl-C does."""
+    from minbert.pipeline.runinfo import UpToDate
+
     signal.signal(signal.SIGTERM, _terminate)
     try:
         main(argv)
+    except UpToDate as e:
+        print(e, file=sys.stderr)
+        sys.exit(0)
     except MinBertError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 from minbert.core.io import write_json
 from minbert.pipeline.runinfo import running
+from minbert.pipeline.stage import stage_call
 from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_line
 
-from ._cli import experiment_parser, job, run
+from ._cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = experiment_parser(__doc__.splitlines()[0]).parse_args(argv)
-    the_job, L = job(args, "evaluate", args.experiment)
-    with running(the_job):
+    call = stage_call("evaluate", __doc__, argv, named="experiment")
+    L, name = call.layout, call.name
+    with running(call.job, force=call.args.force):
         # every file the job declares is scored, each checked against the split it claims
-        metrics = evaluate_folder(L.predictions(args.experiment), expected_files(the_job.reads), L)
-        write_json(L.metrics(args.experiment), metrics)
-    print(summary_line(args.experiment, metrics))
+        metrics = evaluate_folder(L.predictions(name), expected_files(call.job.reads), L)
+        write_json(L.metrics(name), metrics)
+    print(summary_line(name, metrics))
 
 
 if __name__ == "__main__":

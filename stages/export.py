@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from minbert.params.settings import ExportSettings
 from minbert.pipeline.runinfo import running
+from minbert.pipeline.stage import stage_call
 from minbert.share.export import export_experiment
 
-from ._cli import experiment_parser, job, run
+from ._cli import run
 
 
 def main(argv=None):
-    args = experiment_parser(__doc__.splitlines()[0]).parse_args(argv)
-    name = args.experiment
-    the_job, L = job(args, "export", name)
-    s = ExportSettings(**the_job.settings)
-    with running(the_job) as r:
+    call = stage_call("export", __doc__, argv, named="experiment")
+    s, L, name = ExportSettings(**call.job.settings), call.layout, call.name
+    with running(call.job, force=call.args.force) as r:
         r.fields["files"] = export_experiment(s, name, L.model(name, s.model_stage), L.run_record(s.model_stage, name),
-                                              L.predictions(name), [p for p in the_job.reads if p.endswith(".tsv")],
+                                              L.predictions(name), [p for p in call.job.reads if p.endswith(".tsv")],
                                               L.export(name), fingerprint=r.fingerprint)
 
 

@@ -7,22 +7,20 @@ finetune/model.pt); writes results/experiments/E/predictions/<task>-<split>.csv.
 """
 from __future__ import annotations
 
-from minbert.core.runtime import pick_device, resolve_precision, setup_logging
+from minbert.core.runtime import setup_logging
 from minbert.params.settings import PredictSettings
 from minbert.pipeline.runinfo import running
+from minbert.pipeline.stage import stage_call
 from minbert.scoring.predict import predict_experiment
 
-from ._cli import experiment_parser, job, run
+from ._cli import run
 
 
 def main(argv=None):
-    args = experiment_parser(__doc__.splitlines()[0]).parse_args(argv)
-    name = args.experiment
-    the_job, L = job(args, "predict", name)
-    s = PredictSettings(**the_job.settings)
+    call = stage_call("predict", __doc__, argv, named="experiment")
+    s, L, name = PredictSettings(**call.job.settings), call.layout, call.name
     setup_logging()
-    with running(the_job, pick_device(s.device)) as r:
-        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
+    with running(call.job, s, force=call.args.force) as r:
         r.fields["files"] = predict_experiment(s, L.model(name, s.model_stage), L.data, L.predictions(name),
                                                cache_dir=L.token_cache)
 

@@ -10,17 +10,17 @@ Downsampling is not done here: each later stage applies its own.
 from __future__ import annotations
 
 from minbert.data.prepare import format_summary, prepare
-from minbert.params import DataParams
+from minbert.params.schema import DataParams
 from minbert.pipeline.runinfo import running
+from minbert.pipeline.stage import stage_call
 
-from ._cli import job, parser, run
+from ._cli import run
 
 
 def main(argv=None) -> None:
-    args = parser(__doc__.splitlines()[0]).parse_args(argv)
-    the_job, layout = job(args, "prepare")
-    with running(the_job) as r:
-        summary = prepare(DataParams(**the_job.settings), layout.data)
+    call = stage_call("prepare", __doc__, argv)
+    with running(call.job, force=call.args.force) as r:
+        summary = prepare(DataParams(**call.job.settings), call.layout.data)
         r.fields["rows_kept"] = sum(f["rows_kept"] for f in summary["files"].values())
     print(format_summary(summary))
 

@@ -6,30 +6,44 @@ pretraining, so all experiments with the same one share this single output.
 """
 from __future__ import annotations
 
-from minbert.core.runtime import pick_device, resolve_precision, setup_logging
+import importlib
+import os
+from pathlib import Path
+
+from minbert.core.errors import MinBertError
+from minbert.core.runtime import setup_logging
 from minbert.model.weights import resolve_model
 from minbert.params.settings import PretrainSettings
 from minbert.pipeline.runinfo import running
-from minbert.train.pretrain import pretrain, refuse_torchrun
+from minbert.pipeline.stage import main_process, stage_call
+from minbert.train import PRETRAINING_MODULES
+from minbert.train.pretrained import PretrainFiles
 
-from ._cli import job, main_process, parser, run
+from ._cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--name", required=True, help="pretraining name in params.yaml `pretrainings:`")
-    args = p.parse_args(argv)
     refuse_torchrun()
-    the_job, L = job(args, "pretrain", args.name)
-    s = PretrainSettings(**the_job.settings)
+    call = stage_call("pretrain", __doc__, argv, named="name", name_help="pretraining name in params.yaml "
+                                                                          "`pretrainings:`")
+    s, L, name = PretrainSettings(**call.job.settings), call.layout, call.name
     setup_logging()
-    with running(the_job, pick_device(s.device), [resolve_model(s.model)], main_process()) as r:
-        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
-        metrics = pretrain(s, L.data, L.pretrain_model(args.name), L.pretrain_history(args.name),
-                           L.pretrain_metrics(args.name), start_model=s.model, cache_dir=L.token_cache,
-                           state_dir=L.state("pretrain", args.name), description=r.description, name=args.name)
+    with running(call.job, s, [resolve_model(s.model)], main_process(), call.args.force) as r:
+        files = PretrainFiles(Path(L.data), Path(L.pretrain_model(name)), Path(L.pretrain_history(name)),
+                              Path(L.pretrain_metrics(name)), Path(L.state("pretrain", name)), Path(L.token_cache))
+        kind = importlib.import_module(PRETRAINING_MODULES[s.pretraining.kind])
+        metrics = kind.pretrain(s, files, start_model=s.model, description=r.description, name=name)
         r.fields.update(kind=s.pretraining.kind, dev_loss_last=metrics.get("dev_loss_last"))
-    print(f"pretraining '{args.name}' ({s.pretraining.kind}) written to {L.pretrain(args.name)}")
+    print(f"pretraining '{name}' ({s.pretraining.kind}) written to {L.pretrain(name)}")
+
+
+def refuse_torchrun() -> None:
+    """Pretraining runs in one process: MLM and NLI have no data-parallel loop, and under torchrun
+    every rank would train a duplicate and write the same model folder."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise MinBertError(f"pretraining runs in one process, not under torchrun ({world} processes); start it with "
+                           f"python -m stages.pretrain (torchrun is for the finetune stage)")
 
 
 if __name__ == "__main__":

@@ -6,24 +6,21 @@ model's error analysis, how the results were produced) and reports/experiments/<
 from __future__ import annotations
 
 from minbert.pipeline.runinfo import running
+from minbert.pipeline.stage import stage_call
 
-from ._cli import parser, run
+from ._cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--out", default="reports", help="where the HTML goes (default: reports)")
-    args = p.parse_args(argv)
-    from minbert.core.layout import Layout
-    from minbert.params import load_params
-    from minbert.pipeline.plan import job_for
-    from minbert.report import render_reports
+    call = stage_call("report", __doc__, argv, reports="out", arguments=lambda p: p.add_argument(
+        "--out", default="reports", help="where the HTML goes (default: reports)"))
+    from minbert.params.load import validate_params
+    from minbert.report import render_reports    # here, so a missing plotting package is one line (run)
 
-    layout = Layout(args.results, args.out)
-    the_job = job_for(args.params, "report", None, layout)
-    with running(the_job):
-        written = render_reports(load_params(args.params), layout)
-    print(f"wrote {written[-1]} and {len(written) - 1} experiment page(s) in {layout.experiment_reports}")
+    with running(call.job, force=call.args.force):
+        # the report shows every section of the params: its settings are the params file's content
+        written = render_reports(validate_params(call.job.settings), call.layout)
+    print(f"wrote {written[-1]} and {len(written) - 1} experiment page(s) in {call.layout.experiment_reports}")
 
 
 if __name__ == "__main__":

@@ -6,25 +6,26 @@ Reads results/experiments/E/finetune/model.pt; writes results/experiments/E/retr
 """
 from __future__ import annotations
 
-from minbert.core.runtime import pick_device, resolve_precision, setup_logging
+from pathlib import Path
+
+from minbert.core.runtime import setup_logging
 from minbert.params.settings import RetrainSettings
 from minbert.pipeline.runinfo import running
+from minbert.pipeline.stage import main_process, stage_call
 from minbert.train.experiment import retrain_heads_experiment
+from minbert.train.training import FitOptions
 
-from ._cli import experiment_parser, job, main_process, run
+from ._cli import run
 
 
 def main(argv=None):
-    args = experiment_parser(__doc__.splitlines()[0]).parse_args(argv)
-    name = args.experiment
-    the_job, L = job(args, "retrain_heads", name)
-    s = RetrainSettings(**the_job.settings)
+    call = stage_call("retrain_heads", __doc__, argv, named="experiment")
+    s, L, name = RetrainSettings(**call.job.settings), call.layout, call.name
     setup_logging()
-    with running(the_job, pick_device(s.device), main_process=main_process()) as r:
-        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
-        res = retrain_heads_experiment(s, L.model(name, "finetune"), L.data, L.training(name, "retrain_heads"),
-                                       state_dir=L.state("retrain_heads", name), description=r.description,
-                                       cache_dir=L.token_cache, name=name)
+    with running(call.job, s, main_process=main_process(), force=call.args.force) as r:
+        options = FitOptions(Path(L.training(name, "retrain_heads")), state_dir=Path(L.state("retrain_heads", name)),
+                             description=r.description, checkpoint_extra={"experiment": name})
+        res = retrain_heads_experiment(s, L.model(name, "finetune"), L.data, options, cache_dir=L.token_cache)
         r.fields.update(best_epoch=res.best_epoch, best_dev=res.best_dev, train_seconds=round(res.seconds, 1))
 
 

@@ -8,26 +8,24 @@ the teacher's class probabilities (sst, para) or score (sts), averaged over its 
 """
 from __future__ import annotations
 
-from minbert.core.runtime import pick_device, resolve_precision, setup_logging
+from minbert.core.runtime import setup_logging
 from minbert.params.settings import TeachSettings
 from minbert.pipeline.runinfo import running
+from minbert.pipeline.stage import stage_call
 from minbert.train.distill import teach
 
-from ._cli import job, parser, run
+from ._cli import run
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--name", required=True, help="the teacher: an experiment or ensemble a student distils from")
-    args = p.parse_args(argv)
-    the_job, L = job(args, "teach", args.name)
-    s = TeachSettings(**the_job.settings)
+    call = stage_call("teach", __doc__, argv, named="name",
+                      name_help="the teacher: an experiment or ensemble a student distils from")
+    s, L = TeachSettings(**call.job.settings), call.layout
     models = {m: L.model(m, stage) for m, stage in s.members.items()}
     setup_logging()
-    with running(the_job, pick_device(s.device)) as r:
-        r.fields["precision"] = resolve_precision(s.precision, pick_device(s.device))   # what ran
-        r.fields["rows"] = teach(s, models, L.data, L.teacher(args.name))
-    print(f"teacher '{args.name}' ({len(s.members)} model(s)) wrote {L.teacher(args.name)}")
+    with running(call.job, s, force=call.args.force) as r:
+        r.fields["rows"] = teach(s, models, L.data, L.teacher(call.name))
+    print(f"teacher '{call.name}' ({len(s.members)} model(s)) wrote {L.teacher(call.name)}")
 
 
 if __name__ == "__main__":

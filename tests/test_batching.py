@@ -6,8 +6,8 @@ import pytest
 
 from minbert.data.encode import encode_cached
 from minbert.data.read import raw_path, read_cs224n
+from minbert.data.sampler import BucketBatchSampler
 from minbert.model.tokenizer import Tokenizer
-from minbert.train.sampler import BucketBatchSampler
 
 
 @pytest.fixture(scope="module")

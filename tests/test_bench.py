@@ -3,7 +3,6 @@ finds no host sync in it); its catalogue projection adds up params/full.yaml's r
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 

@@ -4,11 +4,9 @@ backward is finite on every attention backend torch selects, the training step m
 (torch's own sync debug mode), and two GPUs under torchrun follow one."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-from conftest import REPO, child_env
+from conftest import child_env
 from test_train import (
     assert_same_weights,
     fine_tune_once_and_under_torchrun,

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 
 from minbert.core.errors import MinBertError
 from minbert.params import FinetuneParams
-from minbert.train.loop import average_gradients, refuse_batch_statistics_under_ddp
+from minbert.train.distributed import average_gradients, refuse_batch_statistics
 from minbert.train.regularisers import pcgrad_backward
 
 
@@ -94,15 +94,15 @@ def test_a_non_finite_loss_on_one_rank_is_seen_by_all(ranks):
 
 @pytest.mark.parametrize("loss,refused", [("mse", False), ("pearson", True), ("mse+pearson", True)])
 def test_the_correlation_loss_is_refused_under_ddp(loss, refused):
-    cfg = FinetuneParams(heads={"sts_loss": loss})
-    refuse_batch_statistics_under_ddp(cfg, ["sst", "sts"], 1)            # one process: always fine
-    refuse_batch_statistics_under_ddp(cfg, ["sst", "para"], 2)           # no regression task: fine
+    sts_loss = FinetuneParams(heads={"sts_loss": loss}).heads.sts_loss
+    refuse_batch_statistics(sts_loss, ["sst", "sts"], 1)            # one process: always fine
+    refuse_batch_statistics(sts_loss, ["sst", "para"], 2)           # no regression task: fine
     if refused:
         with pytest.raises(MinBertError, match="correlation over the whole batch.*one process") as err:
-            refuse_batch_statistics_under_ddp(cfg, ["sst", "sts"], 2)
+            refuse_batch_statistics(sts_loss, ["sst", "sts"], 2)
         assert "\n" not in str(err.value)
     else:
-        refuse_batch_statistics_under_ddp(cfg, ["sst", "sts"], 2)
+        refuse_batch_statistics(sts_loss, ["sst", "sts"], 2)
 
 
 def test_pretraining_under_torchrun_is_refused_in_one_line(monkeypatch, tmp_path):

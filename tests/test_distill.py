@@ -4,6 +4,7 @@ end to end: weight 0 trains exactly as ordinary training, the student's batches 
 outputs for their rows, and a student learning only from a (made-up) teacher follows it."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 import yaml
 from test_train import restore_threads, write_prepared  # noqa: F401  (fixture)
 
-import minbert.train.loop as train
+import minbert.train.objectives as objectives
 from minbert.params import HeadsParams
 from minbert.train.losses import distill_loss, task_loss
 from stages import finetune, predict, teach
@@ -77,17 +78,21 @@ def test_the_teacher_predicts_every_training_row(project):
     np.testing.assert_allclose(sst[[f"prob_{k}" for k in range(5)]].sum(axis=1), 1.0, atol=1e-6)
     sts = pd.read_csv(project / "results" / "teachers" / "ens" / "sts-train.csv")
     assert list(sts.columns) == ["id", "score"] and np.isfinite(sts["score"]).all()   # on the label scale, unclipped
-    # the mean of the two models' probabilities
+    # the mean of the two models' probabilities, each predicted as the teach stage does: its batches,
+    # and the precision its run record says ran (bf16 where the CPU has it natively)
     from minbert.core.runtime import autocast
+    from minbert.data.batches import load_task_data
+    from minbert.model.checkpoint import load_checkpoint
+    from minbert.model.multitask import predict_task
     from minbert.train.distill import BATCH_SIZE
-    from minbert.train.multitask import load_checkpoint, load_task_data, predict_task
 
     cpu = torch.device("cpu")
+    bf16 = json.loads((project / "results" / "runs" / "teach" / "ens.json").read_text())["precision"] == "bf16"
     probs = []
     for t in ("t1", "t2"):
         model, tok, _ = load_checkpoint(project / "results" / "experiments" / t / "finetune" / "model.pt")
         data = load_task_data(project / "results" / "data", ["sst"], model.heads_cfg, tok, splits=("train",))
-        probs.append(predict_task(model, data["train"]["sst"], tok, BATCH_SIZE, cpu, lambda: autocast(cpu, False))["probs"])
+        probs.append(predict_task(model, data["train"]["sst"], tok, BATCH_SIZE, cpu, lambda: autocast(cpu, bf16))["probs"])
     np.testing.assert_allclose(sst[[f"prob_{k}" for k in range(5)]].to_numpy(), np.mean(probs, 0), atol=1e-6)
 
 
@@ -100,13 +105,13 @@ def test_weight_zero_trains_exactly_as_ordinary_training(project):
 
 def test_the_students_batches_carry_the_teachers_outputs(project, monkeypatch):
     seen = []
-    real = train.distill_loss
+    real = objectives.distill_loss
 
     def spy(task, heads, output, labels, soft, weight, temperature):
         seen.append((task, soft.clone(), weight, temperature))
         return real(task, heads, output, labels, soft, weight, temperature)
 
-    monkeypatch.setattr(train, "distill_loss", spy)
+    monkeypatch.setattr(objectives, "distill_loss", spy)
     finetune.main(["--experiment", "half"])
     assert {t for t, *_ in seen} == {"sst", "para", "sts"} and all(w == 0.5 and T == 2.0 for _, _, w, T in seen)
     teacher = {t: pd.read_csv(project / "results" / "teachers" / "ens" / f"{t}-train.csv") for t in ("sst", "para", "sts")}
@@ -151,7 +156,8 @@ def test_bad_distillation_params_say_which_key(tmp_path, distill, message):
 
 def test_pretraining_and_head_retraining_ignore_the_students_distillation(tmp_path):
     from minbert.params import load_params
-    from minbert.params import settings as S
+    from minbert.params import resolve as S
+    from minbert.params.settings import para_first_config
 
     base_ft = {"distill": {"teacher": "t"}, "walk_through": ["para"], "epoch_unit": "sst"}
     params = {"base": {"model": "m", "finetune": base_ft},
@@ -162,6 +168,6 @@ def test_pretraining_and_head_retraining_ignore_the_students_distillation(tmp_pa
     path.write_text(yaml.safe_dump(params))
     lp = load_params(path)
     assert lp.experiments["s"].finetune.distill.teacher == "t"
-    assert S.para_first_config(S.pretrain_settings(lp, "pf")).distill is None
+    assert para_first_config(S.pretrain_settings(lp, "pf")).distill is None
     assert S.retrain_settings(lp.experiments["s"]).train.distill is None
     assert S.teachers(lp) == {"t": ["sst", "para", "sts"]}

@@ -934,8 +934,10 @@ def test_corrupt_or_foreign_last_pt_starts_fresh(tmp_path, tiny_model_dir):
             torch.save({"format": "something else"}, state / "last.pt")
         else:
             (state / "last.pt").write_bytes(content)
+        # --force: the finished outputs of the first round would otherwise be kept, and nothing run
         proc = subprocess.run([sys.executable, "-m", "stages.finetune", "--experiment", "a", "--params", params,
-                               "--results", str(results)], cwd=REPO, capture_output=True, text=True, env=env)
+                               "--results", str(results), "--force"], cwd=REPO, capture_output=True, text=True,
+                              env=env)
         assert proc.returncode == 0, proc.stderr
         assert "Traceback" not in proc.stderr
         assert re.search(r"last\.pt cannot be resumed \(.*\); starting fresh", proc.stderr), proc.stderr
@@ -970,7 +972,7 @@ def test_sigterm_during_finetune_keeps_the_state_and_resumes(tmp_path, tiny_mode
     _no_temporaries(results)
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     assert again.returncode == 0, again.stderr
-    assert re.search(r"resuming from .*last\.pt at stage 0 epoch [1-5]", again.stderr), again.stderr
+    assert re.search(r"resuming from .*last\.pt at phase 0 epoch [1-5]", again.stderr), again.stderr
     assert (results / "experiments" / "a" / "finetune" / "model.pt").is_file() and not last.exists()
 
 

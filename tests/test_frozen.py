@@ -9,12 +9,14 @@ from test_train import finetune_experiment, make_exp, state_dict, write_prepared
 
 import minbert.train.frozen as frozen
 from minbert.core.runtime import autocast
+from minbert.data.batches import build_task_data, collate, to_device
+from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
 from minbert.params import ExperimentParams, HeadsParams
-from minbert.params.settings import retrain_settings
+from minbert.params.resolve import retrain_settings
 from minbert.train.experiment import retrain_heads_experiment
-from minbert.train.multitask import MultitaskModel, build_task_data, collate, to_device
+from minbert.train.training import FitOptions
 
 CPU = torch.device("cpu")
 
@@ -58,7 +60,7 @@ def test_frozen_baseline_cached_equals_uncached(tiny_model_dir, prepared, tmp_pa
     assert cached.best_dev == pytest.approx(plain.best_dev, abs=1e-4)
     ha, hb = cached.history.drop(columns=["seconds", "examples_per_second"]), \
         plain.history.drop(columns=["seconds", "examples_per_second"])
-    num = [c for c in ha.columns if c != "stage"]
+    num = [c for c in ha.columns if c != "phase"]
     assert ha[num].to_numpy() == pytest.approx(hb[num].to_numpy(), abs=1e-4)
 
 
@@ -66,9 +68,9 @@ def test_retrain_heads_cached_equals_uncached(tiny_model_dir, prepared, tmp_path
     exp = make_exp(tiny_model_dir, epochs=1)
     exp = ExperimentParams.model_validate({**exp.model_dump(), "retrain_heads": {"enabled": True, "epochs": 2}})
     finetune_experiment(exp, prepared, tmp_path / "ft")
-    cached = retrain_heads_experiment(retrain_settings(exp), tmp_path / "ft" / "model.pt", prepared, tmp_path / "a")
+    cached = retrain_heads_experiment(retrain_settings(exp), tmp_path / "ft" / "model.pt", prepared, FitOptions(tmp_path / "a"))
     _uncached(monkeypatch)
-    plain = retrain_heads_experiment(retrain_settings(exp), tmp_path / "ft" / "model.pt", prepared, tmp_path / "b")
+    plain = retrain_heads_experiment(retrain_settings(exp), tmp_path / "ft" / "model.pt", prepared, FitOptions(tmp_path / "b"))
     a, b = state_dict(tmp_path / "a" / "model.pt"), state_dict(tmp_path / "b" / "model.pt")
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=lambda m: f"{k}: {m}")

@@ -3,12 +3,11 @@ visible devices come from CUDA_VISIBLE_DEVICES), makes a job wait while every GP
 runs the command as it is where no GPU is visible."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 
-from conftest import REPO, child_env
+from conftest import child_env
 
 SHOW = [sys.executable, "-c", "import os, sys, time; print(os.environ.get('CUDA_VISIBLE_DEVICES', 'none'), "
                               "flush=True); time.sleep(float(sys.argv[1]))"]

@@ -473,12 +473,32 @@ def _training_started(state: Path, process, timeout: float = 240) -> None:
         time.sleep(0.2)
 
 
+def _read_until(process, pattern: str, timeout: float = 240) -> str:
+    """A process's stderr, read line by line until a line matches `pattern` (what it said so far)."""
+    import selectors
+    import time
+
+    sel = selectors.DefaultSelector()
+    sel.register(process.stderr, selectors.EVENT_READ)
+    seen, deadline = "", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sel.select(timeout=1):
+            line = process.stderr.readline()
+            seen += line
+            if re.search(pattern, line):
+                return seen
+            if not line and process.poll() is not None:
+                break
+    raise AssertionError(f"never printed {pattern!r}; it said:\n{seen[-3000:]}")
+
+
 @pytest.mark.slow
-def test_a_second_process_refuses_and_a_crashed_holder_is_taken_over(tmp_path, tiny_model_dir):
-    """Real processes: a fine-tune runs; the same job started by hand beside it refuses in one line
-    naming the holder and leaves its state alone; killed with SIGKILL, the holder's lock is stale
-    and the next run takes it over."""
-    import os
+def test_a_second_process_waits_and_takes_over_a_crashed_holder_from_its_state(tmp_path, tiny_model_dir):
+    """Real processes: a fine-tune runs; the same job started beside it says once who runs it and
+    waits, leaving the holder's state alone (it must not fail: an engine then deletes the outputs of
+    the failed job, which are the other process's); the holder killed with SIGKILL, its lock is
+    stale, and the waiting process takes it over and resumes the holder's state instead of training
+    from scratch."""
     import signal
     import socket
 
@@ -489,29 +509,70 @@ def test_a_second_process_refuses_and_a_crashed_holder_is_taken_over(tmp_path, t
     cmd = [sys.executable, "-m", "stages.finetune", "--params", str(tmp_path / "params.yaml"),
            "--results", layout.results, "--experiment", "e"]
     first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = None
     try:
         holder = _wait_for_holder(lock, first.pid, first)
         assert holder["engine"] == "hand" and holder["host"] == socket.gethostname()
         _training_started(state, first)
-        second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
-        assert second.returncode == 2
-        _one_line(second.stderr, rf"^error: finetune@e is already running \(hand, PID {first.pid} on "
-                                 rf"{re.escape(socket.gethostname())} since .*\); wait for it to finish.* delete "
-                                 rf"{re.escape(str(lock))} and run again$")
-        assert first.poll() is None and (state / "last.pt").is_file()      # the holder's state untouched
+        second = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        said = _read_until(second, "waiting for it to finish")
+        assert re.search(rf"finetune@e is already running \(hand, PID {first.pid} on "
+                         rf"{re.escape(socket.gethostname())} since .*\); waiting for it to finish", said), said
+        assert first.poll() is None and second.poll() is None and (state / "last.pt").is_file()
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=60)
+        said = _read_until(second, r"resuming from .*last\.pt at phase 0 epoch [1-9]")
+        assert f"taking over the lock of hand, PID {first.pid}" in said
+        assert json.loads(lock.read_text())["pid"] == second.pid
+        second.send_signal(signal.SIGTERM)                # stops like Ctrl-C: the state kept, the lock released
+        assert second.wait(timeout=120) == 128 + signal.SIGTERM
     finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-    assert json.loads(lock.read_text())["pid"] == first.pid               # the crashed holder's record
-    _training_params(tmp_path, tiny_model_dir, epochs=1)
-    third = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert third.returncode == 0, third.stderr
-    assert f"taking over the lock of hand, PID {first.pid}" in third.stderr
-    assert lock.read_text() == "" and (Path(layout.model("e", "finetune"))).is_file()
-    assert not os.path.exists(state)
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert lock.read_text() == "" and (state / "last.pt").is_file()
+
+
+@pytest.mark.slow
+def test_a_job_that_waited_for_its_holder_keeps_the_holders_outputs(tmp_path, tiny_model_dir):
+    """The holder finishes while the same job waits: the waiting one finds the outputs made for its
+    own settings, inputs and code, keeps them as they are (same files, same dates) and exits 0 with
+    one line; with --force it trains again."""
+    _training_params(tmp_path, tiny_model_dir, epochs=60)
+    assert _stage("prepare", tmp_path).returncode == 0
+    layout = Layout(str(tmp_path / "results"))
+    lock, state = Path(layout.lock("finetune", "e")), Path(layout.state("finetune", "e"))
+    cmd = [sys.executable, "-m", "stages.finetune", "--params", str(tmp_path / "params.yaml"),
+           "--results", layout.results, "--experiment", "e"]
+    first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_holder(lock, first.pid, first)
+        _training_started(state, first)
+        second = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _read_until(second, "waiting for it to finish")
+        assert first.wait(timeout=600) == 0
+        out, err = second.communicate(timeout=300)
+    finally:
+        for proc in (first,):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert second.returncode == 0, err
+    assert "finetune@e: up to date (its outputs for these settings, inputs and code are in place); nothing to run" \
+        in err and "epoch 1" not in err
+    model, record = Path(layout.model("e", "finetune")), Path(layout.run_record("finetune", "e"))
+    assert json.loads(record.read_text())["stage"] == "finetune" and model.is_file()
+    made = (model.stat().st_ino, model.stat().st_mtime_ns)
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "up to date" in again.stderr
+    assert (model.stat().st_ino, model.stat().st_mtime_ns) == made          # left as it was
+    model.unlink()                                                            # an engine deleted it
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "up to date" in again.stderr and model.stat().st_mtime_ns == made[1]
+    forced = subprocess.run(cmd + ["--force"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert forced.returncode == 0 and "up to date" not in forced.stderr and "epoch 1" in forced.stderr
+    assert model.stat().st_ino != made[0]
 
 
 # ================================================================ full disk, missing package, bidi text
@@ -642,21 +703,27 @@ def _stop(process) -> None:
             process.wait()
 
 
-@pytest.mark.slow
-def test_snakemake_dvc_and_a_hand_run_never_run_one_job_at_once(tmp_path, tiny_model_dir):
-    """Real engines on one folder: while Snakemake fine-tunes `a`, `dvc repro` of the same job and
-    the stage run by hand refuse, naming Snakemake's process; while DVC runs it, Snakemake and the
-    hand-run refuse, naming DVC's. The holder's state is never touched."""
-    import os
-    import socket
+def _wait_for_text(path: Path, text: str, process, timeout: float = 300) -> str:
+    import time
 
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        content = path.read_text() if path.is_file() else ""
+        if text in content:
+            return content
+        assert process.poll() is None, (process.communicate()[0] or "")[-3000:]
+        time.sleep(0.3)
+    raise AssertionError(f"{path} never said {text!r}")
+
+
+def _engine_repo(tmp_path, tiny_model_dir, epochs: int):
     from test_workflow import DVC, SNAKEMAKE, make_copy, run
 
     if SNAKEMAKE is None or DVC is None:
         pytest.skip("snakemake and dvc are not installed (pip install -e .[workflow])")
     params = {"data": {"dir": "data/demo", "nli_file": None},
               "base": {"model": "models/tiny", "device": "cpu", "threads": 1, "max_length": 32,
-                       "finetune": {"epochs": 400, "batch_size": 8, "max_steps_per_epoch": 2,
+                       "finetune": {"epochs": epochs, "batch_size": 8, "max_steps_per_epoch": 2,
                                     "downsample": {"mode": "fixed", "size": 16}}},
               "experiments": {"a": {}}}
     repo = make_copy(REPO, tmp_path / "repo", tiny_model_dir, params)
@@ -665,38 +732,89 @@ def test_snakemake_dvc_and_a_hand_run_never_run_one_job_at_once(tmp_path, tiny_m
         run([DVC, "init", "-q"], repo)
     run(["git", "add", "-A"], repo)
     run(["git", "commit", "-q", "-m", "copy"], repo)
-    lock, state = repo / "results/locks/finetune/a.lock", repo / "results/state/finetune/a"
-    target = "results/experiments/a/finetune/model.pt"
-    hand = [sys.executable, "-m", "stages.finetune", "--experiment", "a"]
-    host = re.escape(socket.gethostname())
+    run([SNAKEMAKE, "--cores", "1", "results/data/sst-train.tsv"], repo)       # prepared: only fine-tuning to do
+    return repo
 
-    snake = subprocess.Popen([SNAKEMAKE, "--cores", "1", target], cwd=repo, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        holder = _wait_for_engine(lock, "snakemake", snake)
-        _training_started(state, snake)
-        out = run([DVC, "repro", "--single-item", "finetune-a"], repo, ok=False)
-        assert re.search(rf"error: finetune@a is already running \(snakemake, PID {holder['pid']} on {host} ", out), out
-        r = subprocess.run(hand, cwd=repo, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 2
-        _one_line(r.stderr, rf"finetune@a is already running \(snakemake, PID {holder['pid']} on {host} ")
-        assert snake.poll() is None and (state / "last.pt").is_file()
-    finally:
-        _stop(snake)
-    assert lock.read_text() == ""                       # SIGTERM: the holder let the lock go
 
-    dvc = subprocess.Popen([DVC, "repro", "--single-item", "--force", "finetune-a"], cwd=repo, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
+OUTPUTS = ["results/experiments/a/finetune/model.pt", "results/experiments/a/finetune/history.csv",
+           "results/runs/finetune/a.json"]
+
+
+@pytest.mark.slow
+def test_an_engine_never_deletes_what_another_process_finished(tmp_path, tiny_model_dir):
+    """Issue: a job refused by the lock failed, and Snakemake then removed the "output files of the
+    failed job": the files another process was writing. Real processes, Snakemake's two ways into it:
+    a fine-tune started by hand, then `snakemake` while it runs; and Snakemake's own orphan (its
+    master killed with SIGKILL), then `--unlock` and `--rerun-incomplete` while the orphan still
+    trains. Each time the engine's job waits, finds the finished outputs made for its description,
+    keeps them (exit 0) and nothing is trained twice. The holder is paused (SIGSTOP) while the engine
+    starts, so the order holds on a machine of any speed."""
+    import datetime as dt
+    import os
+    import signal
+    import time
+
+    from test_workflow import SNAKEMAKE, run
+
+    repo = _engine_repo(tmp_path, tiny_model_dir, epochs=20)
+    lock, state, log = (repo / "results/locks/finetune/a.lock", repo / "results/state/finetune/a",
+                        repo / "results/logs/finetune/a.log")
+    target = OUTPUTS[0]
+
+    hand = subprocess.Popen([sys.executable, "-m", "stages.finetune", "--experiment", "a"], cwd=repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    snake = None
     try:
-        holder = _wait_for_engine(lock, "dvc", dvc)
-        _training_started(state, dvc)
-        out = run([SNAKEMAKE, "--cores", "1", "--rerun-incomplete", "--forcerun", "finetune", target], repo, ok=False)
-        assert "Error in rule finetune" in out
-        log = (repo / "results/logs/finetune/a.log").read_text()
-        assert re.search(rf"error: finetune@a is already running \(dvc, PID {holder['pid']} on {host} ", log), log
-        r = subprocess.run(hand, cwd=repo, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 2
-        _one_line(r.stderr, rf"finetune@a is already running \(dvc, PID {holder['pid']} on {host} ")
-        assert dvc.poll() is None and (state / "last.pt").is_file() and os.getpid() != holder["pid"]
+        _wait_for_engine(lock, "hand", hand)
+        _training_started(state, hand)
+        os.kill(hand.pid, signal.SIGSTOP)
+        snake = subprocess.Popen([SNAKEMAKE, "--cores", "1", target], cwd=repo, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        _wait_for_text(log, "waiting for it to finish", snake)
+        os.kill(hand.pid, signal.SIGCONT)
+        assert hand.wait(timeout=600) == 0
+        out = snake.communicate(timeout=600)[0]
     finally:
-        _stop(dvc)
+        _stop(hand)
+        if snake is not None:
+            _stop(snake)
+    assert snake.returncode == 0, out[-3000:]
+    assert "Removing output files of failed job" not in out and "up to date" in log.read_text()
+    assert all((repo / o).is_file() for o in OUTPUTS)
+    assert json.loads((repo / OUTPUTS[2]).read_text())["description"]["stage"] == "finetune"
+
+    # Snakemake's orphan: its master killed, the job goes on; the recovery Snakemake prints itself
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["base"]["finetune"]["epochs"] = 21                 # another description: it trains again
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    first = subprocess.Popen([SNAKEMAKE, "--cores", "1", target], cwd=repo,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    second = None
+    try:
+        orphan = _wait_for_engine(lock, "snakemake", first)
+        _training_started(state, first)
+        os.kill(orphan["pid"], signal.SIGSTOP)
+        os.kill(first.pid, signal.SIGKILL)                     # the master only: its job goes on
+        first.wait(timeout=60)
+        assert json.loads(lock.read_text())["pid"] == orphan["pid"]
+        run([SNAKEMAKE, "--unlock"], repo)
+        recovery_started = time.time()
+        second = subprocess.Popen([SNAKEMAKE, "--cores", "1", "--rerun-incomplete", target], cwd=repo,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        _wait_for_text(log, "waiting for it to finish", second)
+        os.kill(orphan["pid"], signal.SIGCONT)
+        out = second.communicate(timeout=900)[0]
+    finally:
+        _stop(first)
+        if second is not None:
+            _stop(second)
+        try:
+            os.kill(orphan["pid"], signal.SIGCONT)
+        except (ProcessLookupError, NameError):
+            pass
+    assert second.returncode == 0, out[-3000:]
+    assert "Removing output files of failed job" not in out
+    assert all((repo / o).is_file() for o in OUTPUTS) and "up to date" in log.read_text()
+    # the outputs are the orphan's run, which started before the recovery: trained once
+    started = dt.datetime.fromisoformat(json.loads((repo / OUTPUTS[2]).read_text())["started"]).timestamp()
+    assert started < recovery_started and not state.exists()

@@ -13,22 +13,17 @@ from scipy import stats
 
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import autocast
+from minbert.data.batches import build_task_data, collate
 from minbert.data.views import VIEWS, view_of
+from minbert.model.checkpoint import load_checkpoint, save_checkpoint
+from minbert.model.heads import BiPairHead, ClassifierHead, CrossPairHead, SharedBlock
+from minbert.model.multitask import MultitaskModel, predict_task
+from minbert.model.outputs import predictions, regression_prediction, regression_target
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
 from minbert.params import HeadsParams
 from minbert.params.schema import BI_ENCODER_HEADS
-from minbert.train.heads import BiPairHead, ClassifierHead, CrossPairHead, SharedBlock
-from minbert.train.losses import regression_prediction, regression_target, task_loss
-from minbert.train.multitask import (
-    MultitaskModel,
-    build_task_data,
-    collate,
-    load_checkpoint,
-    predict_task,
-    predictions,
-    save_checkpoint,
-)
+from minbert.train.losses import task_loss
 
 H = 8
 PAIR_KINDS = ("cross",) + BI_ENCODER_HEADS
@@ -220,7 +215,7 @@ def test_predict_task_returns_input_order_and_matches_single_examples(tiny):
         with torch.no_grad():
             one = model("sts", {k: v for k, v in collate(data, [i], tok).items() if k != "labels"})
         assert res["prediction"][i] == pytest.approx(float(regression_prediction("sts", heads, one)[0]), abs=1e-5)
-    assert "loss" in res
+    assert res["output"].shape == (len(STS),)   # the head's outputs, in input order (the dev loss reads them)
 
 
 def test_checkpoint_round_trip_gives_identical_predictions(tiny, tmp_path):
@@ -303,7 +298,10 @@ def test_symmetric_pairs_read_both_orders(tiny, kind):
     assert not torch.allclose(ab, ba)                          # the order matters to these heads
     expected = regression_prediction("sts", plain, (ab + ba) / 2)
     np.testing.assert_allclose(both["prediction"], expected.numpy(), atol=1e-5)
-    assert both["loss"] == pytest.approx(float(task_loss("sts", plain, (ab + ba) / 2, torch.tensor(STS.label.values))),
+    # the dev loss (minbert.train.loop.dev_metrics) is the task loss of these averaged outputs
+    torch.testing.assert_close(both["output"], ((ab + ba) / 2).float())
+    assert float(task_loss("sts", plain, both["output"], torch.tensor(STS.label.values))) == pytest.approx(
+        float(task_loss("sts", plain, (ab + ba) / 2, torch.tensor(STS.label.values))),
                                          rel=1e-5)
     # sentences are never swapped for single-sentence tasks
     assert not build_task_data("sst", SST, tok, sym).symmetric

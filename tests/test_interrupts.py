@@ -72,10 +72,10 @@ def resumed(folder: Path) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
 def test_snakemake_interrupted_run_resumes_bit_identical(repo_root, tmp_path, tiny_model_dir, reference, sig):
     folder = make_copy(repo_root, tmp_path / "repo", tiny_model_dir, slow_params("models/tiny"))
-    interrupt_when_training([SNAKEMAKE, "--profile", "profiles/local", "--cores", "1", MODEL], folder, sig)
+    interrupt_when_training([SNAKEMAKE, "--profile", "profiles/default", "--cores", "1", MODEL], folder, sig)
     if sig == signal.SIGKILL:      # a killed Snakemake leaves its lock, as after a crash
         run([SNAKEMAKE, "--unlock"], folder)
-    out = run([SNAKEMAKE, "--profile", "profiles/local", "--cores", "1", MODEL], folder)
+    out = run([SNAKEMAKE, "--profile", "profiles/default", "--cores", "1", MODEL], folder)
     assert resumed(folder), out[-3000:]
     got = weights(folder)
     assert got.keys() == reference.keys() and all(torch.equal(got[k], reference[k]) for k in got)

@@ -1,7 +1,7 @@
 """The package's layers: imports point down, and each job's code is what its stage runs.
 
-minbert's subpackages follow the data flow, one layer each (bottom first): core, params, model,
-data, train, scoring, share, pipeline, report, then the front doors (api, cli); the stages
+minbert's subpackages follow the data flow, one layer each (bottom first): core, params, data,
+model, train, scoring, share, pipeline, report, then the front doors (api, cli); the stages
 (stages/) and the engines (workflow/) stand on top. A job's code (what its fingerprint covers) is
 the import closure of its stage module, so the layering is what keeps an edit from re-running jobs
 that never run the edited file.
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from minbert.pipeline import plan
+from minbert.pipeline import code, plan
 from workflow import dag
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ["core", "params", "model", "data", "train", "scoring", "share", "pipeline", "report", "api", "cli"]
+LAYERS = ["core", "params", "data", "model", "train", "scoring", "share", "pipeline", "report", "api", "cli"]
 
 
 def _layer(module: str) -> str:
@@ -25,8 +25,8 @@ def _layer(module: str) -> str:
 
 
 def _project_imports(path: Path, module: str) -> set[str]:
-    return {m for m in plan._imports(ast.parse(path.read_text()), module, path.name == "__init__.py")
-            if m.startswith("minbert.") and plan._module_file(m, plan._package_roots()) is not None}
+    return {m for m in code._imports(ast.parse(path.read_text()), module, path.name == "__init__.py")
+            if m.startswith("minbert.") and code._module_file(m, code._package_roots()) is not None}
 
 
 def _modules():
@@ -54,7 +54,7 @@ def test_stages_and_engines_import_only_minbert_and_themselves():
     for folder in ("stages", "workflow"):
         for path in (REPO / folder).glob("*.py"):
             module = f"{folder}.{path.stem}"
-            targets = plan._imports(ast.parse(path.read_text()), module, path.name == "__init__.py")
+            targets = code._imports(ast.parse(path.read_text()), module, path.name == "__init__.py")
             other = {"stages", "workflow"} - {folder, "stages" if folder == "workflow" else ""}
             assert not {t for t in targets if t.split(".")[0] in other}, module
 
@@ -65,7 +65,7 @@ def test_stages_and_engines_import_only_minbert_and_themselves():
 def demo_jobs(repo_root):
     with dag._in(repo_root):
         jobs = plan.pipeline("params.yaml")
-        return {j.id: set(plan.code_closure(j.module)) for j in jobs}
+        return {j.id: set(code.code_closure(*(j.code_roots or [j.module]))) for j in jobs}
 
 
 def _running(jobs: dict[str, set], path: str) -> set[str]:
@@ -85,8 +85,11 @@ def test_prepare_and_evaluate_run_no_model_and_no_training(demo_jobs):
 
 def test_a_batch_sampler_edit_reruns_the_training_jobs_only(demo_jobs):
     training = _of(demo_jobs, "pretrain", "finetune", "retrain_heads")
-    assert training and _running(demo_jobs, "minbert/train/sampler.py") == training
-    assert _running(demo_jobs, "minbert/train/schedules.py") == _of(demo_jobs, "finetune", "pretrain", "retrain_heads")
+    assert training and _running(demo_jobs, "minbert/data/sampler.py") == training
+    # the multi-task schedules and the loop are fine-tuning's: the masked-LM pretraining runs neither
+    fine_tuning = _of(demo_jobs, "finetune", "retrain_heads")
+    assert _running(demo_jobs, "minbert/train/schedules.py") == fine_tuning
+    assert _running(demo_jobs, "minbert/train/loop.py") == fine_tuning
 
 
 def test_a_report_edit_reruns_the_report_only(demo_jobs):
@@ -99,6 +102,18 @@ def test_the_planner_is_in_no_job_and_preparation_only_in_prepare(demo_jobs):
     assert _running(demo_jobs, "minbert/pipeline/plan.py") == set()
     assert _running(demo_jobs, "minbert/data/prepare.py") == {"prepare"}
     assert _running(demo_jobs, "minbert/data/demo.py") == set()
-    # prediction runs the model, not the training loop
+    # prediction runs the model, not the training loop nor its batch sampler
     for job in _of(demo_jobs, "predict"):
-        assert "minbert/train/multitask.py" in demo_jobs[job] and "minbert/train/loop.py" not in demo_jobs[job]
+        assert "minbert/model/multitask.py" in demo_jobs[job] and "minbert/train/loop.py" not in demo_jobs[job]
+        assert "minbert/data/sampler.py" not in demo_jobs[job]
+
+
+def test_reading_and_checking_the_params_is_in_no_job_but_the_report(demo_jobs):
+    """A job receives its settings resolved (they are in its description): the loader, the catalogue
+    expansion, the cross-section checks, their messages and the settings resolution are code of the
+    report alone, which reads the params file itself."""
+    for module in ("load", "catalogue", "validate", "messages", "resolve"):
+        assert _running(demo_jobs, f"minbert/params/{module}.py") == {"report"}, module
+    assert _running(demo_jobs, "minbert/params/docs.py") == set()
+    # the settings' models are code of every job that has settings (evaluate has none)
+    assert _running(demo_jobs, "minbert/params/schema.py") == set(demo_jobs) - _of(demo_jobs, "evaluate")

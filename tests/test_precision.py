@@ -10,7 +10,6 @@ import torch
 import yaml
 from test_train import finetune_experiment, make_exp, write_prepared
 
-import minbert.train.experiment as experiment
 from minbert.core import runtime
 from minbert.core.errors import MinBertError
 from minbert.params import load_params
@@ -62,11 +61,11 @@ def test_a_state_saved_in_another_precision_is_not_resumed(tiny_model_dir, tmp_p
     data = write_prepared(tmp_path / "data", n_train=16, n_dev=16)
     exp = make_exp(tiny_model_dir, epochs=2, max_steps_per_epoch=2, tasks=["sst"])
     out = tmp_path / "run"
-    monkeypatch.setattr(experiment, "configure", lambda device, precision, deterministic=False: False)
+    monkeypatch.setattr(runtime, "configure", lambda device, precision, deterministic=False: False)
     finetune_experiment(exp, data, out, stop_after_epochs=1)
     state = torch.load(out.with_name("run.state") / "last.pt", map_location="cpu", weights_only=True)
     assert state["description"]["device_type"] == "cpu" and state["description"]["precision"] == "fp32"
-    monkeypatch.setattr(experiment, "configure", lambda device, precision, deterministic=False: True)
+    monkeypatch.setattr(runtime, "configure", lambda device, precision, deterministic=False: True)
     with caplog.at_level("WARNING", logger="minbert.train.loop"):
         res = finetune_experiment(exp, data, out)
     notice = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]

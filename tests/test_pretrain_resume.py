@@ -95,20 +95,21 @@ def test_a_killed_pretraining_resumes_bit_identical(params_file, prepared, tmp_p
 def pretrain_in_process(tiny_model_dir, lr: float, state_dir) -> tuple[list, dict]:
     """Two epochs of MLM through `train` on 24 texts: (history, encoder weights)."""
     import minbert.train.pretrain as pretrain
+    from minbert.core.runtime import Runtime
     from minbert.model.tokenizer import Tokenizer
     from minbert.params import PretrainParams
     from minbert.params.settings import PretrainSettings
-    from minbert.train.mlm import build_mlm_head
+    from minbert.train.mlm import MlmObjective, build_mlm_head
 
     torch.manual_seed(0)
     encoder, _, folder = load_encoder(tiny_model_dir)
     tok = Tokenizer(folder, 32)
     texts = tok.encode([f"sentence number {i} about a film" for i in range(24)])
     head, _ = build_mlm_head(encoder, None)
-    objective = pretrain.MlmObjective(encoder, head, tok, texts, texts[:8], 0.15, 1)
+    objective = MlmObjective(encoder, head, tok, texts, texts[:8], 0.15, 1)
     pp = PretrainParams(kind="mlm", epochs=2, batch_size=8, lr=lr, warmup_ratio=0.0)
     s = PretrainSettings(model=str(tiny_model_dir), seed=1, max_length=32, pretraining=pp, device="cpu")
-    history, _ = pretrain.train(objective, pp, s, torch.device("cpu"), "mlm", state_dir=state_dir)
+    history, _ = pretrain.train(objective, pp, s, Runtime(torch.device("cpu"), bf16=False), "mlm", state_dir=state_dir)
     return history, encoder.state_dict()
 
 

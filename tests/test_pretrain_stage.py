@@ -12,12 +12,13 @@ import pytest
 import torch
 import yaml
 
+from minbert.core.runtime import Runtime
 from minbert.data.read import read_cs224n, read_nli, read_split, split_by_group, write_split
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
 from minbert.params import ExperimentParams, PretrainParams
-from minbert.train.mlm import build_mlm_head
-from minbert.train.pretrain import MlmObjective, encode_texts, mean_dev_loss, mlm_frames
+from minbert.train.mlm import MlmObjective, build_mlm_head
+from minbert.train.pretrain import encode_texts, mean_dev_loss, mlm_frames
 from stages import pretrain as stage
 
 FAST = {"epochs": 2, "batch_size": 16, "lr": 1.0e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 12,
@@ -101,8 +102,9 @@ def test_mlm_stage_lowers_dev_loss_and_keeps_its_head(params_file, prepared, tmp
     dev = encode_texts(tok, mlm_frames(dev_frames, pp, exp.seed))[:64]
     fresh, _ = build_mlm_head(enc, None)
     torch.manual_seed(0)
-    with_head = mean_dev_loss(MlmObjective(enc, head, tok, dev, dev, 0.15, 3), torch.device("cpu"), False, 16)
-    with_fresh = mean_dev_loss(MlmObjective(enc, fresh, tok, dev, dev, 0.15, 3), torch.device("cpu"), False, 16)
+    cpu = Runtime(torch.device("cpu"), bf16=False)
+    with_head = mean_dev_loss(MlmObjective(enc, head, tok, dev, dev, 0.15, 3), cpu, 16)
+    with_fresh = mean_dev_loss(MlmObjective(enc, fresh, tok, dev, dev, 0.15, 3), cpu, 16)
     assert with_head < with_fresh - 0.3, (with_head, with_fresh)
 
 
@@ -176,11 +178,11 @@ def test_bad_input_is_one_line_with_exit_2(params_file, prepared, tmp_path, repo
 
 
 def test_a_pretraining_may_set_its_own_precision(tiny_model_dir, prepared, tmp_path, monkeypatch):
-    import minbert.train.pretrain as pretrain
+    import minbert.core.runtime as runtime  # every stage's autocast goes through Runtime.amp
 
     seen = []
-    original = pretrain.autocast
-    monkeypatch.setattr(pretrain, "autocast", lambda device, bf16: seen.append(bf16) or original(device, bf16))
+    original = runtime.autocast
+    monkeypatch.setattr(runtime, "autocast", lambda device, bf16: seen.append(bf16) or original(device, bf16))
     quick = {**FAST, "epochs": 1, "max_steps_per_epoch": 2, "dev_size": 16}
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({

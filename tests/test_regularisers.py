@@ -440,10 +440,10 @@ def test_smart_perturbation_gradient_under_bf16_autocast_is_the_float32_one(mini
     """ε = 1e-5 is below bf16's resolution: computed under bf16 autocast, the ascent would follow
     rounding noise (cosine about 0.2 with the float32 gradient on MiniLM). The term runs in float32
     whatever the autocast, so the gradients agree."""
+    from minbert.model.multitask import MultitaskModel
     from minbert.model.tokenizer import Tokenizer
     from minbert.model.weights import load_encoder
     from minbert.params import HeadsParams
-    from minbert.train.multitask import MultitaskModel
 
     encoder, _, folder = load_encoder(str(minilm_dir))
     torch.manual_seed(0)

@@ -312,7 +312,7 @@ def uninterrupted(folder: Path):
 
 def test_resume_with_nothing_changed_is_bit_identical(results_with_data, capsys):
     resumed = interrupted_then_resumed(results_with_data)
-    assert "resuming from results/state/finetune/e/last.pt at stage 0 epoch 1" in capsys.readouterr().err
+    assert "resuming from results/state/finetune/e/last.pt at phase 0 epoch 1" in capsys.readouterr().err
     full = uninterrupted(results_with_data)
     assert resumed.keys() == full.keys() and all(torch.equal(resumed[k], full[k]) for k in full)
 

@@ -203,19 +203,20 @@ def _megabytes(mem: str) -> int:
     return round(float(m.group(1)) * {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2}[m.group(2)])
 
 
-def started_jobs(log: str, local: bool) -> Counter:
-    """Snakemake's log: the jobs it started (but the target rule `all`, which runs nothing) as the Slurm
-    executor's job comments, rule_<rule>[_wildcards_<values>]. Jobs run on this machine are logged
-    as `localrule`: with an executor, only `all` may be."""
-    jobs = Counter()
-    for m in re.finditer(r"^(local)?rule (\w+):\n((?:    .*\n)*)", log, flags=re.M):
-        if m.group(2) == "all":
-            continue
-        assert local or not m.group(1), f"{m.group(2)} ran outside Slurm"
-        wildcards = re.search(r"^    wildcards: (.*)$", m.group(3), flags=re.M)
-        values = "_".join(kv.split("=", 1)[1] for kv in wildcards.group(1).split(", ")) if wildcards else ""
-        jobs[f"rule_{m.group(2)}" + (f"_wildcards_{values}" if values else "")] += 1
-    return jobs
+def started_jobs(run: Run) -> Counter:
+    """The jobs a run's Snakemake log shows it started (its shell commands, which --printshellcmds
+    prints), each as the Slurm executor names it in a job's comment, rule_<rule>[_wildcards_<name>]
+    (the rule from the run's own DAG; the target rule `all` runs nothing)."""
+    from test_workflow import COMMAND
+
+    jobs = dag.jobs("params.yaml", repo=run.folder)
+    snake = dag.SnakemakeDag(jobs)
+    by_cmd = {j.cmd: j for j in jobs}
+    started = Counter()
+    for cmd in COMMAND.findall(run.log):
+        job = by_cmd[cmd]
+        started[f"rule_{snake.rule_of[job.id]}" + (f"_wildcards_{job.name}" if job.name else "")] += 1
+    return started
 
 
 def rule_of(comment: str) -> str:
@@ -228,8 +229,8 @@ def check_submitted_jobs(cluster: Cluster, run: Run, local: Run, gpus: int, part
     rule's CPUs (threads capped at the node's), memory, time and GPUs."""
     run.check()
     local.check()
-    expected = started_jobs(run.log, local=False)
-    local_jobs = started_jobs(local.log, local=True)
+    expected = started_jobs(run)
+    local_jobs = started_jobs(local)
     assert sum(local_jobs.values()) >= 8, local.log[-3000:]
     assert expected == local_jobs if everything else expected <= local_jobs
     assert {rule_of(c) for c in expected} >= {"prepare", "finetune", "predict", "evaluate"}
@@ -275,12 +276,16 @@ def test_cpu_only_partition_with_gpu_0(cluster, runs):
 
 
 def planned_resources(profile: Path, repo_root: Path) -> list[tuple[str, dict]]:
-    """`snakemake -n --forceall` with a profile: each planned job's rule and resources."""
-    r = subprocess.run([SNAKEMAKE, "-n", "--forceall", "--profile", str(profile)], cwd=repo_root,
+    """`snakemake -n --forceall` with a profile (Snakemake's whole job blocks, not the one-line
+    messages): each planned job's rule and resources."""
+    config = re.search(r"^config: \{(.*)\}$", profile.joinpath("config.yaml").read_text(), flags=re.M)
+    extra = ["--config", "messages=false"] + ([f"{k.strip()}={v.strip()}" for k, v in
+                                                 (kv.split(":") for kv in config.group(1).split(","))] if config else [])
+    r = subprocess.run([SNAKEMAKE, "-n", "--forceall", "--profile", str(profile), *extra], cwd=repo_root,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     planned = [(rule, dict(kv.split("=", 1) for kv in resources.split(", "))) for rule, resources
-               in re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", r.stdout, flags=re.M)
+               in re.findall(r"^(?:rule|checkpoint) (\w+):\n(?:    .*\n)*?    resources: (.*)$", r.stdout, flags=re.M)
                if rule != "all"]
     assert {rule for rule, _ in planned} >= {"prepare", "finetune", "predict", "report"}, r.stdout[-3000:]
     return planned

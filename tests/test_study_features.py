@@ -11,15 +11,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_heads import PARA, SST, STS
-from test_train import make_exp, prepared, restore_threads, state_dict, write_prepared  # noqa: F401  (fixtures)
+from test_train import finetune_experiment, make_exp, prepared, restore_threads, state_dict, write_prepared  # noqa: F401  (fixtures)
 
-import minbert.train.loop as train
+import minbert.data.batches as batches
+import minbert.train.objectives as objectives
+from minbert.data.batches import build_task_data, collate
+from minbert.model.checkpoint import load_checkpoint
+from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
 from minbert.params import ExperimentParams, HeadsParams
-from minbert.params.settings import finetune_settings, retrain_settings
-from minbert.train.experiment import finetune_experiment, retrain_heads_experiment, with_dropout
-from minbert.train.multitask import MultitaskModel, build_task_data, collate, load_checkpoint
+from minbert.params.resolve import finetune_settings, retrain_settings
+from minbert.train.experiment import retrain_heads_experiment, with_dropout
+from minbert.train.training import FitOptions
 
 H = 32
 
@@ -116,7 +120,7 @@ def test_freeze_sst_trains_only_the_sst_branch_over_the_para_sts_model(tiny_mode
     finetune_experiment(finetune_settings(exp), prepared, tmp_path / "ft")
     first = state_dict(tmp_path / "ft" / "model.pt")
     assert not any(k.startswith(("heads.sst", "branches.sst")) for k in first)        # stage 1: para, sts only
-    retrain_heads_experiment(retrain_settings(exp), tmp_path / "ft" / "model.pt", prepared, tmp_path / "rh")
+    retrain_heads_experiment(retrain_settings(exp), tmp_path / "ft" / "model.pt", prepared, FitOptions(tmp_path / "rh"))
     model, _, ckpt = load_checkpoint(tmp_path / "rh" / "model.pt")
     second = ckpt["state_dict"]
     assert model.tasks == ["para", "sts", "sst"]
@@ -141,14 +145,14 @@ def test_freeze_sst_trains_only_the_sst_branch_over_the_para_sts_model(tiny_mode
 
 def test_a_walked_task_continues_across_epochs_instead_of_restarting(tiny_model_dir, prepared, tmp_path, monkeypatch):
     seen: dict[str, list] = {"para": [], "sts": []}
-    original = train.collate
+    original = batches.collate
 
-    def spy(data, indices, tokenizer, swap=None):
+    def spy(data, indices, tokenizer, swap=None, fixed_shapes=False):
         if data.task in seen:
             seen[data.task].append(list(indices))
-        return original(data, indices, tokenizer, swap)
+        return original(data, indices, tokenizer, swap, fixed_shapes)
 
-    monkeypatch.setattr(train, "collate", spy)
+    monkeypatch.setattr(batches, "collate", spy)
     # sst (8 rows) is the epoch: 2 updates per epoch; para (32 rows: 4 batches) is walked through
     exp = make_exp(tiny_model_dir, schedule="simultaneous", epoch_unit="sst", walk_through=["para"], epochs=4,
                    max_steps_per_epoch=None, downsample={"mode": "fixed", "size": 32, "caps": {"sst": 16}})
@@ -172,15 +176,19 @@ def test_a_correlation_trained_head_is_calibrated_not_clipped(tiny_model_dir, pr
     finetune_experiment(finetune_settings(exp), prepared, tmp_path / "run")
     model, tok, ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
     scale, shift = ckpt["calibration"]["sts"]
-    # the fit: predictions on the training data regressed on the labels
-    from minbert.core.runtime import autocast
+    # the fit: the model's predictions on the training data regressed on the labels, as the run made
+    # them (its precision: bf16 where the CPU has it natively, and its evaluation batches: bf16
+    # outputs depend on the batch a row is in)
+    from minbert.core.runtime import autocast, resolve_precision
     from minbert.data.read import downsample, read_split
-    from minbert.train.multitask import predict_task
+    from minbert.model.multitask import predict_task
+    from minbert.train.loop import EVAL_BATCH_SIZE
 
     frame = downsample({"sts": read_split(prepared / "sts-train.tsv")}, exp.finetune.downsample, exp.seed)["sts"]
     data = build_task_data("sts", frame, tok, model.heads_cfg)
     cpu = torch.device("cpu")
-    res = predict_task(model, data, tok, 16, cpu, lambda: autocast(cpu, False))
+    bf16 = resolve_precision(exp.precision, cpu) == "bf16"
+    res = predict_task(model, data, tok, EVAL_BATCH_SIZE, cpu, lambda: autocast(cpu, bf16))
     raw = res["output"].numpy().astype(np.float64) * 5.0     # the head's scale, 0-1 -> 0-5, unclipped
     assert raw.std() > 1e-3
     np.testing.assert_allclose(res["prediction"], raw * scale + shift, rtol=1e-5, atol=1e-5)
@@ -207,7 +215,7 @@ def test_the_bregman_teacher_runs_without_dropout(tiny_model_dir, prepared, tmp_
     import minbert.train.regularisers as regularisers
 
     modes = []
-    original = regularisers.bregman_term
+    original = objectives.bregman_term
 
     def spy(student, teacher_out, kind):
         modes.append(teacher_out.requires_grad)
@@ -220,7 +228,7 @@ def test_the_bregman_teacher_runs_without_dropout(tiny_model_dir, prepared, tmp_
             modes.append(("teacher training", self.module.training))
             return super().update(model)
 
-    monkeypatch.setattr(regularisers, "bregman_term", spy)
+    monkeypatch.setattr(objectives, "bregman_term", spy)
     monkeypatch.setattr(regularisers, "MomentumModel", Recording)
     exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=2, smart={"enabled": True, "lambda_s": 0.0, "mu": 1.0})
     finetune_experiment(finetune_settings(exp), prepared, tmp_path / "run")
@@ -234,7 +242,7 @@ def test_mlm_keeps_the_epoch_with_the_best_dev_loss(tiny_model_dir, monkeypatch)
 
     snapshots, losses = [], iter([5.0, 3.0, 4.0])          # before training, after epoch 1, after epoch 2
 
-    def fake_evaluate(objective, device, bf16, batch_size):
+    def fake_evaluate(objective, runtime, batch_size):
         snapshots.append({k: v.clone() for k, v in objective.encoder.state_dict().items()})
         return next(losses)
 
@@ -242,13 +250,14 @@ def test_mlm_keeps_the_epoch_with_the_best_dev_loss(tiny_model_dir, monkeypatch)
     encoder, _, folder = load_encoder(tiny_model_dir)
     tok = Tokenizer(folder, 32)
     texts = tok.encode([f"sentence number {i} about a film" for i in range(16)])
-    from minbert.train.mlm import build_mlm_head
+    from minbert.core.runtime import Runtime
+    from minbert.train.mlm import MlmObjective, build_mlm_head
 
     head, _ = build_mlm_head(encoder, None)
-    objective = pretrain.MlmObjective(encoder, head, tok, texts, texts[:4], 0.15, 1)
+    objective = MlmObjective(encoder, head, tok, texts, texts[:4], 0.15, 1)
     pp = PretrainParams(kind="mlm", epochs=2, batch_size=8, lr=1e-2, warmup_ratio=0.0)
     s = PretrainSettings(model=str(tiny_model_dir), seed=1, max_length=32, pretraining=pp, device="cpu")
-    history, before = pretrain.train(objective, pp, s, torch.device("cpu"), "mlm")
+    history, before = pretrain.train(objective, pp, s, Runtime(torch.device("cpu"), bf16=False), "mlm")
     assert before == 5.0 and [r["dev_loss"] for r in history] == [3.0, 4.0]
     after_epoch1 = snapshots[1]
     assert all(torch.equal(encoder.state_dict()[k], after_epoch1[k]) for k in after_epoch1)

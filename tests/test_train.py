@@ -4,7 +4,6 @@ fine-tuning, SMART and PCGrad in the loop, and torchrun data parallelism against
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -17,17 +16,31 @@ import torch
 import yaml
 from conftest import REPO, child_env, shared_data_dir
 
+import minbert.data.batches as batches
 import minbert.train.experiment as experiment
 import minbert.train.loop as train
+import minbert.train.objectives as objectives
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import seed_everything
 from minbert.data.read import read_cs224n, write_split
+from minbert.model.multitask import MultitaskModel
 from minbert.params import ExperimentParams
-from minbert.params.settings import finetune_settings, retrain_settings
+from minbert.params.resolve import finetune_settings, retrain_settings
+from minbert.params.settings import FinetuneSettings
+from minbert.train.optim import AdamW
 from minbert.train.experiment import retrain_heads_experiment
-from minbert.train.multitask import MultitaskModel, _EncoderStub
+from minbert.train.training import FitOptions
 
 RAW = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
+
+
+class EncoderStub(torch.nn.Module):
+    """Only what MultitaskModel reads of an encoder to build its heads (its config)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
 # history columns that measure time, not training
 TIMING = ["seconds", "examples_per_second"]
 
@@ -67,9 +80,21 @@ def make_exp(tiny_model_dir, **finetune) -> ExperimentParams:
                                            "threads": 1, "max_length": 32, "predict_batch_size": 64, "finetune": ft})
 
 
-def finetune_experiment(exp: ExperimentParams, data, out: Path, **kw):
-    """Fine-tune with the settings the finetune stage gives (state folder: <out>.state)."""
-    return experiment.finetune_experiment(finetune_settings(exp), data, out, **kw)
+FIT_OPTIONS = {"state_dir", "description", "resume", "stop_after_epochs", "evaluate_first", "progress"}
+
+
+def fit_options(out: Path, name: str = "", stage: str = "finetune", **kw) -> FitOptions:
+    """The options a training stage gives (state folder: <out>.state unless `state_dir`)."""
+    return FitOptions(Path(out), checkpoint_extra={"experiment": name, "stage": stage}, **kw)
+
+
+def finetune_experiment(exp, data, out: Path, **kw):
+    """Fine-tune with the settings the finetune stage gives (`exp`: the experiment's params or its
+    settings); the keywords of FitOptions and of the library call both go here."""
+    settings = exp if isinstance(exp, FinetuneSettings) else finetune_settings(exp)
+    options = fit_options(out, **{k: v for k, v in kw.items() if k in FIT_OPTIONS | {"name", "stage"}})
+    return experiment.finetune_experiment(settings, data, options,
+                                          **{k: v for k, v in kw.items() if k not in FIT_OPTIONS | {"name", "stage"}})
 
 
 def last_state(out: Path) -> Path:
@@ -103,7 +128,7 @@ def test_same_seed_twice_gives_identical_metrics_and_weights(tiny_model_dir, pre
     pd.testing.assert_frame_equal(history(tmp_path / "a"), history(tmp_path / "b"))
     assert_same_weights(state_dict(tmp_path / "a" / "model.pt"), state_dict(tmp_path / "b" / "model.pt"))
     h = history(tmp_path / "a")
-    assert h["epoch"].tolist() == [1, 2] and h["stage"].tolist() == ["sst+para+sts"] * 2
+    assert h["epoch"].tolist() == [1, 2] and h["phase"].tolist() == ["sst+para+sts"] * 2
     for col in ("lr", "train_sst_loss", "train_sst_acc", "dev_para_acc", "dev_sts_pearson", "dev_overall", "dev_score"):
         assert col in h.columns and h[col].notna().all(), col
     # finished runs leave no resumable state behind
@@ -171,7 +196,7 @@ def test_stale_temporaries_of_a_killed_write_are_cleaned(tiny_model_dir, prepare
 
 def test_nan_loss_names_the_task_and_writes_nothing(tiny_model_dir, prepared, tmp_path, monkeypatch):
     exp = make_exp(tiny_model_dir, max_steps_per_epoch=3)   # epoch 1: updates sst, para, sts
-    real_loss = train.task_loss
+    real_loss = objectives.task_loss
     calls = {"n": 0}
 
     def loss_nan_in_second_epoch(task, heads, out, labels):
@@ -179,9 +204,9 @@ def test_nan_loss_names_the_task_and_writes_nothing(tiny_model_dir, prepared, tm
         loss = real_loss(task, heads, out, labels)
         return loss * float("nan") if task == "para" and calls["n"] > 3 else loss
 
-    monkeypatch.setattr(train, "task_loss", loss_nan_in_second_epoch)
+    monkeypatch.setattr(objectives, "task_loss", loss_nan_in_second_epoch)
     out = tmp_path / "run"
-    with pytest.raises(MinBertError, match=r"training diverged: non-finite para loss at stage 0 epoch 2 update 4; "
+    with pytest.raises(MinBertError, match=r"training diverged: non-finite para loss at phase 0 epoch 2 update 4; "
                                            r"lower the learning rate") as err:
         finetune_experiment(exp, prepared, out)
     assert "\n" not in str(err.value) and "good checkpoint" not in str(err.value)
@@ -193,7 +218,7 @@ def test_nan_loss_names_the_task_and_writes_nothing(tiny_model_dir, prepared, tm
 def test_nan_weights_after_the_last_update_are_an_error_not_a_missing_model(tiny_model_dir, prepared, tmp_path,
                                                                             monkeypatch):
     exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=3)
-    real_step = torch.optim.AdamW.step
+    real_step = AdamW.step
     calls = {"n": 0}
 
     def step_then_nan(self, *a, **kw):
@@ -206,7 +231,7 @@ def test_nan_weights_after_the_last_update_are_an_error_not_a_missing_model(tiny
                         p.fill_(float("nan"))
         return out
 
-    monkeypatch.setattr(torch.optim.AdamW, "step", step_then_nan)
+    monkeypatch.setattr(AdamW, "step", step_then_nan)
     out = tmp_path / "run"
     with pytest.raises(MinBertError, match=r"training diverged: non-finite dev \w+_loss.* after the last update of epoch 1"):
         finetune_experiment(exp, prepared, out)
@@ -215,7 +240,7 @@ def test_nan_weights_after_the_last_update_are_an_error_not_a_missing_model(tiny
 
 def test_diverging_learning_rate_stops_in_the_first_epoch(tiny_model_dir, prepared, tmp_path):
     exp = make_exp(tiny_model_dir, lr=1e30, head_lr=1e30, grad_clip=None)
-    with pytest.raises(MinBertError, match=r"non-finite (sst|para|sts) loss at stage 0 epoch 1 "):
+    with pytest.raises(MinBertError, match=r"non-finite (sst|para|sts) loss at phase 0 epoch 1 "):
         finetune_experiment(exp, prepared, tmp_path / "run")
     assert not (tmp_path / "run" / "model.pt").exists()
 
@@ -259,10 +284,10 @@ def test_retrain_heads_reinitialises_heads_and_keeps_the_encoder(tiny_model_dir,
         return real_fit(model, *args, **kw)
 
     monkeypatch.setattr(experiment, "fit", recording_fit)
-    res = retrain_heads_experiment(retrain_settings(exp), tmp_path / "ft" / "model.pt", prepared, tmp_path / "rh")
+    res = retrain_heads_experiment(retrain_settings(exp), tmp_path / "ft" / "model.pt", prepared, FitOptions(tmp_path / "rh"))
     # the heads start afresh: what a new model seeded with seed + 1 initialises
     seed_everything(exp.seed + 1)
-    fresh = MultitaskModel(_EncoderStub(tiny_config(tuned)), exp.finetune.heads, exp.finetune.tasks)
+    fresh = MultitaskModel(EncoderStub(tiny_config(tuned)), exp.finetune.heads, exp.finetune.tasks)
     for k, v in fresh.state_dict().items():
         assert torch.equal(at_start[k], v), k
         assert not torch.equal(tuned[k], v), k
@@ -288,38 +313,36 @@ def test_sequential_trains_tasks_one_after_another(tiny_model_dir, prepared, tmp
                    max_steps_per_epoch=3)
     res = finetune_experiment(exp, prepared, tmp_path / "run")
     h = pd.read_csv(tmp_path / "run" / "history.csv")
-    assert h["stage"].tolist() == ["sst", "sst", "para", "para", "sts", "sts"]
+    assert h["phase"].tolist() == ["sst", "sst", "para", "para", "sts", "sts"]
     assert h["epoch"].tolist() == [1, 2, 3, 4, 5, 6]
     # each stage trains (and reports training numbers for) its own task only
-    for stage, rows in h.groupby("stage"):
+    for stage, rows in h.groupby("phase"):
         others = [t for t in ("sst", "para", "sts") if t != stage]
         assert rows[f"train_{stage}_loss"].notna().all()
         assert all(rows[f"train_{t}_loss"].isna().all() for t in others if f"train_{t}_loss" in h.columns)
     # model selection within a stage scores that stage's task only
     for _, row in h.iterrows():
-        metric = {"sst": "dev_sst_acc", "para": "dev_para_acc", "sts": "dev_sts_pearson"}[row["stage"]]
-        expected = (row[metric] + 1) / 2 if row["stage"] == "sts" else row[metric]
+        metric = {"sst": "dev_sst_acc", "para": "dev_para_acc", "sts": "dev_sts_pearson"}[row["phase"]]
+        expected = (row[metric] + 1) / 2 if row["phase"] == "sts" else row[metric]
         assert row["dev_score"] == pytest.approx(expected, abs=1e-5, nan_ok=True)   # an undefined r: no score
     # the last stage's best checkpoint is the model; none is selected when its r is undefined in every epoch
-    assert res.best_epoch in ((5, 6) if h.loc[h["stage"] == "sts", "dev_sts_pearson"].notna().any() else (-1,))
+    assert res.best_epoch in ((5, 6) if h.loc[h["phase"] == "sts", "dev_sts_pearson"].notna().any() else (-1,))
 
 
-def test_sequential_stages_restart_the_smart_teacher_from_the_reloaded_best(tiny_model_dir, prepared, tmp_path,
+def test_sequential_phases_restart_the_smart_teacher_from_the_reloaded_best(tiny_model_dir, prepared, tmp_path,
                                                                           monkeypatch):
-    """After each sequential stage the model goes back to that stage's best checkpoint; SMART's
+    """After each sequential phase the model goes back to that phase's best checkpoint; SMART's
     momentum teacher goes back with it (it would otherwise carry the last epoch's average)."""
-    import minbert.train.loop as train
-
     seen = []
-    original = train.end_of_stage
+    original = train.end_of_phase
 
-    def spy(run, state, plan):
-        original(run, state, plan)
-        if state.stage < len(plan.stages):
-            model, teacher = run.model.state_dict(), run.momentum.module.state_dict()
+    def spy(tr, state, plan):
+        original(tr, state, plan)
+        if state.phase < len(plan.phases):
+            model, teacher = tr.model.state_dict(), tr.momentum.module.state_dict()
             seen.append(all(torch.equal(model[k], teacher[k]) for k in model))
 
-    monkeypatch.setattr(train, "end_of_stage", spy)
+    monkeypatch.setattr(train, "end_of_phase", spy)
     exp = make_exp(tiny_model_dir, schedule="sequential", tasks=["sst", "sts"], epochs=2, max_steps_per_epoch=2,
                    smart={"enabled": True, "mu": 1.0, "beta": 0.5})
     finetune_experiment(exp, prepared, tmp_path / "run")
@@ -347,16 +370,14 @@ def test_smart_and_pcgrad_runs_complete_and_change_the_weights(tiny_model_dir, p
 
 
 def test_smart_tasks_limits_the_regulariser_to_the_named_tasks(tiny_model_dir, prepared, tmp_path, monkeypatch):
-    import minbert.train.regularisers as regularisers
-
     calls = []
-    original = regularisers.smart_adversarial_loss
+    original = objectives.smart_adversarial_loss
 
     def spy(forward, embeds, out, kind, **kw):
         calls.append(kind)
         return original(forward, embeds, out, kind, **kw)
 
-    monkeypatch.setattr(regularisers, "smart_adversarial_loss", spy)
+    monkeypatch.setattr(objectives, "smart_adversarial_loss", spy)
     base = {"schedule": "simultaneous", "epochs": 1, "max_steps_per_epoch": 2}
     finetune_experiment(make_exp(tiny_model_dir, **base, smart={"enabled": True, "tasks": ["sst"]}), prepared,
                         tmp_path / "sst")
@@ -368,14 +389,14 @@ def test_smart_tasks_limits_the_regulariser_to_the_named_tasks(tiny_model_dir, p
 
 def test_symmetric_pairs_train_on_both_orders_reproducibly(tiny_model_dir, prepared, tmp_path, monkeypatch):
     seen = []
-    original = train.collate
+    original = batches.collate
 
-    def spy(data, indices, tokenizer, swap=None):
+    def spy(data, indices, tokenizer, swap=None, fixed_shapes=False):
         if data.task != "sst":
             seen.append((data.task, tuple(indices), None if swap is None else tuple(swap)))
-        return original(data, indices, tokenizer, swap)
+        return original(data, indices, tokenizer, swap, fixed_shapes)
 
-    monkeypatch.setattr(train, "collate", spy)
+    monkeypatch.setattr(batches, "collate", spy)
     exp = make_exp(tiny_model_dir, heads={"symmetric_pairs": True, "sts": "concat"}, epochs=1, max_steps_per_epoch=4)
     finetune_experiment(exp, prepared, tmp_path / "a")
     first, seen[:] = list(seen), []

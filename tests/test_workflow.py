@@ -175,7 +175,7 @@ def test_lint_is_clean(repo_root):
 @needs_snakemake
 @pytest.mark.parametrize("args,expect", [
     (("--dag",), "digraph"), (("--rulegraph",), "digraph"), (("--summary",), "output_file"),
-    (("-n", "--profile", "profiles/local"), "This was a dry-run"),
+    (("-n", "--profile", "profiles/default"), "This was a dry-run"),
     (("-n", "--profile", "profiles/slurm"), "This was a dry-run"),
 ])
 def test_tooling_works_without_cores(repo_root, args, expect):

@@ -35,7 +35,9 @@ if str(REPO) not in sys.path:
 from minbert.core.errors import MinBertError  # noqa: E402
 from minbert.core.layout import Layout  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, load_params, model_tasks  # noqa: E402
-from minbert.pipeline.plan import Job, code_closure, pipeline, write_description  # noqa: E402
+from minbert.pipeline.code import code_closure  # noqa: E402
+from minbert.pipeline.job import Job  # noqa: E402
+from minbert.pipeline.plan import pipeline, write_job_file  # noqa: E402
 
 LAYOUT = Layout()
 # What each stage asks of the machine. Snakemake caps `threads` at --cores on one machine; on a
@@ -77,7 +79,7 @@ def resolve(params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[
     all_jobs = jobs(params_path, repo)
     with _in(repo):
         for job in all_jobs:
-            write_description(job, LAYOUT)
+            write_job_file(job, LAYOUT)
     return all_jobs
 
 
@@ -92,10 +94,35 @@ def stage_resources(stage: str, gpus: int = 1) -> dict:
     return res
 
 
+def stage_threads(stage: str, gpus: int, jobs_per_gpu: int, cores: int | None) -> int:
+    """A stage's threads. A job that runs the network on a GPU of this machine needs a few CPU
+    threads, not the 8 it takes on a CPU: the machine's cores are shared by the jobs its GPUs hold
+    at once (`jobs_per_gpu` per GPU), so that many run side by side."""
+    threads = STAGE_RESOURCES[stage]["threads"]
+    if "gpu" not in stage_resources(stage, gpus):
+        return threads
+    from workflow.gpu_slot import visible_gpus
+
+    visible = len(visible_gpus())
+    if not visible:
+        return threads
+    return max(1, (cores or os.cpu_count() or 1) // (visible * jobs_per_gpu))
+
+
 # ---------------------------------------------------------------- Snakemake
 
-def job_of(job_by_id: dict, stage: str, wildcards) -> Job:
-    return job_by_id[stage if "name" not in wildcards.keys() else f"{stage}@{wildcards.name}"]
+STAGE_MESSAGES = {
+    "prepare": "prepare: read and check the raw files, write the prepared splits",
+    "pretrain": "pretrain {wildcards.name}",
+    "finetune": "fine-tune {wildcards.name}",
+    "retrain_heads": "retrain the heads of {wildcards.name} over its frozen encoder",
+    "predict": "predict the dev and test splits with {wildcards.name}",
+    "evaluate": "score the predictions of {wildcards.name}",
+    "teach": "teacher {wildcards.name}: its outputs on the training data",
+    "ensemble": "ensemble {wildcards.name}: combine its members' predictions",
+    "report": "report: the HTML pages",
+    "export": "export {wildcards.name} in the Hugging Face format",
+}
 
 
 def _pattern(path: str, sample: Job) -> str:
@@ -114,36 +141,85 @@ def rule_groups(all_jobs: list[Job]) -> list[tuple[str, str, Job, str]]:
     """The Snakemake rules: (rule name, stage, sample job, pattern of its {name} wildcard). One rule
     per stage, unless its jobs declare outputs of different shapes (each predictions file is an
     output, and experiments predict different tasks): then one rule per shape, the first named
-    after the stage, the others `<stage>_2`, `<stage>_3`, ..., each limited to its own names."""
+    after the stage, the others `<stage>_2`, `<stage>_3`, .... Each rule's {name} matches exactly
+    its jobs' names, so a target naming no job (an unknown experiment, an export not listed in
+    export.experiments) is Snakemake's own "no rule to produce" error."""
     shapes: dict = {}
     for job in all_jobs:
-        key = tuple(_pattern(p, job) for p in job.outputs)
+        key = tuple(_pattern(p, job) for p in job.output_files)
         shapes.setdefault(job.stage, {}).setdefault(key, []).append(job)
     out = []
     for stage, by_shape in shapes.items():
         for k, group in enumerate(by_shape.values()):
-            name = NAME_PATTERN if len(by_shape) == 1 else "|".join(re.escape(j.name) for j in group)
+            name = "|".join(re.escape(j.name) for j in group) if group[0].name is not None else NAME_PATTERN
             out.append((stage if k == 0 else f"{stage}_{k + 1}", stage, group[0], name))
     return out
 
 
-def snakemake_inputs(job: Job) -> list:
-    """The description file and the deps. A source (raw data, made by no job) counts as old: its
-    content hash is in the description, so new bytes re-run the job through the description file,
-    and a new date alone (a copy, a fresh checkout, a re-mounted data folder) re-runs nothing, as
-    under DVC."""
-    from snakemake.io import ancient
+class SnakemakeDag:
+    """The jobs as the Snakefile declares them: one rule per stage and output shape, a checkpoint
+    where other jobs read the outputs (Snakemake then judges those jobs again once it has run: an
+    output that came out with the same content re-runs nothing after it), and each job's inputs."""
 
-    return [LAYOUT.job_file(job.stage, job.name)] + [ancient(d) if d in job.sources else d for d in job.deps]
+    def __init__(self, all_jobs: list[Job]):
+        self.jobs = {j.id: j for j in all_jobs}
+        self.groups = rule_groups(all_jobs)
+        self.rule_of = {}
+        for rule, stage, sample, pattern in self.groups:
+            for job in all_jobs:
+                if job.stage == stage and (job.name is None or re.fullmatch(pattern, job.name)) and \
+                        job.id not in self.rule_of:
+                    self.rule_of[job.id] = rule
+        self.maker = {o: j for j in all_jobs for o in j.outputs}
+        read = {self.maker[d].id for j in all_jobs for d in j.deps if d in self.maker}
+        self.checkpoint_rules = {self.rule_of[i] for i in read}
+
+    def job(self, stage: str, wildcards) -> Job:
+        return self.jobs[stage if "name" not in wildcards.keys() else f"{stage}@{wildcards.name}"]
+
+    def upstream(self, job: Job) -> list[tuple[str, dict]]:
+        """The checkpoint rules (and their wildcards) of the jobs whose outputs `job` reads, but those
+        whose run record it reads (the report, an export): a run record is new at every run, so the
+        job runs again whenever they do, and Snakemake knows that without judging it again."""
+        makers = {self.maker[d].id: self.maker[d] for d in job.deps if d in self.maker}
+        return [(self.rule_of[m.id], {} if m.name is None else {"name": m.name}) for m in makers.values()
+                if m.run_record not in job.deps]
+
+    def inputs_after(self, checkpoints, stage: str, wildcards) -> list:
+        """A job's inputs, once the checkpoints it reads from have run (Snakemake's `checkpoints`
+        object: asking it for a checkpoint that has still to run defers the job until it has)."""
+        job = self.job(stage, wildcards)
+        for rule_name, names in self.upstream(job):
+            getattr(checkpoints, rule_name).get(**names)
+        return self.inputs(job)
+
+    def inputs(self, job: Job) -> list:
+        """The job file and the deps, each file of a listed folder that the job reads on its own (so
+        Snakemake compares it by content). A source (raw data, made by no job) counts as old: its
+        content hash is in the description, so new bytes re-run the job through the job file, and a
+        new date alone (a copy, a fresh checkout, a re-mounted data folder) re-runs nothing, as under
+        DVC."""
+        from snakemake.io import ancient
+
+        out = [LAYOUT.job_file(job.stage, job.name)]
+        for dep in job.deps:
+            maker = self.maker.get(dep)
+            if dep in job.sources:
+                out.append(ancient(dep))
+            elif maker is not None and dep in maker.files:
+                out += [r for r in job.reads if r.startswith(dep.rstrip("/") + "/")]
+            else:
+                out.append(dep)
+        return out
 
 
 def snakemake_outputs(sample: Job) -> list:
-    """The stage's output patterns, folders marked as such; the HTML reports and the metrics go into
-    `snakemake --report`."""
+    """The stage's output patterns, folders marked as such (a folder whose files are known is listed
+    file by file); the HTML reports and the metrics go into `snakemake --report`."""
     from snakemake.io import directory, report
 
     out = []
-    for path in sample.outputs:
+    for path in sample.output_files:
         pattern = _pattern(path, sample)
         if "." not in Path(path).name:              # folders have no suffix
             out.append(directory(pattern))
@@ -161,7 +237,19 @@ def all_outputs(all_jobs: list[Job]) -> list[str]:
     """Every declared output of every job but the exports (their own targets): what `rule all` asks
     for (Snakemake would otherwise take a deleted intermediate output for a temporary one and re-run
     nothing)."""
-    return [o for job in all_jobs if job.stage != "export" for o in job.outputs]
+    return [o for job in all_jobs if job.stage != "export" for o in job.output_files]
+
+
+def whole_number(config: dict, key: str, default: int, what: str) -> int:
+    """A `--config key=N` setting as a whole number >= 0; a one-line error naming it otherwise."""
+    value = config.get(key, default)
+    try:
+        number = int(str(value))
+        if number < 0:
+            raise ValueError
+    except ValueError:
+        raise MinBertError(f"--config {key}={value}: expected a whole number (0 or more) of {what}") from None
+    return number
 
 
 def snakemake_log(sample: Job) -> str:
@@ -183,9 +271,13 @@ def run_in_process(job: Job, log: str) -> None:
     argv = shlex.split(job.cmd)[3:]                 # python -m stages.X <args>
     module = importlib.import_module(job.module)
     Path(log).parent.mkdir(parents=True, exist_ok=True)
+    from minbert.pipeline.runinfo import UpToDate
+
     with open(log, "w", encoding="utf-8") as out, redirect_stdout(out), redirect_stderr(out):
         try:
             module.main(argv)
+        except UpToDate as e:
+            print(e)
         except MinBertError as e:
             raise RuntimeError(f"{job.id}: {e}") from None
         finally:
@@ -241,7 +333,7 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO) -> dict
 
 def _code(job: Job, repo: Path) -> list[str]:
     with _in(repo):
-        return code_closure(job.module)
+        return code_closure(*(job.code_roots or [job.module]))
 
 
 def _dvc_plot_views(all_jobs: list[Job], params_path, repo: Path) -> list:

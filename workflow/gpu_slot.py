@@ -1,14 +1,17 @@
-"""Run a command on GPUs of its own: `python -m workflow.gpu_slot --count N -- COMMAND ...`.
+"""Run a command on GPU slots of its own: `python -m workflow.gpu_slot --count N --per-gpu K -- COMMAND`.
 
-Snakemake caps how many jobs that ask for the `gpu` resource run at once (`--resources gpu=N`, the
-local profile), but it does not say which GPU a job gets (snakemake/snakemake#281), so every job
-would land on GPU 0. This wrapper takes a lock on N of the visible GPUs (one lock file per device,
-in the machine's temporary folder), sets CUDA_VISIBLE_DEVICES to them and becomes the command
-(exec: the command inherits the locks, gets the signals itself, and the kernel frees the locks
-when it ends, however it ends). The
-visible GPUs are CUDA_VISIBLE_DEVICES's entries when it is set (Slurm sets it to the job's own
-devices, so two jobs on one node lock different files), else those `nvidia-smi -L` lists. Without
-any, the command runs as it is (CPU). A job finding every GPU taken waits for one.
+Snakemake does not say which GPU a job that asks for the `gpu` resource gets
+(snakemake/snakemake#281), so every job would land on GPU 0. This wrapper takes a slot on N of the
+visible GPUs (a lock file per slot, K slots per device, in the machine's temporary folder), sets
+CUDA_VISIBLE_DEVICES to those devices and becomes the command (exec: the command inherits the
+locks, gets the signals itself, and the kernel frees the locks when it ends, however it ends).
+
+K jobs share a device (a MiniLM job takes under 1 GB of an 80 GB GPU, and one small job alone
+leaves most of it idle), as long as its memory allows: a device that already runs a job takes
+another only while `nvidia-smi` reports at least --min-free-mb free on it. The visible GPUs are
+CUDA_VISIBLE_DEVICES's entries when it is set (Slurm sets it to the job's own devices, so two jobs
+on one node lock different files), else those `nvidia-smi -L` lists. Without any, the command runs
+as it is (CPU). A job finding no free slot waits for one.
 """
 from __future__ import annotations
 
@@ -33,20 +36,36 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
-def acquire(devices: list[str], count: int, lock_dir: Path, poll: float = 0.5) -> tuple[list[str], list]:
-    """Lock `count` of `devices` (waiting until that many are free); returns them and their open lock files."""
+def free_memory_mb() -> dict[str, int]:
+    """Free memory per GPU index, as nvidia-smi reports it (empty when it cannot be asked)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    free = {}
+    for line in out.splitlines():
+        index, _, mb = line.partition(",")
+        if mb.strip().isdigit():
+            free[index.strip()] = int(mb.strip())
+    return free
+
+
+def acquire(devices: list[str], count: int, lock_dir: Path, per_gpu: int = 1, min_free_mb: int = 0,
+            poll: float = 0.5) -> tuple[list[str], list]:
+    """Take a slot on `count` of `devices` (waiting until that many have one free); returns the
+    devices and their open lock files. A device running a job already gives a second slot only
+    while it has `min_free_mb` free."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     while True:
         held, files = [], []
+        free = free_memory_mb() if per_gpu > 1 and min_free_mb else {}
         for dev in devices:
-            f = open(lock_dir / f"gpu-{dev.replace('/', '_')}.lock", "w")
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
+            slot = _slot(dev, lock_dir, per_gpu, free.get(dev), min_free_mb)
+            if slot is None:
                 continue
             held.append(dev)
-            files.append(f)
+            files.append(slot)
             if len(held) == count:
                 return held, files
         for f in files:
@@ -54,9 +73,30 @@ def acquire(devices: list[str], count: int, lock_dir: Path, poll: float = 0.5) -
         time.sleep(poll)
 
 
+def _slot(dev: str, lock_dir: Path, per_gpu: int, free_mb: int | None, min_free_mb: int):
+    """An open, locked slot file of `dev`, or None when none may be taken now."""
+    busy = 0
+    for k in range(per_gpu):
+        f = open(lock_dir / f"gpu-{dev.replace('/', '_')}-{k}.lock", "w")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            busy += 1
+            continue
+        if busy and free_mb is not None and free_mb < min_free_mb:   # shared, but its memory is short
+            f.close()
+            return None
+        return f
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=1, help="GPUs the command needs (default 1)")
+    p.add_argument("--per-gpu", type=int, default=1, help="jobs that may share one GPU (default 1)")
+    p.add_argument("--min-free-mb", type=int, default=4000,
+                   help="a GPU already running a job takes another only with this much memory free (default 4000)")
     p.add_argument("--lock-dir", default=os.path.join(tempfile.gettempdir(), f"minbert-gpu-locks-{os.getuid()}"))
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
@@ -70,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the job needs {args.count} GPUs but {len(devices)} are visible ({','.join(devices)}); "
               f"lower the gpu setting (--config gpu=N)", file=sys.stderr)
         return 2
-    held, files = acquire(devices, args.count, Path(args.lock_dir))
+    held, files = acquire(devices, args.count, Path(args.lock_dir), max(1, args.per_gpu), args.min_free_mb)
     for f in files:
         os.set_inheritable(f.fileno(), True)     # the locks stay with the command after exec
     os.execvpe(command[0], command, {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(held)})

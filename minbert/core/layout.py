@@ -18,6 +18,8 @@ engines want them.
       runs/<stage>[/<name>].json                      every job's run record (provenance)
       jobs/<stage>[/<name>].json                      every job's resolved description (engines' trigger)
       state/<stage>/<name>/                           resumable state of a running job (not an output)
+      finished/<stage>[/<name>]/                      the outputs of the job's last finished run, as hard
+                                                      links, and its fingerprint (not an output)
       locks/<stage>[/<name>].lock                     who runs the job now (minbert.pipeline.lock; empty: nobody)
       logs/<stage>[/<name>].log, benchmarks/...       Snakemake's per-job logs and benchmarks
       cache/tokens/                                   tokenised texts (shared, keyed by content)
@@ -108,6 +110,9 @@ class Layout:
         """A teacher's predictions on the training data: <task>-train.csv per task."""
         return self._r("teachers", name)
 
+    def teacher_file(self, name: str, task: str) -> str:
+        return f"{self.teacher(name)}/{task}-train.csv"
+
     # ------------------------------------------------------------ exports (Hugging Face format)
     def export(self, name: str) -> str:
         return self._r("exports", name)
@@ -132,6 +137,11 @@ class Layout:
 
     def state(self, stage: str, name: str | None = None) -> str:
         return self._job("state", stage, name, "")
+
+    def finished(self, stage: str, name: str | None = None) -> str:
+        """The outputs of the job's last finished run, as hard links, with its fingerprint
+        (minbert.pipeline.finished): a run of the same job restores them instead of running again."""
+        return self._job("finished", stage, name, "")
 
     def lock(self, stage: str, name: str | None = None) -> str:
         """The job's lock (minbert.pipeline.lock): held by the one process running the job."""

@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -91,6 +92,29 @@ def autocast(device: torch.device, bf16: bool):
     if bf16:
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where a stage runs the network and in which precision (`bf16`: autocast on)."""
+    device: torch.device
+    bf16: bool
+
+    def amp(self):
+        return autocast(self.device, self.bf16)
+
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.bf16 else "fp32"
+
+
+def start_runtime(network, device: torch.device | None = None) -> Runtime:
+    """Set up the process as a stage's network settings ask (`network`: threads, device, precision,
+    deterministic; minbert.params.settings.NetworkSettings): the one runtime setup of every stage
+    that runs the network. `device`: the one a torchrun launch assigned this rank."""
+    set_threads(network.threads)
+    device = device or pick_device(network.device)
+    return Runtime(device, configure(device, network.precision, network.deterministic))
 
 
 def seed_everything(seed: int) -> torch.Generator:

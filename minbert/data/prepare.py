@@ -26,6 +26,12 @@ def raw_inputs(data: DataParams) -> list[str]:
     return files + ([Path(data.nli_file).as_posix()] if data.nli_file else [])
 
 
+def prepared_files(data: DataParams) -> list[str]:
+    """The files `prepare` writes into its folder, by name."""
+    names = [f"{task}-{split}.tsv" for task in prepared_tasks(data) for split in RAW_SPLITS]
+    return names + (["nli-train.tsv", "nli-dev.tsv"] if data.nli_file else []) + ["summary.json"]
+
+
 def prepare(data: DataParams, out: str | Path) -> dict:
     """Read, validate and write every split; return the summary (also written to summary.json)."""
     data_dir = Path(data.dir)

@@ -247,19 +247,21 @@ class BertModel(nn.Module):
         return attention_mask[:, None, None, :].bool() if padded else None
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None,
-                return_embeddings=False, padded: bool | None = None, token_index=None):
+                return_embeddings=False, padded: bool | None = None, token_index=None, unpad: bool = True):
         """`inputs_embeds` replaces the word-embedding lookup (SMART perturbs it).
 
         With `return_embeddings`, the word embeddings used are returned as a third value, so a
         caller can perturb them and call again. `padded` and `token_index` (the flat positions of
-        the real tokens) say what the host knows of the mask (minbert.train.multitask.padding_layout), so
-        the forward pass never waits for the device to read the mask.
+        the real tokens) say what the host knows of the mask (minbert.data.batches.padding_layout), so
+        the forward pass never waits for the device to read the mask. `unpad=False` keeps the
+        padding in every product (a fixed shape, as a captured CUDA graph needs; the mask still
+        keeps padding out of attention), where unpadding would make the token count data-dependent.
         """
         if inputs_embeds is None:
             inputs_embeds = self.embeddings.word(input_ids)
         x = self.embeddings(None, token_type_ids, inputs_embeds=inputs_embeds)
         attn_bias = self.attention_bias(attention_mask, padded)
-        tokens = Unpadded(attention_mask, token_index) if attn_bias is not None else None
+        tokens = Unpadded(attention_mask, token_index) if attn_bias is not None and unpad else None
         if tokens is not None:
             x = tokens.unpad(x)
         for layer in self.layers:

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from itertools import chain
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from minbert.core.errors import MinBertError
@@ -151,21 +153,23 @@ class Tokenizer:
             raise
         return [(e.ids, e.type_ids) for e in encs]
 
-    def pad(self, encoded: list[tuple[list[int], list[int]]], multiple_of: int = 1) -> dict[str, torch.Tensor]:
-        """Pad a batch to its longest member (rounded up to `multiple_of`): input_ids,
-        token_type_ids, attention_mask (B, T)."""
-        T = max(len(ids) for ids, _ in encoded)
-        T = min(-(-T // multiple_of) * multiple_of, max(T, self.max_length))   # never past max_length
-        B = len(encoded)
-        input_ids = torch.full((B, T), self.pad_id, dtype=torch.long)
-        type_ids = torch.zeros((B, T), dtype=torch.long)
-        mask = torch.zeros((B, T), dtype=torch.long)
-        for i, (ids, tt) in enumerate(encoded):
-            n = len(ids)
-            input_ids[i, :n] = torch.tensor(ids, dtype=torch.long)
-            type_ids[i, :n] = torch.tensor(tt, dtype=torch.long)
-            mask[i, :n] = 1
-        return {"input_ids": input_ids, "token_type_ids": type_ids, "attention_mask": mask}
+    def pad(self, encoded: list[tuple[list[int], list[int]]], multiple_of: int = 1,
+            length: int | None = None) -> dict[str, torch.Tensor]:
+        """Pad a batch to its longest member (rounded up to `multiple_of`, never past max_length),
+        or to `length` when given (a fixed shape): input_ids, token_type_ids, attention_mask (B, T)."""
+        lens = np.fromiter((len(ids) for ids, _ in encoded), dtype=np.int64, count=len(encoded))
+        longest = int(lens.max())
+        if length is None:
+            length = min(-(-longest // multiple_of) * multiple_of, max(longest, self.max_length))
+        elif length < longest:
+            raise ValueError(f"cannot pad a batch whose longest row has {longest} tokens to {length}")
+        real = np.arange(length) < lens[:, None]                    # (B, T): row-major, as the rows follow
+        input_ids = np.full(real.shape, self.pad_id, dtype=np.int64)
+        input_ids[real] = np.fromiter(chain.from_iterable(ids for ids, _ in encoded), np.int64, int(lens.sum()))
+        type_ids = np.zeros(real.shape, dtype=np.int64)
+        type_ids[real] = np.fromiter(chain.from_iterable(tt for _, tt in encoded), np.int64, int(lens.sum()))
+        return {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(type_ids),
+                "attention_mask": torch.from_numpy(real.astype(np.int64))}
 
     def __call__(self, texts: list[str], pairs: list[str] | None = None) -> dict[str, torch.Tensor]:
         return self.pad(self.encode(texts, pairs))

@@ -281,8 +281,10 @@ def load_encoder(name: str | os.PathLike) -> tuple[BertModel, dict[str, torch.Te
     if unexpected:
         raise MinBertError(f"{weights_file}: unexpected tensors {', '.join(sorted(unexpected)[:5])}"
                            f"{' ...' if len(unexpected) > 5 else ''}; is this a BERT checkpoint?")
-    with torch.device("meta"):   # the shapes config.json implies, without allocating them
-        expected = BertModel(cfg).state_dict()
+    # the model config.json describes (its initialisation draws from torch's RNG, as it always did;
+    # built on the meta device instead, its initialisation would load the compiler stack)
+    model = BertModel(cfg)
+    expected = model.state_dict()
     missing = sorted(k for k in expected if k not in encoder_sd)
     pooler_missing = [k for k in missing if k.startswith("pooler.")]
     if pooler_missing:
@@ -298,7 +300,6 @@ def load_encoder(name: str | os.PathLike) -> tuple[BertModel, dict[str, torch.Te
         if tuple(t.shape) != tuple(expected[k].shape):
             raise MinBertError(f"{weights_file}: tensor '{k}' has shape {tuple(t.shape)}, "
                                f"config.json implies {tuple(expected[k].shape)}")
-    model = BertModel(cfg)
     model.load_state_dict(encoder_sd, strict=False)
     return model, mlm, folder
 

@@ -41,7 +41,7 @@ from minbert.params.messages import close, raise_validation
 # the multi-task schedules (minbert.train.schedules implements each)
 SCHEDULES = ("round_robin", "drop_round_robin", "simultaneous", "task_by_task", "sequential",
              "proportional", "temperature")
-# pair heads: `cross` reads the cross-encoded pair; the others embed each sentence (minbert.train.heads)
+# pair heads: `cross` reads the cross-encoded pair; the others embed each sentence (minbert.model.heads)
 BI_ENCODER_HEADS = ("concat_uv", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear")
 PAIR_HEADS = ("cross",) + BI_ENCODER_HEADS
 
@@ -397,6 +397,10 @@ class ExperimentParams(Strict):
         False, description="pin the algorithms (torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace, the "
                            "math attention backend): a CUDA run repeats bit for bit, at some cost in speed")
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads of torch; null: its default")
+    cuda_graphs: bool = Field(
+        True, description="on a CUDA GPU, each training step shape is recorded once as a CUDA graph and replayed "
+                          "(batches padded to a few fixed lengths; docs/finetuning.md, 'On a GPU'): the step costs "
+                          "a few launches instead of a thousand; false: every kernel launched one by one")
     max_length: int = Field(128, ge=8, le=512, description="word pieces per input (a pair's two sentences "
                                                            "together); longer inputs are cut")
     pretrain: str | None = Field(None, description="start from this pretraining's output (a name in "

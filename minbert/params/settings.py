@@ -3,27 +3,22 @@
 Every stage's library entry point takes one of these objects and nothing else from the params, so
 a stage cannot read a setting that is not in its job's description (minbert.pipeline.plan): the settings
 below *are* that part of the description. Cosmetic keys (`description`, the report's layout) are in
-none of them but the report's; `predict_batch_size` only in the predictions'.
+none of them but the report's; `predict_batch_size` only in the predictions'. How each is computed
+from a params file is minbert.params.resolve, the planner's side: a job receives its settings
+resolved and never runs the loader.
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from minbert.core.tasks import TASKS
-from minbert.params.catalogue import LoadedParams
 from minbert.params.schema import (
-    DataParams,
     Downsample,
-    EnsembleParams,
-    ExperimentParams,
     FinetuneParams,
     PretrainParams,
     SmartParams,
     Strict,
     deep_merge,
 )
-from minbert.params.validate import shared_tasks, teacher_members
 
 Device = Literal["auto", "cpu", "cuda"]
 
@@ -36,7 +31,12 @@ class NetworkSettings(Strict):
     threads: int | None = None
 
 
-class PretrainSettings(NetworkSettings):
+class TrainingSettings(NetworkSettings):
+    """How a stage that trains runs its steps."""
+    cuda_graphs: bool = True                # training steps captured on CUDA (minbert.train.step)
+
+
+class PretrainSettings(TrainingSettings):
     model: str                              # the model the pretraining starts from
     seed: int
     max_length: int
@@ -44,7 +44,7 @@ class PretrainSettings(NetworkSettings):
     finetune: FinetuneParams | None = None  # para_first only: base.finetune, the training it shares
 
 
-class FinetuneSettings(NetworkSettings):
+class FinetuneSettings(TrainingSettings):
     model: str | None                       # None: it starts from `pretrain`'s output (a job input)
     pretrain: str | None = None
     seed: int
@@ -52,7 +52,7 @@ class FinetuneSettings(NetworkSettings):
     finetune: FinetuneParams
 
 
-class RetrainSettings(NetworkSettings):
+class RetrainSettings(TrainingSettings):
     seed: int
     train: FinetuneParams                   # head retraining's effective training settings
 
@@ -83,25 +83,6 @@ class EnsembleSettings(Strict):
     similarity: str
 
 
-def _network(exp: ExperimentParams, precision: str | None = None) -> dict:
-    return {"device": exp.device, "precision": precision or exp.precision, "deterministic": exp.deterministic,
-            "threads": exp.threads}
-
-
-def prepare_settings(lp: LoadedParams) -> DataParams:
-    return lp.params.data
-
-
-def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
-    """A pretraining reads its own section and, from `base`, the model, seed, run settings and
-    max length; paraphrase-first also trains with base.finetune's heads, dropout and optimiser."""
-    pre = lp.pretraining(name)
-    base = lp.base
-    return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
-                            pretraining=pre, finetune=base.finetune if pre.kind == "para_first" else None,
-                            **_network(base, pre.precision))
-
-
 def pretrain_splits(s: PretrainSettings) -> list[tuple[str, str]]:
     """The prepared (task, split) files a pretraining reads: what it trains on and its dev set."""
     kind = s.pretraining.kind
@@ -122,69 +103,3 @@ def para_first_config(s: PretrainSettings) -> FinetuneParams:
         "downsample": Downsample(mode="none"),
         "max_steps_per_epoch": pre.max_steps_per_epoch, "smart": SmartParams(), "pcgrad": False,
         "freeze_encoder": False, "distill": None, "walk_through": []})
-
-
-def finetune_settings(exp: ExperimentParams) -> FinetuneSettings:
-    return FinetuneSettings(model=None if exp.pretrain else exp.model, pretrain=exp.pretrain, seed=exp.seed,
-                            max_length=exp.max_length, finetune=exp.finetune, **_network(exp))
-
-
-def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
-    """Head retraining: the fine-tuned encoder frozen, fresh heads for its tasks (default: every
-    fine-tuned task), its own schedule (largest task as the epoch), epochs, batch size, lr and
-    downsampling."""
-    rh, ft = exp.retrain_heads, exp.finetune
-    train = ft.model_copy(update={
-        "tasks": list(rh.tasks or ft.tasks), "schedule": rh.schedule, "epoch_unit": "largest", "epochs": rh.epochs,
-        "batch_size": rh.batch_size, "lr": rh.lr, "head_lr": rh.lr, "freeze_encoder": True,
-        "downsample": rh.downsample, "smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None,
-        "task_weights": {t: w for t, w in ft.task_weights.items() if t in (rh.tasks or ft.tasks)}})
-    return RetrainSettings(seed=exp.seed, train=train, **_network(exp))
-
-
-def predict_settings(exp: ExperimentParams) -> PredictSettings:
-    return PredictSettings(batch_size=exp.predict_batch_size,
-                           model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune", **_network(exp))
-
-
-def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
-    """An export reads its model and the card's texts; the base model's Hub id when it has one."""
-    model = exp.model
-    hub = None if exp.pretrain or not model or model.startswith(("/", ".")) or Path(model).exists() else \
-        {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}.get(model, model)
-    ex = lp.params.export
-    return ExportSettings(model_stage=predict_settings(exp).model_stage, description=exp.description or "",
-                          license=ex.license, language=ex.language, base_model=hub,
-                          data=str(lp.params.data.dir))
-
-
-def ensemble_settings(ens: EnsembleParams) -> EnsembleSettings:
-    return EnsembleSettings(members=ens.members, classification=ens.classification, similarity=ens.similarity)
-
-
-def teachers(lp: LoadedParams) -> dict[str, list[str]]:
-    """Every teacher some experiment distils from -> the tasks it predicts: all those its models
-    share, whatever its students take, so that a new student never changes what the others read."""
-    out: dict[str, list[str]] = {}
-    for exp in lp.experiments.values():
-        d = exp.finetune.distill
-        if d is not None and d.teacher not in out:
-            members = teacher_members(d.teacher, lp.experiments, lp.groups, lp.params.ensembles)
-            out[d.teacher] = sorted(shared_tasks(members, lp.experiments), key=list(TASKS).index)
-    return out
-
-
-def teach_settings(lp: LoadedParams, name: str, tasks: list[str]) -> TeachSettings:
-    """A teacher predicts with the base's run settings (its batch size is fixed: the outputs are a
-    student's training data, which a speed setting must not change); an ensemble teacher combines its
-    members' probabilities by their mean (soft targets need probabilities) and scores as the
-    ensemble does."""
-    members = teacher_members(name, lp.experiments, lp.groups, lp.params.ensembles)
-    ens = lp.params.ensembles.get(name)
-    return TeachSettings(members={m: predict_settings(lp.experiments[m]).model_stage for m in members},
-                         tasks=tasks, similarity=ens.similarity if ens else "mean", **_network(lp.base))
-
-
-def report_settings(lp: LoadedParams) -> dict[str, Any]:
-    """The report shows every section (descriptions, studies, params as used): all of it."""
-    return lp.raw

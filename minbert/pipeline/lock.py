@@ -6,9 +6,9 @@ the job's outputs or its resumable state (minbert.pipeline.runinfo.running):
 - `fcntl.flock` on the file: the operating system releases it when the holder ends, however it
   ends (a crash, `kill -9`, a lost Slurm node's process on a shared file system aside), so a lock
   left by a dead process is stale by construction and the next run takes it over;
-- the file holds who has it (engine, PID, host, start, command) as JSON, for the one-line refusal
-  the second process prints; it is emptied, never deleted, on release (deleting a lock file lets
-  two processes hold locks on two different files of the same name).
+- the file holds who has it (engine, PID, host, start, command) as JSON, for the line a second
+  process prints while it waits; it is emptied, never deleted, on release (deleting a lock file
+  lets two processes hold locks on two different files of the same name).
 """
 from __future__ import annotations
 
@@ -77,9 +77,14 @@ def describe(info: dict) -> str:
 
 
 @contextlib.contextmanager
-def job_lock(path: str | os.PathLike, job_id: str):
-    """Hold the lock of job `job_id` (file `path`) for the body; a one-line MinBertError naming the
-    holder when another process has it."""
+def job_lock(path: str | os.PathLike, job_id: str, wait: bool = True):
+    """Hold the lock of job `job_id` (file `path`) for the body. When another process has it, wait
+    for it to end (saying once who it is), or with `wait=False` refuse in one line naming the holder.
+
+    Waiting is what keeps finished work: a job the engine started while another process runs it
+    (a stage started by hand, an orphan of a killed engine) must not fail, since the engine then
+    deletes the outputs of a failed job, which are the other process's; after the wait the job
+    finds those outputs made for its description and keeps them (minbert.pipeline.runinfo)."""
     import fcntl
 
     path = Path(path)
@@ -99,10 +104,14 @@ def job_lock(path: str | os.PathLike, job_id: str):
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
             holder = _holder(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
-            raise MinBertError(
-                f"{job_id} is already running ({describe(holder)}); wait for it to finish, or stop it. "
-                f"A lock whose process has ended is released by the system; only if no such process runs "
-                f"(e.g. a node of a shared file system went down) delete {path} and run again") from None
+            if not wait:
+                raise MinBertError(
+                    f"{job_id} is already running ({describe(holder)}); wait for it to finish, or stop it. "
+                    f"A lock whose process has ended is released by the system; only if no such process runs "
+                    f"(e.g. a node of a shared file system went down) delete {path} and run again") from None
+            print(f"{job_id} is already running ({describe(holder)}); waiting for it to finish", file=sys.stderr,
+                  flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)      # an interruption (SIGTERM, Ctrl-C) ends the wait
         earlier = _holder(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
         if earlier:
             log.warning("%s: taking over the lock of %s, which ended without releasing it (a crash); its "

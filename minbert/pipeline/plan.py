@@ -1,104 +1,39 @@
-"""The pipeline's jobs and each job's resolved description, computed once for everything that
-needs to know what a job depends on.
-
-A job's description is
-- `settings`: what its stage reads from the params (minbert.params.settings, resolved: base merged,
-  catalogue applied; cosmetic keys are in no stage's settings but the report's);
-- `reads`: the files and folders it reads (prepared splits, upstream models, raw data);
-- `code`: the import closure of its stage module within the project (computed from the source,
-  `import` statements anywhere in a module, with package `__init__` files and the data files a
-  module declares in `CODE_DATA`), each with the hash of its content; the planner (this module)
-  is not followed, since what it decides is the description itself. Imports point down the layers
-  (core, params, model, data, train, scoring, share, pipeline, report), so a job's closure holds
-  the layers its stage runs and nothing above: prepare's no training module, a report edit only
-  the report's.
-Its hash, together with the content hashes of what it reads, is the job's fingerprint.
+"""The pipeline's jobs (minbert.pipeline.job) and their resolved descriptions, computed once for
+everything that needs to know what a job depends on.
 
 Who uses it:
-- Snakemake and DVC (workflow/dag.py): each job depends on its description file
-  (results/jobs/<stage>/<name>.json, rewritten only when the description changes) and on the
+- Snakemake and DVC (workflow/dag.py): each job depends on its job file
+  (results/jobs/<stage>/<name>.json, rewritten only when it changes: `write_job_file`) and on the
   outputs it reads; so a job re-runs exactly when its settings, inputs or code change;
+- a stage run by hand (without `--job`) looks its job up here (`job_for`);
 - the training stages: a resumable state is used only when saved under the same fingerprint;
 - run records (results/runs/...): the description and fingerprint of what ran.
+The planner is in no job's code (minbert.pipeline.code.NOT_JOB_CODE): what it decides for a job is
+the job's description itself, which its fingerprint covers.
 """
 from __future__ import annotations
 
-import ast
-import importlib.util
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from minbert.core.layout import MODEL_FILE, PREDICTED_SPLITS, Layout, prediction_file
-from minbert.core.provenance import canonical, file_hash, path_hash
+from minbert.core.provenance import canonical
 from minbert.core.tasks import TASKS
-from minbert.params import LoadedParams, load_params, model_tasks, shared_tasks
-from minbert.params import settings as S
-
-PROJECT_PACKAGES = ("minbert", "stages", "workflow")
-# The planner (this module) is in no job's code: what it decides for a job is the job's description
-# itself (settings, reads), which the fingerprint covers; a planner edit that changes no
-# description changes nothing a job runs. A stage imports it only to look up its job.
-PLANNER = frozenset({__name__})
-
-
-# ---------------------------------------------------------------- the job
-
-@dataclass
-class Job:
-    stage: str
-    name: str | None
-    settings: dict                                   # what the stage reads from the params (JSON types)
-    reads: list[str]                                 # files and folders it reads
-    outs: list[str]                                  # outputs (DVC caches these)
-    metrics: list[str] = field(default_factory=list)
-    plots: list[str] = field(default_factory=list)
-    run_record: str = ""
-    cmd: str = ""
-    deps: list[str] = field(default_factory=list)    # `reads` as the engines see them: whole upstream outputs
-    sources: list[str] = field(default_factory=list)  # the deps no job makes (raw data): hashed in the description
-    results: str = "results"                         # the results folder it runs in (its state, its lock)
-
-    @property
-    def id(self) -> str:
-        return self.stage if self.name is None else f"{self.stage}@{self.name}"
-
-    @property
-    def module(self) -> str:
-        return f"stages.{self.stage}"
-
-    @property
-    def outputs(self) -> list[str]:
-        """Every declared output: outs, metrics, plots and the run record."""
-        return self.outs + self.metrics + self.plots + [self.run_record]
-
-    def description(self) -> dict:
-        """The resolved description (settings, reads, code with content hashes, and the content hash
-        of each source: a raw data file changes the description when its bytes change, not when
-        only its date does, as after a copy or a fresh checkout)."""
-        out = {"stage": self.stage, "name": self.name, "settings": self.settings, "reads": self.reads,
-               "code": {p: file_hash(p) for p in code_closure(self.module)}}
-        if self.sources:
-            out["sources"] = {p: path_hash(p) for p in self.sources}
-        return out
-
-    def runtime_description(self, extra_reads: list[str | os.PathLike] = ()) -> dict:
-        """The description with the content hash of every read (and `extra_reads`, e.g. a model
-        folder outside the repository): what the fingerprint of a running job covers."""
-        description = self.description()
-        hashed = description.get("sources", {})          # a source's hash is in the description already
-        return {**description, "read_hashes": {p: hashed[p] if p in hashed else path_hash(p)
-                                               for p in [*self.reads, *map(str, extra_reads)]}}
-
-
+from minbert.params import resolve as S
+from minbert.params.catalogue import LoadedParams
+from minbert.params.load import load_params
+from minbert.params.settings import pretrain_splits
+from minbert.params.validate import model_tasks, shared_tasks
+from minbert.pipeline.code import PARAMS_LOADER
+from minbert.pipeline.job import Job
+from minbert.train import PRETRAINING_MODULES
 
 # ---------------------------------------------------------------- the jobs of a params file
 
-def _cmd(stage: str, params_arg: str, layout: Layout, *args: str) -> str:
-    extra = ([] if params_arg == "params.yaml" else ["--params", params_arg]) + \
-        ([] if layout.results == "results" else ["--results", layout.results])
-    return " ".join(["python -m", f"stages.{stage}", *args, *extra])
+def _cmd(stage: str, name: str | None, layout: Layout, *args: str) -> str:
+    """The engines' command: the stage reads its job from the job file the engine depends on."""
+    return " ".join(["python -m", f"stages.{stage}", *args, "--job", layout.job_file(stage, name)])
 
 
 def _dump(model) -> dict:
@@ -126,24 +61,26 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
     """Every job, in an order where each comes after the jobs whose outputs it reads. `pretrainings`:
     the pretrainings to include (default: those some experiment starts from)."""
     lp = params if isinstance(params, LoadedParams) else load_params(params)
-    params_arg = str(params if not isinstance(params, LoadedParams) else (lp.path or "params.yaml"))
     L = layout
     out: list[Job] = []
 
     def add(stage, name, settings, reads, outs, metrics=(), plots=(), args=()):
         out.append(Job(stage, name, settings, list(reads), list(outs), list(metrics), list(plots),
-                       L.run_record(stage, name), _cmd(stage, params_arg, L, *args), results=L.results))
+                       L.run_record(stage, name), _cmd(stage, name, L, *args), results=L.results,
+                       reports=L.reports))
 
-    from minbert.data.prepare import raw_inputs
+    from minbert.data.prepare import prepared_files, raw_inputs
 
     data = S.prepare_settings(lp)
     add("prepare", None, _dump(data), raw_inputs(data), [L.data])
+    out[-1].files = {L.data: [f"{L.data}/{name}" for name in prepared_files(data)]}
 
     used = {e.pretrain for e in lp.experiments.values() if e.pretrain}
     for name in sorted(used if pretrainings is None else set(pretrainings)):
         s = S.pretrain_settings(lp, name)
-        add("pretrain", name, _dump(s), [L.split(t, sp) for t, sp in S.pretrain_splits(s)] + _local(s.model),
+        add("pretrain", name, _dump(s), [L.split(t, sp) for t, sp in pretrain_splits(s)] + _local(s.model),
             [L.pretrain_model(name)], [L.pretrain_metrics(name)], [L.pretrain_history(name)], ["--name", name])
+        out[-1].code_roots = ["stages.pretrain", PRETRAINING_MODULES[s.pretraining.kind]]
 
     taught = S.teachers(lp)
     for name, exp in lp.experiments.items():
@@ -171,6 +108,7 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
         add("teach", name, _dump(s), _splits(L, tasks, ("train",)) +
             [L.model(m, stage) for m, stage in s.members.items()],
             [L.teacher(name)], args=["--name", name])
+        out[-1].files = {L.teacher(name): [L.teacher_file(name, t) for t in tasks]}
 
     for name, ens in lp.params.ensembles.items():
         tasks = [t for t in TASKS if t in shared_tasks(ens.members, lp.experiments)]
@@ -181,6 +119,7 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
     # the report reads every earlier output but the models (minbert.report.data loads them by the layout)
     reads = [o for j in out for o in j.outputs if not o.endswith((f"/{MODEL_FILE}", "/model"))]
     add("report", None, S.report_settings(lp), reads, [L.final_report, L.experiment_reports], [L.summary_metrics])
+    out[-1].code_roots = ["stages.report", *PARAMS_LOADER]     # it reads the params itself
 
     for name in lp.params.export.experiments:   # after the report, which never reads them
         s = S.export_settings(lp, lp.experiments[name])
@@ -270,118 +209,24 @@ def job_for(params_path: str | Path, stage: str, name: str | None, layout: Layou
     raise MinBertError(f"{params_path}: unknown {what} '{name}'{close(name, names)}")
 
 
-# ---------------------------------------------------------------- code closure and hashes
+# ---------------------------------------------------------------- job files
 
-def _package_roots() -> dict[str, Path]:
-    roots = {}
-    for pkg in PROJECT_PACKAGES:
-        spec = importlib.util.find_spec(pkg)
-        if spec is not None and spec.submodule_search_locations:   # a package, or a folder of modules
-            roots[pkg] = Path(list(spec.submodule_search_locations)[0])
-    return roots
+def write_job_file(job: Job, layout: Layout) -> bool:
+    """Write the job's file (minbert.pipeline.job) when its content changed; returns whether it was
+    written.
 
-
-def _module_file(module: str, roots: dict[str, Path]) -> Path | None:
-    top, *rest = module.split(".")
-    if top not in roots:
-        return None
-    base = roots[top].joinpath(*rest)
-    for cand in (base.with_suffix(".py"), base / "__init__.py"):
-        if cand.is_file():
-            return cand
-    return None
-
-
-def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Modules named by the import statements anywhere in a module (functions included)."""
-    package = module if is_package else module.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                anchor = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{anchor}.{node.module}" if node.module else anchor
-            else:
-                base = node.module
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)   # `from pkg import submodule`
-    return found
-
-
-def _code_data(tree: ast.AST, folder: Path) -> list[Path]:
-    """Files a module declares as part of its code: `CODE_DATA = ("templates",)` (folders or files,
-    relative to the module)."""
-    for node in getattr(tree, "body", []):
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CODE_DATA" for t in node.targets):
-            out = []
-            for rel in ast.literal_eval(node.value):
-                p = folder / rel
-                out += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-            return out
-    return []
-
-
-_CLOSURES: dict[str, list[Path]] = {}
-
-
-def code_closure(module: str) -> list[str]:
-    """The project files `module` runs: its import closure within the project packages, package
-    `__init__` files included, plus declared code data. Sorted paths, relative to the working
-    directory when inside it."""
-    if module not in _CLOSURES:
-        _CLOSURES[module] = _closure(module)
-    return sorted(_display(p) for p in _CLOSURES[module])
-
-
-def _closure(module: str) -> list[Path]:
-    roots = _package_roots()
-    files: set[Path] = set()
-    todo, seen = [module], set()
-    while todo:
-        name = todo.pop()
-        if name in seen or name in PLANNER:
-            continue
-        seen.add(name)
-        path = _module_file(name, roots)
-        if path is None:
-            continue
-        parts = name.split(".")
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
-        files.add(path)
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-        files.update(_code_data(tree, path.parent))
-        todo += sorted(_imports(tree, name, path.name == "__init__.py"))
-    return sorted(p.resolve() for p in files)
-
-
-def _display(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return path.resolve().as_posix()
-
-
-
-# ---------------------------------------------------------------- description files
-
-def write_description(job: Job, layout: Layout) -> bool:
-    """Write the job's description file when its content changed; returns whether it was written.
-
-    Snakemake compares the file's date with the job's outputs. A description that is the one the
-    outputs were made from (their run record says so: an edit undone, or outputs made by DVC) gets
-    the date the run started, so it counts as older than them; any other new content is newer."""
+    Snakemake compares the file's date with the job's outputs (and, the date being newer, its
+    content with the one it recorded). A description that is the one the outputs were made from
+    (their run record says so: an edit undone, or outputs made by DVC) gets the date the run
+    started, so it counts as older than them; any other new content is newer."""
     from minbert.core.io import write_text
 
     path = Path(layout.job_file(job.stage, job.name))
-    description = job.description()
-    text = json.dumps(description, indent=1, sort_keys=True, default=str) + "\n"
+    text = job.file_text()
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
     write_text(path, text)
-    started = _made_from(job, description)
+    started = _made_from(job, job.description())
     if started is not None:
         os.utime(path, (started, started))
     return True
@@ -407,4 +252,4 @@ def _made_from(job: Job, description: dict) -> float | None:
         return None
 
 
-__all__ = ["Job", "pipeline", "job_for", "code_closure", "write_description"]
+__all__ = ["Job", "pipeline", "job_for", "write_job_file"]

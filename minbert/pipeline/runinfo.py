@@ -2,15 +2,20 @@
 
 `running(job)` wraps a stage's work:
 - first: no path the job writes under the results folder is (or lies under) a symlink, and the
-  job's lock is taken (minbert.pipeline.lock: one process per job, whichever engine started it);
+  job's lock is taken (minbert.pipeline.lock: one process per job, whichever engine started it;
+  a job that finds another process running it waits for it);
+- the job's fingerprint: the hash of its resolved description (minbert.pipeline.job) and of the
+  contents of what it reads, for the resume check of the training stages;
+- when the job's last finished run had this very fingerprint, its outputs are put back as they
+  were (minbert.pipeline.finished) and nothing runs (`UpToDate`): work another process finished,
+  or one an engine deleted, is never redone;
 - before: the job's declared outputs left from an earlier run are removed (a failure can then
   never leave a stale output behind) and temporaries left by a killed run beside them are deleted;
   a folder outside the results folder (the report's pages under --out) loses only the files its
   manifest says the stage wrote there, never a user's own;
-- the job's fingerprint: the hash of its resolved description (minbert.pipeline.plan) and of the contents of
-  what it reads, for the resume check of the training stages;
 - after success: results/runs/<stage>/<name>.json with the git revision, the environment and
-  device, wall time and peak memory, the fingerprint and the resolved description.
+  device, the precision that ran, wall time and peak memory, the fingerprint and the resolved
+  description; then the outputs are kept as the job's finished work.
 """
 from __future__ import annotations
 
@@ -29,8 +34,9 @@ from pathlib import Path
 from minbert.core.io import MANIFEST, clean_stale_temporaries, refuse_links, remove_owned, write_json
 from minbert.core.layout import Layout
 from minbert.core.provenance import fingerprint_of, git_revision
+from minbert.pipeline import finished
+from minbert.pipeline.job import Job
 from minbert.pipeline.lock import job_lock
-from minbert.pipeline.plan import Job
 
 
 def peak_rss_mib() -> float:
@@ -84,23 +90,42 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
+class UpToDate(Exception):
+    """The job's outputs for this very description and inputs are in place: nothing to run."""
+
+
+def network_record(network) -> dict:
+    """Where a stage that runs the network runs and in which precision, as the run record says it
+    (minbert.params.settings.NetworkSettings; nothing is set up here)."""
+    from minbert.core.runtime import pick_device, resolve_precision
+
+    device = pick_device(network.device)
+    return {"device": device, "precision": resolve_precision(network.precision, device)}
+
+
 @contextlib.contextmanager
-def running(job: Job, device="cpu", extra_reads=(), main_process: bool = True):
-    """Run `job`'s body (see the module docstring); yields a `Running`. `extra_reads` are what the
-    job reads outside its declared inputs (e.g. the packaged model folder)."""
+def running(job: Job, network=None, extra_reads=(), main_process: bool = True, force: bool = False):
+    """Run `job`'s body (see the module docstring); yields a `Running`. `network`: the settings of a
+    stage that runs the network (its device and precision go into the record); `extra_reads`: what
+    the job reads outside its declared inputs (e.g. the packaged model folder); `force`: run even
+    when the finished outputs of this fingerprint are kept."""
     L = Layout(job.results)
     lock = job_lock(L.lock(job.stage, job.name), job.id) if main_process else contextlib.nullcontext()
     if main_process:
         for path in owned_paths(job):
             refuse_links(path, job.results)
+    record = network_record(network) if network is not None else {"device": "cpu"}
     with lock:
+        description = job.runtime_description(extra_reads)
+        run = Running(job, fingerprint_of(description), description)
+        if main_process and not force and finished.restore(job, run.fingerprint):
+            raise UpToDate(f"{job.id}: up to date (its outputs for these settings, inputs and code are in place); "
+                           f"nothing to run")
         if main_process:
             for out in job.outputs:
                 path = Path(out)
                 clean_stale_temporaries(path.parent, path.name)
                 _remove(path, Path(job.results))
-        description = job.runtime_description(extra_reads)
-        run = Running(job, fingerprint_of(description), description)
         start, t0 = dt.datetime.now(dt.timezone.utc), time.perf_counter()
         yield run
         if main_process:
@@ -109,8 +134,10 @@ def running(job: Job, device="cpu", extra_reads=(), main_process: bool = True):
                 "started": start.isoformat(timespec="seconds"),
                 "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "wall_seconds": round(time.perf_counter() - t0, 2), "peak_rss_mib": peak_rss_mib(),
-                **hardware(device), **run.fields, "fingerprint": run.fingerprint, "description": description,
+                **hardware(record["device"]), **{k: v for k, v in record.items() if k != "device"}, **run.fields,
+                "fingerprint": run.fingerprint, "description": description,
             })
+            finished.keep(job, run.fingerprint)
 
 
 def owned_paths(job: Job) -> list[str]:
@@ -118,4 +145,4 @@ def owned_paths(job: Job) -> list[str]:
     run record and description, its resumable state, its lock, the shared token cache."""
     L = Layout(job.results)
     return [*job.outputs, L.job_file(job.stage, job.name), L.state(job.stage, job.name),
-            L.lock(job.stage, job.name), L.token_cache]
+            L.finished(job.stage, job.name), L.lock(job.stage, job.name), L.token_cache]

@@ -8,10 +8,12 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path
-from minbert.core.runtime import autocast, configure, pick_device, set_threads
+from minbert.core.runtime import start_runtime
 from minbert.core.tasks import TASKS
+from minbert.data.batches import load_task_data
+from minbert.model.checkpoint import load_checkpoint
+from minbert.model.multitask import predict_task
 from minbert.params.settings import PredictSettings
-from minbert.train.multitask import load_checkpoint, load_task_data, predict_task
 
 
 def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
@@ -30,18 +32,16 @@ def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
 
 def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None) -> dict:
     """Write <task>-<split>.csv for every trained task and each of its dev/test splits."""
-    set_threads(s.threads)
-    device = pick_device(s.device)
-    bf16 = configure(device, s.precision, s.deterministic)
+    runtime = start_runtime(s)
     model, tokenizer, _ = load_checkpoint(checkpoint)
-    model.to(device)
+    model.to(runtime.device)
     data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=("dev", "test"), cache_dir=cache_dir)
     written = {}
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
         for split, tasks in data.items():
             for task, td in tasks.items():
-                res = predict_task(model, td, tokenizer, s.batch_size, device, lambda: autocast(device, bf16))
+                res = predict_task(model, td, tokenizer, s.batch_size, runtime.device, runtime.amp)
                 frame = prediction_frame(task, td, res)
                 frame.to_csv(tmp / f"{task}-{split}.csv", index=False, float_format="%.6g")
                 written[f"{task}-{split}"] = len(frame)

@@ -17,7 +17,7 @@ The folder (results/exports/<E>/, written by the export stage) holds
     README.md                            the model card: Hub metadata, scores with 95% intervals,
                                           training settings, data, provenance
 
-`read_export` turns the folder back into a checkpoint dict (minbert.train.multitask.model_from_checkpoint),
+`read_export` turns the folder back into a checkpoint dict (minbert.model.checkpoint.model_from_checkpoint),
 so the pipeline's own code predicts from it. Uploading (`upload`) runs only when asked.
 """
 from __future__ import annotations
@@ -165,7 +165,7 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
 # ---------------------------------------------------------------- reading back
 
 def read_export(folder: str | Path) -> dict:
-    """An export folder as a checkpoint dict (minbert.train.multitask.model_from_checkpoint builds it)."""
+    """An export folder as a checkpoint dict (minbert.model.checkpoint.model_from_checkpoint builds it)."""
     from safetensors.torch import load_file
 
     from minbert.model.weights import hf_to_minbert, read_config, read_state_dict
@@ -325,7 +325,7 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
     fingerprint, git revision), its predictions (scores with intervals) and its training data."""
     from minbert.core.io import atomic_path
     from minbert.core.provenance import git_revision
-    from minbert.train.multitask import load_checkpoint
+    from minbert.model.checkpoint import load_checkpoint
 
     model, tokenizer, ckpt = load_checkpoint(model_path)
     try:

@@ -20,11 +20,13 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path
-from minbert.core.runtime import autocast, configure, pick_device, set_threads
+from minbert.core.runtime import start_runtime
 from minbert.core.tasks import TASKS
+from minbert.data.batches import TaskData, load_task_data
+from minbert.model.checkpoint import load_checkpoint
+from minbert.model.multitask import predict_task
 from minbert.params import DistillParams
 from minbert.params.settings import TeachSettings
-from minbert.train.multitask import TaskData, load_checkpoint, load_task_data, predict_task
 
 BATCH_SIZE = 128        # fixed: the outputs are a student's training data, not to change with a speed setting
 
@@ -37,18 +39,16 @@ def teacher_columns(task: str) -> list[str]:
 def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir) -> dict[str, int]:
     """Write the teacher's outputs on the training splits of `s.tasks`; `models` maps each member
     to its model file. Returns the rows written per task."""
-    set_threads(s.threads)
-    device = pick_device(s.device)
-    bf16 = configure(device, s.precision, s.deterministic)
+    runtime = start_runtime(s)
     per_task: dict[str, list[np.ndarray]] = {t: [] for t in s.tasks}
     ids: dict[str, list[str]] = {}
     for member in s.members:
         model, tokenizer, _ = load_checkpoint(models[member])
-        model.to(device)
+        model.to(runtime.device)
         data = load_task_data(data_dir, s.tasks, model.heads_cfg, tokenizer, splits=("train",))["train"]
         for task in s.tasks:
             td = data[task]
-            res = predict_task(model, td, tokenizer, BATCH_SIZE, device, lambda: autocast(device, bf16))
+            res = predict_task(model, td, tokenizer, BATCH_SIZE, runtime.device, runtime.amp)
             out = res["probs"] if TASKS[task].prob_columns else res["prediction"]
             per_task[task].append(np.asarray(out, dtype=np.float64).reshape(len(td), -1))
             if ids.setdefault(task, td.ids) != td.ids:

@@ -5,20 +5,25 @@ The stage CLIs (stages/finetune.py, retrain_heads.py, predict.py) are thin wrapp
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from minbert.core.errors import MinBertError
-from minbert.core.runtime import autocast, configure, pick_device, seed_everything, set_threads
+from minbert.core.runtime import Runtime, seed_everything, set_threads, start_runtime
 from minbert.core.tasks import TASKS
+from minbert.data.batches import collate, load_task_data, to_device
 from minbert.model.bert import BertModel
+from minbert.model.checkpoint import load_checkpoint
+from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
-from minbert.params.settings import FinetuneSettings, NetworkSettings, RetrainSettings
-from minbert.train.loop import DistInfo, FitResult, fit, init_distributed, shutdown_distributed
-from minbert.train.multitask import MultitaskModel, load_checkpoint, load_task_data
+from minbert.params.settings import FinetuneSettings, RetrainSettings, TrainingSettings
+from minbert.train.distributed import DistInfo, init_distributed, shutdown_distributed
+from minbert.train.loop import FitResult, fit
+from minbert.train.training import FitOptions
 
 log = logging.getLogger("minbert.train.experiment")
 
@@ -39,11 +44,10 @@ def with_dropout(encoder: BertModel, hidden: float | None, attention: float | No
     return encoder
 
 
-def init_prototypes(model: MultitaskModel, train: dict, tokenizer: Tokenizer, device, seed: int, amp) -> None:
+def init_prototypes(model: MultitaskModel, train: dict, tokenizer: Tokenizer, runtime: Runtime, seed: int) -> None:
     """Embed a prototypes head's training sentences (per label, seeded; drawn with replacement when a
     label has fewer) with the frozen encoder, once, before the head trains."""
-    from minbert.train.heads import PrototypeHead
-    from minbert.train.multitask import collate, to_device
+    from minbert.model.heads import PrototypeHead
 
     for task, head in model.heads.items():
         if not isinstance(head, PrototypeHead) or task not in train:
@@ -56,30 +60,30 @@ def init_prototypes(model: MultitaskModel, train: dict, tokenizer: Tokenizer, de
             if len(rows) == 0:
                 raise MinBertError(f"the {task} training data has no example of label {label} for the prototypes head")
             picks += rng.choice(rows, per, replace=len(rows) < per).tolist()
-        model.to(device).eval()
-        with torch.no_grad(), amp():
-            embs = [model.embed(to_device(collate(data, picks[i:i + 64], tokenizer), device), task=task).float()
+        model.to(runtime.device).eval()
+        with torch.no_grad(), runtime.amp():
+            embs = [model.embed(to_device(collate(data, picks[i:i + 64], tokenizer), runtime.device), task=task).float()
                     for i in range(0, len(picks), 64)]
         head.set_prototypes(torch.cat(embs), torch.tensor(data.labels[picks], dtype=torch.float32))
 
 
-def runtime_setup(s: NetworkSettings) -> tuple[torch.device, DistInfo, bool]:
-    """The device, the process group under torchrun, and whether bf16 autocast is on."""
+def start_training(s: TrainingSettings) -> tuple[Runtime, DistInfo]:
+    """The runtime (minbert.core.runtime.start_runtime) and, under torchrun, the process group, whose
+    rank's device it runs on."""
     set_threads(s.threads)
     dist_info, dist_device = init_distributed(s.device)
-    device = dist_device or pick_device(s.device)
-    return device, dist_info, configure(device, s.precision, s.deterministic)
+    return start_runtime(s, dist_device), dist_info
 
 
-def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: str | None = None, state_dir=None,
-                        description: dict | None = None, cache_dir=None, resume: bool = True,
-                        stop_after_epochs: int | None = None, name: str = "", evaluate_first: bool = False,
-                        stage: str = "finetune", teacher_dir=None) -> FitResult:
+def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, start_model: str | None = None,
+                        cache_dir=None, teacher_dir=None) -> FitResult:
     """Multi-task fine-tuning from `start_model` (default: the settings' model), with a teacher's
-    outputs on the training data (`teacher_dir`) when it distils; writes out_dir/{model.pt,history.csv}
-    when finished (see minbert.train.loop.fit for the state folder)."""
-    device, dist_info, bf16 = runtime_setup(s)
+    outputs on the training data (`teacher_dir`) when it distils; writes options.out_dir/{model.pt,
+    history.csv} when finished (minbert.train.loop.fit; `options` says where, and the job's
+    description, resume and name: the seed, device, precision and process group come from `s`)."""
+    runtime, dist_info = start_training(s)
     cfg = s.finetune
+    name = options.checkpoint_extra.get("experiment") or "an experiment"
     encoder, _, folder = load_encoder(start_model or s.model)
     with_dropout(encoder, cfg.hidden_dropout, cfg.attention_dropout)
     encoder.gradient_checkpointing = cfg.gradient_checkpointing
@@ -90,32 +94,30 @@ def finetune_experiment(s: FinetuneSettings, data_dir, out_dir, *, start_model: 
         from minbert.train.distill import attach_teacher, distilled_tasks
 
         if teacher_dir is None:
-            raise MinBertError(f"{name or 'the experiment'} distils from '{cfg.distill.teacher}': its teacher's "
-                               f"outputs are needed (run the teach stage first)")
+            raise MinBertError(f"{name} distils from '{cfg.distill.teacher}': its teacher's outputs are needed (run "
+                               f"the teach stage first)")
         attach_teacher(data["train"], teacher_dir, cfg.distill, distilled_tasks(cfg.distill, cfg.tasks, teacher_dir))
     seed_everything(s.seed)  # the heads' initialisation and dropout depend on it
     model = MultitaskModel(encoder, cfg.heads, cfg.tasks)
     if cfg.freeze_encoder:
-        init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, bf16))
+        init_prototypes(model, data["train"], tokenizer, runtime, s.seed)
     if dist_info.main:
-        log.info("%s of %s on %s: %s", stage, name or "an experiment", device,
+        log.info("%s of %s on %s: %s", options.checkpoint_extra.get("stage", "finetune"), name, runtime.device,
                  ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
+    options = replace(options, seed=s.seed, device=runtime.device, bf16=runtime.bf16, dist_info=dist_info,
+                      cuda_graphs=s.cuda_graphs)
     try:
-        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed,
-                   device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
-                   resume=resume, stop_after_epochs=stop_after_epochs, evaluate_first=evaluate_first,
-                   checkpoint_extra={"experiment": name, "stage": stage})
+        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, options)
     finally:
-        shutdown_distributed()
+        shutdown_distributed(dist_info)
 
 
-def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir, out_dir, *, state_dir=None,
-                             description: dict | None = None, cache_dir=None, resume: bool = True,
-                             name: str = "") -> FitResult:
+def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir, options: FitOptions, *,
+                             cache_dir=None) -> FitResult:
     """Head retraining: the fine-tuned encoder frozen, the heads of the retrained tasks
     re-initialised (added when the fine-tuned model lacks them) and trained; the other heads kept
-    as they are, frozen."""
-    device, dist_info, bf16 = runtime_setup(s)
+    as they are, frozen. `options` as for `finetune_experiment`."""
+    runtime, dist_info = start_training(s)
     model, tokenizer, _ = load_checkpoint(finetuned)
     cfg = s.train
     data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
@@ -131,13 +133,14 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
     if model.shared is not None and set(model.heads_cfg.shared.tasks) & set(kept):
         for p in model.shared.parameters():
             p.requires_grad_(False)
-    init_prototypes(model, data["train"], tokenizer, device, s.seed, lambda: autocast(device, bf16))
+    init_prototypes(model, data["train"], tokenizer, runtime, s.seed)
+    options = replace(options, seed=s.seed + 1, device=runtime.device, bf16=runtime.bf16, dist_info=dist_info,
+                      cuda_graphs=s.cuda_graphs,
+                      checkpoint_extra={"stage": "retrain_heads", **options.checkpoint_extra})
     try:
-        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, out_dir=out_dir, seed=s.seed + 1,
-                   device=device, bf16=bf16, state_dir=state_dir, description=description, dist_info=dist_info,
-                   resume=resume, checkpoint_extra={"experiment": name, "stage": "retrain_heads"})
+        return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, options)
     finally:
-        shutdown_distributed()
+        shutdown_distributed(dist_info)
 
 
 def model_for_pretraining(folder: str | Path) -> str:

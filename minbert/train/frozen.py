@@ -16,8 +16,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from minbert.data.batches import PAD_MULTIPLE, TaskData, padding_layout, to_device
 from minbert.data.views import SWAPPED
-from minbert.train.multitask import PAD_MULTIPLE, MultitaskModel, TaskData, padding_layout, predictions, to_device
+from minbert.model.multitask import MultitaskModel
+from minbert.model.outputs import predictions
 
 ENCODE_BATCH = 128
 
@@ -84,10 +86,8 @@ class FrozenFeatures:
 
     @torch.no_grad()
     def predict(self, model: MultitaskModel, amp, batch_size: int = 1024) -> dict:
-        """What minbert.train.multitask.predict_task gives (outputs, predictions, probabilities, loss), from
+        """What minbert.model.multitask.predict_task gives (outputs, predictions, probabilities), from
         the stored embeddings; a symmetric pair task's output is the mean over both orders."""
-        from minbert.train.losses import task_loss
-
         model.eval()
         n = len(next(iter(self.emb.values())))
         passes = [False, True] if self.symmetric else [False]
@@ -102,6 +102,4 @@ class FrozenFeatures:
         out = torch.cat(outputs).cpu() if outputs else torch.empty(0)
         result = predictions(self.task, model.heads_cfg, out, model.calibration.get(self.task))
         result["output"] = out
-        if self.labels is not None and len(out):
-            result["loss"] = float(task_loss(self.task, model.heads_cfg, out, torch.tensor(self.labels)))
         return result

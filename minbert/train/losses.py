@@ -2,7 +2,8 @@
 
 - `task_loss`: each task's training loss by its kind (minbert.core.tasks): softmax cross-entropy,
   sigmoid binary cross-entropy, or for a regression task MSE and/or the correlation loss on labels
-  scaled into the head's target space (`regression_target`; `regression_prediction` maps back);
+  scaled into the head's target space (minbert.model.outputs: `regression_target`;
+  `regression_prediction` maps back);
 - `pearson_loss`: 1 - Pearson r over a batch, the "correlation loss" some STS heads train with.
 - `symmetric_kl` / `divergence`: the ℓ_s of SMART (Jiang et al. 2020), used by the smoothness
   term and the Bregman proximal point term: symmetric KL between the predicted distributions for
@@ -17,45 +18,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from minbert.core.tasks import TASKS
+from minbert.model.outputs import regression_target
 
 DIVERGENCE_KINDS = ("classification", "binary", "regression")
 
 
 # ---------------------------------------------------------------- task losses
-
-def _signed_cosine_target(heads, task: str) -> bool:
-    """A cosine head may predict the labels scaled to [-1, 1] (`cosine_target: -1_1`)."""
-    return getattr(heads, task) == "cosine" and heads.cosine_target == "-1_1"
-
-
-def regression_target(task: str, heads, label: Tensor) -> Tensor:
-    """Labels (e.g. STS 0-5) scaled into the space the head predicts in: [0, 1], or [-1, 1]."""
-    lo, hi = TASKS[task].label_range
-    unit = (label - lo) / (hi - lo)
-    return unit * 2.0 - 1.0 if _signed_cosine_target(heads, task) else unit
-
-
-def correlation_only(heads) -> bool:
-    """A head trained with the correlation loss alone: its outputs have no fixed scale or shift."""
-    return heads.sts_loss == "pearson"
-
-
-def regression_prediction(task: str, heads, output: Tensor, calibration=None) -> Tensor:
-    """The head's output mapped back onto the label scale by an affine map, never clipped.
-
-    Pearson r is scored on these predictions, as the course's code scores the raw outputs:
-    clipping to the label range would change r (by 0.003-0.011 on MSE-trained heads), so an
-    output outside 0-5 stays outside. A head trained with the correlation loss alone predicts on
-    a scale of its own: it is mapped by `calibration` = (scale, shift), an affine fit to the
-    training labels made when training ends (minbert.train.loop), when there is one; an affine map
-    keeps r."""
-    lo, hi = TASKS[task].label_range
-    unit = (output + 1.0) / 2.0 if _signed_cosine_target(heads, task) else output
-    out = unit * (hi - lo) + lo
-    if correlation_only(heads) and calibration is not None:
-        return out * calibration[0] + calibration[1]
-    return out
-
 
 def task_loss(task: str, heads, output: Tensor, labels: Tensor) -> Tensor:
     """The training loss of `task` for a batch of head outputs (any float dtype; computed in fp32)."""

@@ -17,7 +17,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minbert.core.errors import MinBertError
+from minbert.data.batches import padding_layout
+from minbert.data.views import Encoded
 from minbert.model.bert import _ACTIVATIONS, BertConfig, BertModel
+from minbert.model.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +136,7 @@ def mlm_loss_sum(encoder: BertModel, head: MlmHead, input_ids, attention_mask, t
 
     Only chosen positions go through the vocabulary projection: (N, H) -> (N, V), not (B, T, V).
     `host`: what the host knows of the batch (`chosen`: the flat indices of the chosen positions;
-    `padded`, `token_index`: minbert.train.multitask.padding_layout), so nothing is read from the device.
+    `padded`, `token_index`: minbert.data.batches.padding_layout), so nothing is read from the device.
     """
     host = host or {}
     hidden, _ = encoder(input_ids, attention_mask, token_type_ids, padded=host.get("padded"),
@@ -148,3 +151,42 @@ def mlm_loss_sum(encoder: BertModel, head: MlmHead, input_ids, attention_mask, t
         return hidden.sum() * 0.0, 0
     logits = head(hidden.reshape(-1, hidden.shape[-1]).index_select(0, idx))
     return F.cross_entropy(logits.float(), labels.reshape(-1).index_select(0, idx), reduction="sum"), n
+
+
+class MlmObjective:
+    """Masked-LM loss over a list of encoded texts; losses are summed per chosen token."""
+
+    unit = "token"
+
+    def __init__(self, encoder: BertModel, head, tok: Tokenizer, train: Encoded, dev: Encoded,
+                 mask_prob: float, seed: int):
+        self.encoder, self.head, self.tok = encoder, head, tok
+        self.data = {"train": train, "dev": dev}
+        self.mask_prob, self.seed = mask_prob, seed
+        self.train_gen = torch.Generator().manual_seed(seed)
+
+    def modules(self):
+        return [self.encoder, self.head]
+
+    def generators(self) -> dict[str, torch.Generator]:
+        """The RNGs it draws from besides torch's global one (saved with a resumable state)."""
+        return {"mask": self.train_gen}
+
+    def lengths(self, split: str) -> list[int]:
+        return [len(ids) for ids, _ in self.data[split]]
+
+    def new_eval_generator(self) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed + 1)
+
+    def loss_sum(self, split: str, indices: list[int], device, generator=None) -> tuple[torch.Tensor, int]:
+        batch = self.tok.pad([self.data[split][i] for i in indices])
+        ids, labels = mask_tokens(batch["input_ids"], batch["attention_mask"], self.tok.special_ids,
+                                  self.tok.mask_id, self.tok.vocab_size, self.mask_prob,
+                                  generator=generator or self.train_gen)
+        chosen = (labels != IGNORE).reshape(-1).nonzero().squeeze(1)    # on the host, where the labels were drawn
+        layout = padding_layout(batch["attention_mask"])
+        host = {"chosen": chosen.to(device, non_blocking=True), "n_chosen": len(chosen), "padded": layout["padded"]}
+        if "token_index" in layout:
+            host["token_index"] = layout["token_index"].to(device, non_blocking=True)
+        return mlm_loss_sum(self.encoder, self.head, ids.to(device), batch["attention_mask"].to(device),
+                            batch["token_type_ids"].to(device), labels.to(device), host)

@@ -13,12 +13,16 @@ non-padding tokens, as SBERT does (the default), or the [CLS] hidden state.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from minbert.core.errors import MinBertError
+from minbert.data.batches import padding_layout, to_device
+from minbert.data.encode import encode_cached
 from minbert.model.bert import BertModel, mean_pool
+from minbert.model.tokenizer import Tokenizer
 
 LABEL_TARGET = {"entailment": 1.0, "neutral": 0.5, "contradiction": 0.0}
 
@@ -86,3 +90,76 @@ def triplet_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: torch.T
     d_pos = torch.linalg.vector_norm(anchor.float() - positive.float(), dim=-1)
     d_neg = torch.linalg.vector_norm(anchor.float() - negative.float(), dim=-1)
     return F.relu(d_pos - d_neg + margin).mean()
+
+
+# ---------------------------------------------------------------- the objective
+
+class NliObjective:
+    """One of the three NLI objectives over sentences embedded separately.
+
+    regression: examples are (premise, hypothesis, target); contrastive and triplet: examples
+    are (anchor, positive, negative). All parts of a batch go through the encoder in one pass.
+    """
+
+    unit = "example"
+
+    def __init__(self, encoder: BertModel, tok: Tokenizer, objective: str, train: dict, dev: dict,
+                 temperature: float, margin: float, pooling: str):
+        self.encoder, self.tok, self.objective = encoder, tok, objective
+        self.data = {"train": train, "dev": dev}
+        self.temperature, self.margin, self.pooling = temperature, margin, pooling
+
+    def modules(self):
+        return [self.encoder]
+
+    def generators(self) -> dict[str, torch.Generator]:
+        return {}
+
+    def lengths(self, split: str) -> list[int]:
+        parts = self.data[split]["parts"]
+        return [max(len(p[i][0]) for p in parts) for i in range(len(parts[0]))]
+
+    def new_eval_generator(self):
+        return None
+
+    def loss_sum(self, split: str, indices: list[int], device, generator=None) -> tuple[torch.Tensor, int]:
+        parts = self.data[split]["parts"]
+        batch = self.tok.pad([p[i] for p in parts for i in indices])
+        batch.update(padding_layout(batch["attention_mask"]))
+        emb = embed(self.encoder, to_device(batch, device), self.pooling)
+        chunks = emb.split(len(indices))
+        if self.objective == "regression":
+            target = self.data[split]["target"][indices].to(device)
+            loss = regression_loss(chunks[0], chunks[1], target)
+        elif self.objective == "contrastive":
+            loss = contrastive_loss(*chunks, temperature=self.temperature)
+        else:
+            loss = triplet_loss(*chunks, margin=self.margin)
+        return loss * len(indices), len(indices)
+
+
+def nli_examples(tok: Tokenizer, frame: pd.DataFrame, objective: str, source: str, cache_dir=None) -> dict:
+    """Encode a prepared NLI split for `objective`: pairs with targets, or triplets."""
+    if objective == "regression":
+        frame = frame[frame["label"].notna()]
+        return {"parts": [encode_cached(tok, frame["sentence1"].tolist(), cache_dir=cache_dir),
+                          encode_cached(tok, frame["sentence2"].tolist(), cache_dir=cache_dir)],
+                "target": regression_targets(frame["label"], source)}
+    triplets = build_triplets(frame, source)
+    if triplets.empty:
+        raise MinBertError(f"{source}: no (premise, entailment, contradiction) triplet could be built; "
+                           "the data needs premises with both an entailment and a contradiction")
+    return {"parts": [encode_cached(tok, triplets[c].tolist(), cache_dir=cache_dir)
+                      for c in ("anchor", "positive", "negative")]}
+
+
+def subset_examples(examples: dict, size: int | None, seed: int) -> dict:
+    """A seeded subset of at most `size` examples, in their original order."""
+    n = len(examples["parts"][0])
+    if size is None or n <= size:
+        return examples
+    keep = np.sort(np.random.default_rng(seed).permutation(n)[:size])
+    out = {"parts": [[p[i] for i in keep] for p in examples["parts"]]}
+    if "target" in examples:
+        out["target"] = examples["target"][torch.from_numpy(keep)]
+    return out

@@ -17,8 +17,8 @@ the size of the epoch unit (`smallest` task, `largest` task, or a named task):
 | temperature        | U * K updates; probability proportional to n_t ** (1 / T)               |
 
 Sequential single-task fine-tuning (`sequential`, SFT) trains one task after another, each for
-all epochs, keeping each stage's best checkpoint; its per-epoch plan is task_by_task on one task
-(see `sequential_stages`). Tasks with fewer batches than the plan asks for cycle through their
+all epochs, keeping each phase's best checkpoint; its per-epoch plan is task_by_task on one task
+(see `sequential_phases`). Tasks with fewer batches than the plan asks for cycle through their
 data again (reshuffled).
 """
 from __future__ import annotations
@@ -47,11 +47,11 @@ def sampling_probabilities(task_sizes: dict[str, int], temperature: float) -> np
     return w / w.sum()
 
 
-def epoch_plan(schedule: str, tasks: list[str], task_sizes: dict[str, int], batch_size: int,
-               epoch_unit: str = "smallest", seed: int = 0, epoch: int = 0, temperature: float = 2.0,
-               max_updates: int | None = None) -> list[tuple[str, ...]]:
-    """The updates of one epoch, deterministic in (seed, epoch)."""
-    sizes = {t: task_sizes[t] for t in tasks}
+def epoch_plan(schedule: str, sizes: dict[str, int], batch_size: int, epoch_unit: str = "smallest", seed: int = 0,
+               epoch: int = 0, temperature: float = 2.0, max_updates: int | None = None) -> list[tuple[str, ...]]:
+    """The updates of one epoch over the tasks of `sizes` (task -> training rows, in the order the
+    tasks take turns), deterministic in (seed, epoch)."""
+    tasks = list(sizes)
     rng = random.Random(seed * 1_000_003 + epoch)
     U = unit_batches(sizes, batch_size, epoch_unit)
     if schedule == "round_robin":
@@ -60,7 +60,7 @@ def epoch_plan(schedule: str, tasks: list[str], task_sizes: dict[str, int], batc
         plan = [(rng.choice(tasks),) for _ in range(U)]
     elif schedule == "simultaneous":
         plan = [tuple(tasks)] * U
-    elif schedule in ("task_by_task", "sequential"):
+    elif schedule == "task_by_task":
         plan = [(t,) for t in tasks for _ in range(max(1, math.ceil(sizes[t] / batch_size)))]
     elif schedule in ("proportional", "temperature"):
         probs = sampling_probabilities(sizes, 1.0 if schedule == "proportional" else temperature)
@@ -71,6 +71,6 @@ def epoch_plan(schedule: str, tasks: list[str], task_sizes: dict[str, int], batc
     return plan[:max_updates] if max_updates else plan
 
 
-def sequential_stages(tasks: list[str]) -> list[list[str]]:
-    """SFT: one stage per task, in the order given."""
+def sequential_phases(tasks: list[str]) -> list[list[str]]:
+    """SFT: one phase per task, in the order given."""
     return [[t] for t in tasks]

@@ -1,49 +1,54 @@
 # One rule per stage, built from the jobs of workflow/dag.py (the {name} wildcard is the
 # experiment, pretraining or ensemble); a stage whose jobs declare outputs of different shapes
 # (predictions of different task sets) gets one rule per shape (dag.rule_groups). A job's inputs
-# are its description file and the outputs it reads; its command writes its output to the rule's
-# log. With `--config in_process=true` (and `--force-use-threads`) the stages run inside
-# Snakemake's own process instead: the catalogue smoke test runs hundreds of tiny jobs without a
-# Python start-up each.
-JOB_BY_ID = {j.id: j for j in JOBS}
+# are its job file and the outputs it reads; its command reads its job from the job file and
+# writes its output to the rule's log.
+#
+# Every rule is a checkpoint: once a job has run, Snakemake judges the jobs that read its outputs
+# again, by content (their checksums; profiles/default raises Snakemake's size limit for them), so
+# a job whose outputs come out the same re-runs nothing after it, as under DVC. A job's input
+# function asks for the checkpoints it reads from (dag.SnakemakeDag.inputs_after).
+#
+# With `--config in_process=true` (and `--force-use-threads`) the stages run inside Snakemake's own
+# process instead: the catalogue smoke test runs hundreds of tiny jobs without a Python start-up each.
 
 wildcard_constraints:
     name=dag.NAME_PATTERN,
 
-RULE_STAGE = {rule_name: stage_name for rule_name, stage_name, _, _ in dag.rule_groups(JOBS)}
+RULE_STAGE = {rule_name: stage_name for rule_name, stage_name, _, _ in SNAKE.groups}
+# one line per job (`message:`); `--config messages=false` prints Snakemake's whole job blocks
+# instead (rule, wildcards, threads, resources: what a cluster submission will ask for)
+MESSAGES = str(config.get("messages", True)).lower() not in ("false", "0", "no")
 
-for rule_name, stage_name, sample_job, name_pattern in dag.rule_groups(JOBS):   # in DAG order
-    # a job that asks for GPUs runs on GPUs of its own (workflow/gpu_slot.py: Snakemake caps how many
-    # such jobs run at once, not which device each gets)
-    shell_cmd = "python -m workflow.gpu_slot --count {resources.gpu} -- {params.cmd} > {log} 2>&1" \
-        if "gpu" in dag.stage_resources(stage_name, GPUS) else "{params.cmd} > {log} 2>&1"
+
+for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG order
+    # a job that asks for GPUs runs on a GPU slot of its own (workflow/gpu_slot.py: Snakemake caps
+    # how many such jobs run at once, not which device each gets), JOBS_PER_GPU sharing a device
+    shell_cmd = (f"python -m workflow.gpu_slot --count {{resources.gpu}} --per-gpu {JOBS_PER_GPU} -- "
+                 "{params.cmd} > {log} 2>&1") if "gpu" in dag.stage_resources(stage_name, GPUS) \
+        else "{params.cmd} > {log} 2>&1"
     if config.get("in_process", False):
-        rule:
+        checkpoint:
             name: rule_name
-            input: lambda wc, s=stage_name: dag.snakemake_inputs(dag.job_of(JOB_BY_ID, s, wc))
+            input: lambda wc, s=stage_name: SNAKE.inputs_after(checkpoints, s, wc)
             output: dag.snakemake_outputs(sample_job)
             log: dag.snakemake_log(sample_job)
+            message: MESSAGES and dag.STAGE_MESSAGES[stage_name]
             wildcard_constraints: name=name_pattern
             threads: 1
-            run: dag.run_in_process(dag.job_of(JOB_BY_ID, RULE_STAGE[rule], wildcards), log[0])
+            run: dag.run_in_process(SNAKE.job(RULE_STAGE[rule], wildcards), log[0])
     else:
-        rule:
+        checkpoint:
             name: rule_name
-            input: lambda wc, s=stage_name: dag.snakemake_inputs(dag.job_of(JOB_BY_ID, s, wc))
+            input: lambda wc, s=stage_name: SNAKE.inputs_after(checkpoints, s, wc)
             output: dag.snakemake_outputs(sample_job)
             log: dag.snakemake_log(sample_job)
             benchmark: dag.snakemake_benchmark(sample_job)
+            message: MESSAGES and dag.STAGE_MESSAGES[stage_name]
             wildcard_constraints: name=name_pattern
             params:
-                cmd=lambda wc, s=stage_name: dag.job_of(JOB_BY_ID, s, wc).cmd,
-            threads: dag.STAGE_RESOURCES[stage_name]["threads"]
+                cmd=lambda wc, s=stage_name: SNAKE.job(s, wc).cmd,
+            threads: dag.stage_threads(stage_name, GPUS, JOBS_PER_GPU, workflow.cores)
             resources: **dag.stage_resources(stage_name, GPUS)
             conda: "../envs/minbert.yaml"
             shell: shell_cmd
-
-
-onsuccess:
-    # Opt-in: record Snakemake's outputs in dvc.lock too (docs/workflow.md: the two engines' records).
-    if config.get("dvc_commit", False):
-        if not dag.dvc_commit(JOBS, dag.REPO):
-            print("warning: `dvc commit --force` failed; run it by hand to update dvc.lock", file=sys.stderr)

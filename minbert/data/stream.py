@@ -1,0 +1,57 @@
+"""A training run's batches of one task: length-bucketed (minbert.data.sampler), cycling through the
+task's data as the run's plan asks, each rank of a data-parallel run taking its slice."""
+from __future__ import annotations
+
+import numpy as np
+
+from minbert.data.batches import Collator, TaskData
+from minbert.data.sampler import BucketBatchSampler
+
+
+class TaskStream:
+    """Endless length-bucketed batches of one task for one epoch; cycles (reshuffled) when the
+    plan asks for more batches than the task has. Under data parallelism (`rank` of `world`), each
+    rank takes its slice of every global batch, so N processes see exactly the batches one
+    process would.
+
+    A task walked through (`walked`: the number of its batches earlier epochs drew) does not
+    restart each epoch: it continues where the last epoch stopped, in passes over all its data.
+    `features`: a frozen encoder's stored embeddings of the task (minbert.train.frozen), whose
+    batches it gives instead of token batches."""
+
+    def __init__(self, data: TaskData, collator: Collator, batch_size: int, seed: int, epoch: int, *,
+                 shard: tuple[int, int] = (0, 1), walked: int | None = None, features=None):
+        self.data, self.collator, (self.rank, self.world) = data, collator, shard
+        self.features = features
+        self.sampler = BucketBatchSampler(data.lengths(), batch_size, shuffle=True, seed=seed)
+        self.epoch, self.cycle, self.walking = epoch, 0, walked is not None
+        self.seed, self.batches = seed, 0
+        skip = 0
+        if self.walking:
+            self.cycle, skip = divmod(walked, max(1, len(self.sampler)))
+        self._it = self._start()
+        for _ in range(skip):
+            next(self._it)
+
+    def _start(self):
+        # a walked task's passes are numbered across epochs, an epoch's cycles within it
+        self.sampler.set_epoch(10**6 + self.cycle if self.walking else self.epoch * 1000 + self.cycle)
+        return iter(self.sampler)
+
+    def next(self) -> dict:
+        try:
+            idx = next(self._it)
+        except StopIteration:
+            self.cycle += 1
+            self._it = self._start()
+            idx = next(self._it)
+        swap = None
+        if self.data.symmetric:   # drawn for the whole global batch, so every rank agrees
+            rng = np.random.default_rng([self.seed, self.epoch, self.batches, 7])
+            swap = (rng.random(len(idx)) < 0.5).tolist()
+        self.batches += 1
+        keep = list(range(len(idx)))[self.rank::self.world] or [0]
+        rows, swaps = [idx[k] for k in keep], None if swap is None else [swap[k] for k in keep]
+        if self.features is not None:
+            return self.features.batch(rows, swaps)
+        return self.collator(self.data, rows, swaps)

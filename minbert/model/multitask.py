@@ -1,0 +1,171 @@
+"""The multi-task model: one encoder, one head per task, and its pass over a split.
+
+What `MultitaskModel.forward(task, batch)` returns, and how it becomes a prediction, is
+minbert.model.outputs; how the encoder reads a task's examples (one sentence, a cross-encoded pair,
+each sentence of a pair, or both) is the task's view (minbert.data.views); batches are
+minbert.data.batches; checkpoints (model.pt) are minbert.model.checkpoint.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from minbert.core.tasks import TASKS
+from minbert.data.batches import TaskData, collate, to_device
+from minbert.data.views import View, view_of
+from minbert.model.bert import BertModel, mean_pool
+from minbert.model.heads import (
+    BiPairHead,
+    Branch,
+    ClassifierHead,
+    CrossPairHead,
+    HybridPairHead,
+    PrototypeHead,
+    SharedBlock,
+)
+from minbert.model.outputs import predictions
+from minbert.model.tokenizer import Tokenizer
+from minbert.params.schema import HeadsParams
+
+
+class MultitaskModel(nn.Module):
+    def __init__(self, encoder: BertModel, heads: HeadsParams, tasks: list[str]):
+        super().__init__()
+        self.encoder = encoder
+        self.heads_cfg = heads
+        self.tasks: list[str] = []
+        self.views: dict[str, View] = {}
+        sh = heads.shared
+        H = encoder.config.hidden_size
+        self.shared = SharedBlock(H, sh.sizes or [H], sh.activation, heads.dropout) if sh else None
+        self.branches = nn.ModuleDict()
+        self.heads = nn.ModuleDict()
+        self.calibration: dict[str, list[float]] = {}   # regression task -> [scale, shift] (correlation loss)
+        self.add_tasks(tasks)
+
+    def _in_dim(self, task: str) -> int:
+        if self.shared is not None and task in self.heads_cfg.shared.tasks:
+            return self.shared.out_dim
+        return self.encoder.config.hidden_size
+
+    def _new_head(self, task: str) -> nn.Module:
+        cfg, view, D = self.heads_cfg, self.views[task].name, self._in_dim(task)
+        hl, dp = cfg.depth(task), cfg.dropout
+        if view == "single":
+            if task == "sst" and cfg.sst == "prototypes":
+                return PrototypeHead(D, TASKS[task].outputs, cfg.prototypes_per_label, dp)
+            return ClassifierHead(D, TASKS[task].outputs, hl, dp)
+        if view == "cross":
+            return CrossPairHead(D, hl, dp)
+        # a binary task's cosine head starts with a cosine of 0.75 as p = 0.5
+        scale, bias = (10.0, -7.5) if TASKS[task].kind == "binary" else (1.0, 0.0)
+        bi = BiPairHead(getattr(cfg, task), D, hl, dp, init_scale=scale, init_bias=bias, affine=cfg.cosine_affine)
+        return HybridPairHead(bi, CrossPairHead(D, hl, dp)) if view == "hybrid" else bi
+
+    def add_tasks(self, tasks: list[str]) -> None:
+        """Give the model heads (and branches) for `tasks` it does not have yet."""
+        for task in tasks:
+            if task in self.heads:
+                continue
+            self.tasks.append(task)
+            self.views[task] = view_of(task, self.heads_cfg)
+            if task in self.heads_cfg.extra_layers and isinstance(self.encoder, BertModel):
+                self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
+            self.heads[task] = self._new_head(task)
+
+    def reset_heads(self, tasks: list[str] | None = None) -> None:
+        """Re-initialise the heads of `tasks` (default: all), their branches, and the shared block
+        when every task that shares it is reset: the start of head retraining. Heads are made in
+        the same order as a new model makes them, so a reset model equals a freshly built one."""
+        reset = set(self.tasks if tasks is None else tasks)
+        if self.shared is not None and set(self.heads_cfg.shared.tasks) & set(self.tasks) <= reset:
+            sh = self.heads_cfg.shared
+            H = self.encoder.config.hidden_size
+            self.shared = SharedBlock(H, sh.sizes or [H], sh.activation, self.heads_cfg.dropout).to(self._device())
+        for task in self.tasks:
+            if task in reset:
+                if task in self.branches:
+                    self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
+                self.heads[task] = self._new_head(task).to(self._device())
+
+    def _device(self):
+        return next(self.encoder.parameters()).device
+
+    def embed(self, batch: dict, inputs_embeds=None, return_embeddings=False, task: str | None = None):
+        """Sentence embeddings (N, H) per the pooling choice (through `task`'s branch, if it has
+        one); optionally the word embeddings used."""
+        out = self.encoder(batch.get("input_ids"), batch["attention_mask"], batch.get("token_type_ids"),
+                           inputs_embeds=inputs_embeds, return_embeddings=return_embeddings,
+                           padded=batch.get("padded"), token_index=batch.get("token_index"),
+                           unpad=batch.get("unpad", True))
+        hidden, pooled = out[0], out[1]
+        if task in self.branches:
+            hidden = self.branches[task](hidden, batch["attention_mask"], batch.get("padded"))
+            pooled = self.encoder.pooler(hidden)
+        pooling = self.heads_cfg.pooling_of(task) if task else self.heads_cfg.pooling
+        if pooling == "cls":
+            emb = hidden[:, 0]
+        elif pooling == "mean":
+            emb = mean_pool(hidden, batch["attention_mask"])
+        else:
+            emb = pooled
+        return (emb, out[2]) if return_embeddings else emb
+
+    def head_forward(self, task: str, emb: torch.Tensor) -> torch.Tensor:
+        """Apply task's head to the embeddings of a batch stacked as its view says. The heads run
+        in float32 whatever the autocast: they cost nothing next to the encoder, and a regression
+        head's scores (nearly equal for similar pairs) would otherwise be rounded to bf16's three
+        digits, which scrambles their order and any calibration fitted on them."""
+        with torch.autocast(emb.device.type, enabled=False):
+            emb = emb.float()
+            if self.shared is not None and task in self.heads_cfg.shared.tasks:
+                emb = self.shared(emb)
+            return self.heads[task](*self.views[task].split(emb))
+
+    def forward(self, task: str, batch: dict, inputs_embeds=None, return_embeddings=False):
+        if return_embeddings:
+            emb, word = self.embed(batch, inputs_embeds, return_embeddings=True, task=task)
+            return self.head_forward(task, emb), word
+        return self.head_forward(task, self.embed(batch, inputs_embeds, task=task))
+
+
+@torch.no_grad()
+def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, batch_size: int, device,
+                 amp_context) -> dict:
+    """Run the model over a split in length order (less padding); returns outputs in input order,
+    with `loss` when the split has labels. A symmetric pair task's output is the mean of the
+    outputs for (a, b) and (b, a)."""
+    model.eval()
+    order = np.argsort(data.lengths(), kind="stable")
+    passes = [False, True] if data.symmetric else [False]
+    outputs = []
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size].tolist()
+        out_b = 0.0
+        for swapped in passes:
+            batch = to_device(collate(data, idx, tokenizer, [swapped] * len(idx)), model_device(model))
+            batch.pop("labels", None)
+            batch.pop("soft", None)
+            with amp_context():
+                out_b = out_b + model(data.task, batch).float().cpu()
+        outputs.append(out_b / len(passes))
+    out = torch.cat(outputs) if outputs else torch.empty(0)
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    out = out[torch.as_tensor(inverse)]
+    result = predictions(data.task, model.heads_cfg, out, model.calibration.get(data.task))
+    result["output"] = out
+    return result
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def head_parameters(model: MultitaskModel):
+    return [(n, p) for n, p in model.named_parameters() if not n.startswith("encoder.")]
+
+
+def encoder_parameters(model: MultitaskModel):
+    return [(n, p) for n, p in model.named_parameters() if n.startswith("encoder.")]

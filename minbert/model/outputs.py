@@ -1,0 +1,63 @@
+"""What a head's output means: predictions and probabilities, and a regression head's scale.
+
+What `MultitaskModel.forward(task, batch)` returns depends on the task's kind (minbert.core.tasks):
+- classification (sst): (B, C) logits -> the argmax class and the softmax probabilities;
+- binary (para, cfimdb): (B,) logit of the positive class -> 0/1 and its sigmoid;
+- regression (sts): (B,) score in the head's target space (`regression_target`), mapped back onto
+  the label scale by `regression_prediction`.
+The training losses (minbert.train.losses) train the heads towards these same targets.
+"""
+from __future__ import annotations
+
+import numpy as np
+from torch import Tensor
+
+from minbert.core.tasks import TASKS
+
+
+def _signed_cosine_target(heads, task: str) -> bool:
+    """A cosine head may predict the labels scaled to [-1, 1] (`cosine_target: -1_1`)."""
+    return getattr(heads, task) == "cosine" and heads.cosine_target == "-1_1"
+
+
+def regression_target(task: str, heads, label: Tensor) -> Tensor:
+    """Labels (e.g. STS 0-5) scaled into the space the head predicts in: [0, 1], or [-1, 1]."""
+    lo, hi = TASKS[task].label_range
+    unit = (label - lo) / (hi - lo)
+    return unit * 2.0 - 1.0 if _signed_cosine_target(heads, task) else unit
+
+
+def correlation_only(heads) -> bool:
+    """A head trained with the correlation loss alone: its outputs have no fixed scale or shift."""
+    return heads.sts_loss == "pearson"
+
+
+def regression_prediction(task: str, heads, output: Tensor, calibration=None) -> Tensor:
+    """The head's output mapped back onto the label scale by an affine map, never clipped.
+
+    Pearson r is scored on these predictions, as the course's code scores the raw outputs:
+    clipping to the label range would change r (by 0.003-0.011 on MSE-trained heads), so an
+    output outside 0-5 stays outside. A head trained with the correlation loss alone predicts on
+    a scale of its own: it is mapped by `calibration` = (scale, shift), an affine fit to the
+    training labels made when training ends (minbert.train.loop), when there is one; an affine map
+    keeps r."""
+    lo, hi = TASKS[task].label_range
+    unit = (output + 1.0) / 2.0 if _signed_cosine_target(heads, task) else output
+    out = unit * (hi - lo) + lo
+    if correlation_only(heads) and calibration is not None:
+        return out * calibration[0] + calibration[1]
+    return out
+
+
+def predictions(task: str, heads, output: Tensor, calibration=None) -> dict[str, np.ndarray]:
+    """Head outputs -> predictions (and the probabilities of a classification or binary task);
+    `calibration`: a regression head's (scale, shift) (`regression_prediction`)."""
+    output = output.detach().float().cpu()
+    kind = TASKS[task].kind
+    if kind == "classification":
+        probs = output.softmax(-1)
+        return {"prediction": probs.argmax(-1).numpy(), "probs": probs.numpy()}
+    if kind == "binary":
+        p1 = output.sigmoid()
+        return {"prediction": (p1 > 0.5).long().numpy(), "probs": p1.numpy()}
+    return {"prediction": regression_prediction(task, heads, output, calibration).numpy()}

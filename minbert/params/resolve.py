@@ -1,0 +1,113 @@
+"""How a params file becomes each job's settings (minbert.params.settings): base merged into each
+experiment, the catalogue applied, and only what the stage reads kept. The planner
+(minbert.pipeline.plan) calls these; a job receives their result in its description and never
+runs them, so an edit here that changes no job's settings re-runs nothing."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from minbert.core.tasks import TASKS
+from minbert.params.catalogue import LoadedParams
+from minbert.params.schema import (
+    DataParams,
+    EnsembleParams,
+    ExperimentParams,
+    SmartParams,
+)
+from minbert.params.settings import (
+    EnsembleSettings,
+    ExportSettings,
+    FinetuneSettings,
+    PredictSettings,
+    PretrainSettings,
+    RetrainSettings,
+    TeachSettings,
+)
+from minbert.params.validate import shared_tasks, teacher_members
+
+
+def _network(exp: ExperimentParams, precision: str | None = None, training: bool = False) -> dict:
+    """How a stage runs the network; a training stage also how it runs its steps."""
+    return {"device": exp.device, "precision": precision or exp.precision, "deterministic": exp.deterministic,
+            "threads": exp.threads, **({"cuda_graphs": exp.cuda_graphs} if training else {})}
+
+
+def prepare_settings(lp: LoadedParams) -> DataParams:
+    return lp.params.data
+
+
+def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
+    """A pretraining reads its own section and, from `base`, the model, seed, run settings and
+    max length; paraphrase-first also trains with base.finetune's heads, dropout and optimiser."""
+    pre = lp.pretraining(name)
+    base = lp.base
+    return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
+                            pretraining=pre, finetune=base.finetune if pre.kind == "para_first" else None,
+                            **_network(base, pre.precision, training=True))
+
+
+def finetune_settings(exp: ExperimentParams) -> FinetuneSettings:
+    return FinetuneSettings(model=None if exp.pretrain else exp.model, pretrain=exp.pretrain, seed=exp.seed,
+                            max_length=exp.max_length, finetune=exp.finetune, **_network(exp, training=True))
+
+
+def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
+    """Head retraining: the fine-tuned encoder frozen, fresh heads for its tasks (default: every
+    fine-tuned task), its own schedule (largest task as the epoch), epochs, batch size, lr and
+    downsampling."""
+    rh, ft = exp.retrain_heads, exp.finetune
+    train = ft.model_copy(update={
+        "tasks": list(rh.tasks or ft.tasks), "schedule": rh.schedule, "epoch_unit": "largest", "epochs": rh.epochs,
+        "batch_size": rh.batch_size, "lr": rh.lr, "head_lr": rh.lr, "freeze_encoder": True,
+        "downsample": rh.downsample, "smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None,
+        "task_weights": {t: w for t, w in ft.task_weights.items() if t in (rh.tasks or ft.tasks)}})
+    return RetrainSettings(seed=exp.seed, train=train, **_network(exp, training=True))
+
+
+def predict_settings(exp: ExperimentParams) -> PredictSettings:
+    return PredictSettings(batch_size=exp.predict_batch_size,
+                           model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune", **_network(exp))
+
+
+def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
+    """An export reads its model and the card's texts; the base model's Hub id when it has one."""
+    model = exp.model
+    hub = None if exp.pretrain or not model or model.startswith(("/", ".")) or Path(model).exists() else \
+        {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}.get(model, model)
+    ex = lp.params.export
+    return ExportSettings(model_stage=predict_settings(exp).model_stage, description=exp.description or "",
+                          license=ex.license, language=ex.language, base_model=hub,
+                          data=str(lp.params.data.dir))
+
+
+def ensemble_settings(ens: EnsembleParams) -> EnsembleSettings:
+    return EnsembleSettings(members=ens.members, classification=ens.classification, similarity=ens.similarity)
+
+
+def teachers(lp: LoadedParams) -> dict[str, list[str]]:
+    """Every teacher some experiment distils from -> the tasks it predicts: all those its models
+    share, whatever its students take, so that a new student never changes what the others read."""
+    out: dict[str, list[str]] = {}
+    for exp in lp.experiments.values():
+        d = exp.finetune.distill
+        if d is not None and d.teacher not in out:
+            members = teacher_members(d.teacher, lp.experiments, lp.groups, lp.params.ensembles)
+            out[d.teacher] = sorted(shared_tasks(members, lp.experiments), key=list(TASKS).index)
+    return out
+
+
+def teach_settings(lp: LoadedParams, name: str, tasks: list[str]) -> TeachSettings:
+    """A teacher predicts with the base's run settings (its batch size is fixed: the outputs are a
+    student's training data, which a speed setting must not change); an ensemble teacher combines its
+    members' probabilities by their mean (soft targets need probabilities) and scores as the
+    ensemble does."""
+    members = teacher_members(name, lp.experiments, lp.groups, lp.params.ensembles)
+    ens = lp.params.ensembles.get(name)
+    return TeachSettings(members={m: predict_settings(lp.experiments[m]).model_stage for m in members},
+                         tasks=tasks, similarity=ens.similarity if ens else "mean", **_network(lp.base))
+
+
+def report_settings(lp: LoadedParams) -> dict[str, Any]:
+    """The report shows every section (descriptions, studies, params as used): all of it."""
+    return lp.raw

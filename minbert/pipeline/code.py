@@ -1,0 +1,177 @@
+"""The code a job runs, and its hash: what makes a code edit re-run exactly the jobs it concerns.
+
+A job's code is the import closure of its roots (its stage module, and for a pretraining the
+module of its kind) within the project packages: `import` statements anywhere in a module
+(functions included), package `__init__` files (Python runs them first), and the data files a
+module declares as part of its code (`CODE_DATA = ("templates",)`).
+
+Left out, each for a reason stated in `NOT_JOB_CODE`: the modules that decide what a job's
+description holds (the planner, the params loader, catalogue expansion, the cross-section checks
+and the settings resolution): what they decide for a job is in its description already, so an
+edit to them re-runs the jobs whose settings it changes and no other; and the one-line messages,
+which no job computes with.
+
+Code is hashed as what it does, not how it is written: a Python file's syntax tree without its
+docstrings, comments and layout, and without help texts (`Field(description=...)`,
+`add_argument(help=...)`), which only the docs and error messages show. Templates and other code
+data are hashed byte for byte (their text is what they output).
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+from pathlib import Path
+
+PROJECT_PACKAGES = ("minbert", "stages", "workflow")
+NOT_JOB_CODE = {
+    "minbert.pipeline.plan": "the planner: what it decides for a job is the job's description",
+    "minbert.pipeline.code": "the planner's code closures",
+    "minbert.params.load": "the params loader: a job receives its settings resolved",
+    "minbert.params.catalogue": "catalogue expansion (grids, seeds): its result is in the settings",
+    "minbert.params.validate": "cross-section checks: they decide what is accepted, not what a job computes",
+    "minbert.params.resolve": "the settings of each job, computed from the params: they are in its description",
+    "minbert.params.messages": "one-line error messages: text only",
+    "minbert.params.docs": "the generated key tables and editor schema",
+}
+# What a job that reads the params file itself runs (the report, which shows every section): the
+# loader's modules are then roots of its code, and count.
+PARAMS_LOADER = ("minbert.params.load", "minbert.params.catalogue", "minbert.params.validate",
+                 "minbert.params.resolve", "minbert.params.messages")
+HELP_TEXT = {"Field": "description", "add_argument": "help"}   # call -> its keyword that only documents
+
+
+# ---------------------------------------------------------------- the closure
+
+def _package_roots() -> dict[str, Path]:
+    roots = {}
+    for pkg in PROJECT_PACKAGES:
+        spec = importlib.util.find_spec(pkg)
+        if spec is not None and spec.submodule_search_locations:   # a package, or a folder of modules
+            roots[pkg] = Path(list(spec.submodule_search_locations)[0])
+    return roots
+
+
+def _module_file(module: str, roots: dict[str, Path]) -> Path | None:
+    top, *rest = module.split(".")
+    if top not in roots:
+        return None
+    base = roots[top].joinpath(*rest)
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Modules named by the import statements anywhere in a module (functions included)."""
+    package = module if is_package else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                anchor = ".".join(parts[:len(parts) - node.level + 1])
+                base = f"{anchor}.{node.module}" if node.module else anchor
+            else:
+                base = node.module
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)   # `from pkg import submodule`
+    return found
+
+
+def _code_data(tree: ast.AST, folder: Path) -> list[Path]:
+    """Files a module declares as part of its code: `CODE_DATA = ("templates",)` (folders or files,
+    relative to the module)."""
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CODE_DATA" for t in node.targets):
+            out = []
+            for rel in ast.literal_eval(node.value):
+                p = folder / rel
+                out += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+            return out
+    return []
+
+
+_CLOSURES: dict[tuple, list[Path]] = {}
+
+
+def code_closure(*roots: str) -> list[str]:
+    """The project files the modules `roots` run: their import closure within the project packages,
+    package `__init__` files included, plus declared code data, less `NOT_JOB_CODE` (unless named as
+    a root). Sorted paths, relative to the working directory when inside it."""
+    key = tuple(sorted(roots))
+    if key not in _CLOSURES:
+        _CLOSURES[key] = _closure(list(roots))
+    return sorted(_display(p) for p in _CLOSURES[key])
+
+
+def _closure(modules: list[str]) -> list[Path]:
+    roots = _package_roots()
+    files: set[Path] = set()
+    todo, seen = list(modules), set()
+    while todo:
+        name = todo.pop()
+        if name in seen or (name in NOT_JOB_CODE and name not in modules):
+            continue
+        seen.add(name)
+        path = _module_file(name, roots)
+        if path is None:
+            continue
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
+        files.add(path)
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+        files.update(_code_data(tree, path.parent))
+        todo += sorted(_imports(tree, name, path.name == "__init__.py"))
+    return sorted(p.resolve() for p in files)
+
+
+def _display(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()
+
+
+# ---------------------------------------------------------------- the hash
+
+class _Documentation(ast.NodeTransformer):
+    """Removes what only documents: docstrings and help texts (comments never reach the tree)."""
+
+    def _strip_docstring(self, node):
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        return node
+
+    def visit_Module(self, node):
+        return self._strip_docstring(self.generic_visit(node))
+
+    visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = visit_Module
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        if name in HELP_TEXT:
+            node.keywords = [k for k in node.keywords
+                             if not (k.arg == HELP_TEXT[name] and isinstance(k.value, ast.Constant)
+                                     and isinstance(k.value.value, str))]
+        return node
+
+
+def code_hash(path: str | Path) -> str:
+    """The hash of what a code file does: a Python file's syntax tree without docstrings, comments,
+    layout and help texts; any other file (a template) byte for byte. A Python file that does not
+    parse is hashed byte for byte too (running it fails anyway)."""
+    data = Path(path).read_bytes()
+    if str(path).endswith(".py"):
+        try:
+            tree = _Documentation().visit(ast.parse(data, filename=str(path)))
+            data = ast.dump(tree, annotate_fields=False, include_attributes=False).encode()
+        except (SyntaxError, ValueError):
+            pass
+    return hashlib.sha256(data).hexdigest()[:16]

@@ -1,0 +1,93 @@
+"""Data parallel training under torchrun: the process group, and gradients averaged across ranks.
+
+Launched with torchrun, every rank takes its slice of each global batch (minbert.data.batches,
+`TaskStream`) and gradients are averaged across ranks before the update by one explicit
+all-reduce, which also works with PCGrad and SMART's extra gradients.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from minbert.core.errors import MinBertError
+from minbert.core.tasks import TASKS
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_setting: str = "auto") -> tuple[DistInfo, torch.device | None]:
+    """Under torchrun (WORLD_SIZE > 1) start the process group; gloo on CPU, nccl on CUDA. The
+    rank's GPU is set first and named to the group (`device_id`), so NCCL binds each rank to its own
+    device; `shutdown_distributed` ends the group. torch.distributed is imported only here: a job in
+    one process never loads it."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo(), None
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    use_cuda = torch.cuda.is_available() and device_setting != "cpu"
+    device = torch.device(f"cuda:{local}") if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+    return DistInfo(rank, world), device
+
+
+def shutdown_distributed(dist_info: DistInfo) -> None:
+    if dist_info.world > 1:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def refuse_batch_statistics(sts_loss: str, tasks: list[str], world: int) -> None:
+    """The correlation loss is a statistic of the whole batch: under torchrun each process would
+    compute it on its slice (one pair per rank at batch 8 on 8 GPUs: no gradient at all)."""
+    if world > 1 and sts_loss != "mse" and any(TASKS[t].kind == "regression" for t in tasks):
+        raise MinBertError(f"finetune.heads.sts_loss '{sts_loss}' is a correlation over the whole batch, "
+                           f"which {world} processes would each compute on their slice; run this experiment in one "
+                           f"process (python -m stages.finetune) or use sts_loss: mse")
+
+
+def average_gradients(params: list[torch.nn.Parameter], world: int, flag: torch.Tensor | None = None) -> None:
+    """Average the gradients over the ranks (one all-reduce); `flag` (a float tensor, e.g. this
+    update's count of non-finite losses) rides along and comes back summed over the ranks."""
+    if world <= 1:
+        return
+    import torch.distributed as dist
+
+    # every rank runs the same tasks, so the same parameters have no gradient on all ranks; they
+    # stay None (a zero gradient would let AdamW move them by momentum and weight decay, unlike one process)
+    grads = [p.grad for p in params if p.grad is not None]
+    extra = [flag.reshape(-1).to(grads[0].dtype)] if flag is not None else []
+    flat = torch.cat([g.reshape(-1) for g in grads] + extra)
+    dist.all_reduce(flat)
+    if flag is not None:
+        flag.copy_(flat[-flag.numel():].view_as(flag))
+    flat /= world
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset:offset + n].view_as(g))
+        offset += n
+
+
+def barrier(dist_info: DistInfo) -> None:
+    if dist_info.world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()

@@ -1,0 +1,217 @@
+"""What a fine-tuning run works with and where it stands: the plan of its updates, its state
+(saved as `last.pt` after every epoch, minbert.train.resumable), the options of one `fit` call,
+`Training` (the model, optimiser, data and settings of the run) and the epoch's running totals.
+The loop that moves them is minbert.train.loop."""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from minbert.core.layout import BEST_STATE_FILE, STATE_FILE
+from minbert.core.runtime import autocast
+from minbert.data.batches import TaskData
+from minbert.model.multitask import MultitaskModel
+from minbert.model.tokenizer import Tokenizer
+from minbert.params.schema import FinetuneParams
+from minbert.train.distributed import DistInfo
+from minbert.train.objectives import TaskObjective, build_objective
+from minbert.train.resumable import load_training_state, save_training_state
+from minbert.train.schedules import epoch_plan, sequential_phases
+
+log = logging.getLogger("minbert.train.loop")
+
+
+# ---------------------------------------------------------------- the plan
+
+@dataclass
+class Plan:
+    """Every epoch's updates, fixed before the first step (so the lr schedule knows its length).
+
+    `phases` are the task groups trained one after another: one group of all tasks, or one task
+    per group for sequential fine-tuning."""
+    phases: list[list[str]]
+    epochs: dict[tuple[int, int], list[tuple[str, ...]]]     # (phase, epoch) -> updates
+    total_updates: int
+    warmup: int
+
+    @classmethod
+    def build(cls, cfg: FinetuneParams, tasks: list[str], sizes: dict[str, int], seed: int) -> Plan:
+        sequential = cfg.schedule == "sequential"
+        phases = sequential_phases(tasks) if sequential else [tasks]
+        epochs = {}
+        for pi, phase_tasks in enumerate(phases):
+            unit = cfg.epoch_unit if cfg.epoch_unit in ("smallest", "largest") or cfg.epoch_unit in phase_tasks \
+                else "smallest"
+            for epoch in range(cfg.epochs):
+                epochs[(pi, epoch)] = epoch_plan("task_by_task" if sequential else cfg.schedule,
+                                                 {t: sizes[t] for t in phase_tasks}, cfg.batch_size, unit, seed,
+                                                 epoch, cfg.temperature, cfg.max_steps_per_epoch)
+        total = sum(len(p) for p in epochs.values())
+        return cls(phases, epochs, total, int(cfg.warmup_ratio * total))
+
+    def walked(self, phase: int, epoch: int, task: str) -> int:
+        """How many batches of `task` the phase's epochs before `epoch` drew."""
+        return sum(task in update for e in range(epoch) for update in self.epochs[(phase, e)])
+
+    def drawn(self, task: str) -> int:
+        """How many batches of `task` the whole run draws."""
+        return sum(task in update for updates in self.epochs.values() for update in updates)
+
+
+# ---------------------------------------------------------------- the state
+
+@dataclass
+class TrainState:
+    """Where a run is; saved after every epoch (with the model, optimiser and RNGs) as last.pt."""
+    phase: int = 0
+    epoch: int = 0                    # within the phase
+    update: int = 0                   # global, across epochs and phases
+    history: list = field(default_factory=list)
+    best_score: float = -math.inf
+    best_epoch: int = -1
+    best_dev: dict = field(default_factory=dict)
+    phase_best: float = -math.inf     # sequential: each phase keeps its own best
+    seconds: float = 0.0
+    examples: int = 0
+    dev_before: dict | None = None
+
+
+@dataclass
+class FitOptions:
+    """How one `fit` call runs, beside the training settings (FinetuneParams)."""
+    out_dir: Path                               # where model.pt and history.csv go when it has finished
+    seed: int = 0                               # the run's seed, device and precision: an experiment's
+    device: torch.device = torch.device("cpu")  # training (minbert.train.experiment) sets them from its settings
+    bf16: bool = False
+    state_dir: Path | None = None               # the resumable state; default <out_dir>.state
+    # the job's resolved description (minbert.pipeline.plan): a state is resumed only when saved
+    # under the same one; default: the settings, seed and data sizes
+    description: dict | None = None
+    dist_info: DistInfo = field(default_factory=DistInfo)
+    resume: bool = True
+    stop_after_epochs: int | None = None        # stop (state saved) after this many epochs of this call
+    checkpoint_extra: dict = field(default_factory=dict)   # more keys for model.pt (experiment, stage)
+    progress: bool = True
+    evaluate_first: bool = False                # dev metrics of the starting model (FitResult.dev_before)
+    cuda_graphs: bool = True                    # on CUDA, the captured step where the run allows it
+
+
+@dataclass
+class Training:
+    """What one `fit` call works with (fixed for the tr)."""
+    model: MultitaskModel
+    tokenizer: Tokenizer
+    train: dict[str, TaskData]
+    dev: dict[str, TaskData]
+    cfg: FinetuneParams
+    options: FitOptions
+    optimizer: torch.optim.Optimizer
+    params: list
+    momentum: object | None                     # SMART's momentum copy of the model (or None)
+    generators: dict[str, torch.Generator]
+    fingerprint: str
+    description: dict
+    totals: EpochTotals
+    features: dict = field(default_factory=dict)       # task -> its training split's stored embeddings
+    dev_features: dict = field(default_factory=dict)   # task -> its dev split's (minbert.train.frozen)
+    objectives: dict = field(default_factory=dict)     # task -> its TaskObjective (Training.objective)
+    captured: object | None = None              # minbert.train.step.CapturedSteps, on CUDA
+
+    @property
+    def device(self) -> torch.device:
+        return self.options.device
+
+    @property
+    def dist(self) -> DistInfo:
+        return self.options.dist_info
+
+    @property
+    def state_dir(self) -> Path:
+        return self.options.state_dir
+
+    @property
+    def last_path(self) -> Path:
+        return self.state_dir / STATE_FILE
+
+    @property
+    def best_path(self) -> Path:
+        return self.state_dir / BEST_STATE_FILE
+
+    def amp(self):
+        return autocast(self.device, self.options.bf16)
+
+    def objective(self, task: str) -> TaskObjective:
+        """The task's training objective (minbert.train.objectives), built on first use."""
+        if task not in self.objectives:
+            self.objectives[task] = build_objective(task, self.model, self.cfg, self.train[task].soft is not None,
+                                                    self.momentum, self.generators["smart"])
+        return self.objectives[task]
+
+
+def _saved_parts(tr: Training) -> dict:
+    return {"modules": {"model": tr.model, "momentum": tr.momentum.module if tr.momentum is not None else None},
+            "optimizer": tr.optimizer, "device": tr.device, "generators": tr.generators}
+
+
+def save_state(tr: Training, state: TrainState) -> None:
+    save_training_state(tr.last_path, fingerprint=tr.fingerprint, description=tr.description,
+                        position=asdict(state), **_saved_parts(tr))
+
+
+def resume_state(tr: Training) -> TrainState | None:
+    """The saved state when it belongs to this job (minbert.train.resumable); None otherwise."""
+    position = load_training_state(tr.last_path, fingerprint=tr.fingerprint, description=tr.description,
+                                   log=log, **_saved_parts(tr))
+    if position is None:
+        return None
+    state = TrainState(**position)
+    log.info("resuming from %s at phase %d epoch %d", tr.last_path, state.phase, state.epoch)
+    return state
+
+
+# ---------------------------------------------------------------- one epoch
+
+class EpochTotals:
+    """An epoch's running totals, kept where they are computed: losses on the device, outputs
+    (copies) on the device, labels and counts on the host (which knew them first). The host reads
+    the device's part once per CHECK_EVERY updates (the non-finite check) and at the end of the
+    epoch (the history row), never per batch. One object serves the whole run (`reset` at each
+    epoch), so a captured step (minbert.train.step) always adds into the same tensors."""
+
+    def __init__(self, tasks: list[str], device: torch.device):
+        self.tasks = list(tasks)
+        self.loss = torch.zeros(len(tasks), device=device)          # Σ loss · n per task
+        # the first update whose loss of each task was not finite (-1: none yet)
+        self.first_bad = torch.full((len(tasks),), -1, dtype=torch.long, device=device)
+        self.flag = torch.zeros(1, device=device)      # non-finite losses this update (all ranks after the all-reduce)
+        self.flagged = torch.zeros(1, device=device)   # summed over the epoch's updates so far
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss.zero_()
+        self.first_bad.fill_(-1)
+        self.flag.zero_()
+        self.flagged.zero_()
+        self.outputs: dict[str, list[torch.Tensor]] = {t: [] for t in self.tasks}
+        self.labels: dict[str, list[np.ndarray]] = {t: [] for t in self.tasks}
+        self.n = {t: 0 for t in self.tasks}
+
+    def add_loss(self, task: str, loss: torch.Tensor, n: int, update, flag: torch.Tensor) -> None:
+        """The device part (no host read; a captured step records it): the loss sum, the first
+        non-finite update, the non-finite count in `flag`. `update`: an int or a device scalar."""
+        k = self.tasks.index(task)
+        loss = loss.detach().float()
+        self.loss[k] += loss * n
+        bad = ~torch.isfinite(loss)
+        self.first_bad[k] = torch.where(bad & (self.first_bad[k] < 0), update, self.first_bad[k])
+        flag += bad
+
+    def add_outputs(self, task: str, output: torch.Tensor, labels: np.ndarray) -> None:
+        self.outputs[task].append(output)
+        self.labels[task].append(labels)
+        self.n[task] += len(labels)
