@@ -67,9 +67,11 @@ def set_key(p, keys, value):
     p[keys[-1]] = value
 
 
-# Each edit, the jobs it must re-run (Snakemake: by date, DVC: by hash) and the jobs whose own
+# Each edit, the jobs it must re-run (Snakemake's plan: by date, DVC: by hash) and the jobs whose own
 # description it changes (what `dvc status` lists). `predict_batch_size` re-runs the predictions;
-# under Snakemake what reads them follows (new files), under DVC only if their content changed.
+# under Snakemake what reads them follows in the plan (new files), under DVC only if their content
+# changed. Code counts for what it does: a comment, a docstring or a help text re-runs nothing.
+FITTING = {f"finetune@{e}" for e in EVERY_EXPERIMENT}
 EDITS = {
     "report code": ("code", "minbert/report/plots.py", {"report"}, {"report"}),
     "description": ("params", (("experiments", "a", "description"), "plain, described anew"), {"report"}, {"report"}),
@@ -87,8 +89,18 @@ EDITS = {
     "export license": ("params", (("export", "license"), "mit"), {"export@c", "report"}, {"export@c", "report"}),
     "export code": ("code", "minbert/share/export.py", {"export@c"}, {"export@c"}),
     # the batch sampler is run by the training jobs only (not prepare, predict, evaluate or the report)
-    "batch sampler code": ("code", "minbert/train/sampler.py", PRETRAININGS | chain(*EVERY_EXPERIMENT),
-                           PRETRAININGS | {f"finetune@{e}" for e in EVERY_EXPERIMENT}),
+    "batch sampler code": ("code", "minbert/data/sampler.py", PRETRAININGS | chain(*EVERY_EXPERIMENT),
+                           PRETRAININGS | FITTING),
+    # the fine-tuning loop: the fine-tunings and paraphrase-first, not the masked-LM pretraining
+    "training loop code": ("code", "minbert/train/loop.py", {"pretrain@pf"} | chain(*EVERY_EXPERIMENT),
+                           {"pretrain@pf"} | FITTING),
+    # what only documents, and what only checks or explains the params, is no job's code
+    "a comment in the loop": ("comment", "minbert/train/loop.py", set(), set()),
+    "a comment in prepare": ("comment", "minbert/data/prepare.py", set(), set()),
+    "a docstring of the encoder": ("docstring", "minbert/model/bert.py", set(), set()),
+    "a key's help text": ("help", "minbert/params/schema.py", set(), set()),
+    "a params check": ("code", "minbert/params/validate.py", set(), set()),
+    "a params message": ("code", "minbert/params/messages.py", set(), set()),
     # raw data counts by content, not by date: a copy or a fresh checkout re-runs nothing; one changed
     # sentence re-runs prepare, and everything reads the prepared data
     "raw data date": ("touch", "data/demo/sts-train.csv", set(), set()),
@@ -97,7 +109,7 @@ EDITS = {
 # DVC re-runs for real (each a repro and its undo): the edits that differ in kind; an experiment's
 # own lr is run for real under DVC by test_dvc_experiments_and_revisions_compare
 DVC_EDITS = ["report code", "description", "predict_batch_size", "para head of base", "export license",
-             "raw data date"]
+             "raw data date", "a comment in the loop", "a key's help text", "a params check"]
 
 
 def apply(folder: Path, edit):
@@ -113,14 +125,24 @@ def apply(folder: Path, edit):
         assert b" is " in first, first
         path.write_bytes(b"\n".join([head, first.replace(b" is ", b" was ", 1), rest]))
         return lambda: path.write_bytes(before)
-    if kind == "code":
+    if kind in CODE_EDITS:
         path = folder / what
         before = path.read_text()
-        path.write_text(before + "\n# an edit that changes nothing but the file\n")
+        after = CODE_EDITS[kind](before)
+        assert after != before, (kind, what)
+        path.write_text(after)
         return lambda: path.write_text(before)
     keys, value = what
     before = edit_params(folder, lambda p: set_key(p, keys, value))
     return lambda: (folder / "params.yaml").write_text(before)
+
+
+CODE_EDITS = {
+    "code": lambda text: text + "\n_EDITED_FOR_A_TEST = True         # code: it changes what the module does\n",
+    "comment": lambda text: text + "\n# an edit that changes nothing but the file\n",
+    "docstring": lambda text: text.replace('"""', '"""Edited: ', 1),
+    "help": lambda text: text.replace('description="', 'description="(edited) ', 1),
+}
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +180,29 @@ def test_snakemake_reruns_exactly_what_an_edit_changes(snake_repo, edit):
     finally:
         undo()
     assert snakemake_plan(snake_repo, *options) == set(), "undoing the edit must leave nothing to do"
+
+
+# a change to prepare's code that leaves every file it writes as it was: prepare runs, then only the
+# report, which shows every job's run record (the one of prepare is new); nothing reads the same data anew
+SAME_OUTPUTS = ("code", "minbert/data/prepare.py")
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_snakemake_stops_where_the_outputs_come_out_the_same(snake_repo):
+    """Snakemake's plan is made before prepare runs (every reader of its files is planned), but each
+    rule is a checkpoint: once prepare has run, Snakemake judges its readers again by content and
+    runs none of them, as DVC does by hash."""
+    undo = apply(snake_repo, SAME_OUTPUTS)
+    try:
+        log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds", *TARGETS], snake_repo)
+        assert job_ids(snake_repo, commands_run(log)) == {"prepare", "report"}
+        assert snakemake_plan(snake_repo) == set()
+    finally:
+        undo()
+    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds", *TARGETS], snake_repo)   # the first code again
+    assert job_ids(snake_repo, commands_run(log)) == {"prepare", "report"}
+    assert snakemake_plan(snake_repo) == set()
 
 
 @pytest.mark.slow
@@ -248,6 +293,19 @@ def test_dvc_reruns_exactly_what_an_edit_changes(dvc_repo, edit):
 
 @pytest.mark.slow
 @needs_dvc
+def test_dvc_stops_where_the_outputs_come_out_the_same(dvc_repo):
+    undo = apply(dvc_repo, SAME_OUTPUTS)
+    try:
+        assert dvc_status(dvc_repo) == {"prepare"}
+        assert stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"} == {"prepare", "report"}
+    finally:
+        undo()
+    run([DVC, "repro"], dvc_repo)
+    assert "up to date" in run([DVC, "status"], dvc_repo)
+
+
+@pytest.mark.slow
+@needs_dvc
 def test_snakemake_after_dvc_has_nothing_to_do_then_sees_a_change(dvc_repo):
     """Both engines decide from the same description files: after `dvc repro`, Snakemake sees
     nothing to do, and a later params edit re-runs exactly its jobs under Snakemake too."""
@@ -287,14 +345,16 @@ def interrupted_then_resumed(folder: Path, change=None):
     from minbert.params.settings import FinetuneSettings
     from minbert.pipeline.plan import job_for
     from minbert.train import experiment
+    from minbert.train.training import FitOptions
     from stages import finetune
 
     L = Layout()
     job = job_for("params.yaml", "finetune", "e", L)
     s = FinetuneSettings(**job.settings)
-    experiment.finetune_experiment(s, L.data, L.training("e", "finetune"), start_model=s.model,
-                                   state_dir=L.state("finetune", "e"), description=job.runtime_description([s.model]),
-                                   stop_after_epochs=1)
+    options = FitOptions(Path(L.training("e", "finetune")), state_dir=Path(L.state("finetune", "e")),
+                         description=job.runtime_description([s.model]), stop_after_epochs=1,
+                         checkpoint_extra={"experiment": "e", "stage": "finetune"})
+    experiment.finetune_experiment(s, L.data, options, start_model=s.model)
     assert (folder / L.state("finetune", "e") / "last.pt").is_file()
     if change:
         change(folder)
@@ -306,7 +366,7 @@ def uninterrupted(folder: Path):
     from stages import finetune
 
     shutil.rmtree(folder / "results" / "state", ignore_errors=True)
-    finetune.main(["--params", "params.yaml", "--experiment", "e", "--no-resume"])
+    finetune.main(["--params", "params.yaml", "--experiment", "e", "--no-resume", "--force"])
     return torch.load(folder / "results/experiments/e/finetune/model.pt", weights_only=True)["state_dict"]
 
 

@@ -35,7 +35,7 @@ if str(REPO) not in sys.path:
 from minbert.core.errors import MinBertError  # noqa: E402
 from minbert.core.layout import Layout  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, load_params, model_tasks  # noqa: E402
-from minbert.pipeline.code import code_closure  # noqa: E402
+from minbert.pipeline.code import PROJECT_PACKAGES  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
 from minbert.pipeline.plan import pipeline, write_job_file  # noqa: E402
 
@@ -304,24 +304,24 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO) -> dict
     """dvc.yaml as a dict: the resolve stage, one stage per job, metrics and plots for DVC's views."""
     all_jobs = jobs(params_path, repo)
     params_arg = "" if str(params_path) == "params.yaml" else f" --params {params_path}"
-    with _in(repo):
-        resolve_code = code_closure("workflow.dag")
+    folders = _DvcFolders(all_jobs)
     stages = {RESOLVE_STAGE: {
         "cmd": f"python -m workflow.dag --resolve{params_arg}",
         "params": [{f: None} for f in params_source(params_path, repo)],
-        # the sources too: their content hashes are in the descriptions this stage writes
-        "deps": sorted(set(resolve_code) | {c for j in all_jobs for c in _code(j, repo)} |
-                       {s for j in all_jobs for s in j.sources}),
+        # what the job files it writes hold: the code (each file's hash: the project's folders are
+        # enough to re-run it) and the sources' content hashes
+        "deps": sorted({p for p in PROJECT_PACKAGES if (repo / p).is_dir()} |
+                       set(folders.sources([s for j in all_jobs for s in j.sources]))),
         "outs": [{LAYOUT.job_files: {"persist": True, "cache": False}}],
     }}
     for job in all_jobs:
-        # the description file holds the content hash of the job's code closure: it changes when
-        # that code does, so the code files are not listed again here (the resolve stage reads them)
+        # the job file holds the content hash of the job's code closure: it changes when that code
+        # does, so the code files are not listed again here (the resolve stage reads them).
         # DVC compares one metrics file, the report's summary (`dvc exp show` stays readable); each
         # job's own metrics file is a cached output like the others. Metrics and curves are cached:
         # DVC reads them for every commit and experiment (`dvc exp show`, `metrics diff`, `plots diff`)
         metrics = [m for m in job.metrics if m == LAYOUT.summary_metrics]
-        st: dict = {"cmd": job.cmd, "deps": [LAYOUT.job_file(job.stage, job.name)] + job.deps,
+        st: dict = {"cmd": job.cmd, "deps": [LAYOUT.job_file(job.stage, job.name)] + folders.deps(job),
                     "outs": job.outs + [m for m in job.metrics if m not in metrics] + [job.run_record]}
         if metrics:
             st["metrics"] = metrics
@@ -331,9 +331,52 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO) -> dict
     return {"stages": stages, "plots": _dvc_plot_views(all_jobs, params_path, repo)}
 
 
-def _code(job: Job, repo: Path) -> list[str]:
-    with _in(repo):
-        return code_closure(*(job.code_roots or [job.module]))
+class _DvcFolders:
+    """A job's dependencies as dvc.yaml lists them: a folder where the job reads everything in it
+    that any job writes (a predictions folder, every fine-tuning's run record), one line where the
+    Snakefile needs a file each (Snakemake compares files by content, DVC folders by hash); raw
+    files sharing a folder as that folder."""
+
+    def __init__(self, all_jobs: list[Job]):
+        self.outputs = [o for j in all_jobs for o in j.outputs]
+        self.own = {j.id: j.outputs for j in all_jobs}
+
+    @staticmethod
+    def _under(path: str, folder: str) -> bool:
+        return path.startswith(folder.rstrip("/") + "/")
+
+    def deps(self, job: Job) -> list[str]:
+        deps = [d for d in job.deps if d not in job.sources]
+        out: list[str] = []
+        for dep in deps:
+            folder = self._widest(dep, set(deps), job)
+            if folder not in out:
+                out.append(folder)
+        return out + [s for s in self.sources(job.sources) if s not in out]
+
+    def _widest(self, dep: str, deps: set[str], job: Job) -> str:
+        """The widest folder above `dep` whose every output the job reads (and none of its own)."""
+        best, parts = dep, dep.split("/")
+        for k in range(len(parts) - 1, 1, -1):            # never the results folder itself
+            folder = "/".join(parts[:k])
+            inside = [o for o in self.outputs if self._under(o, folder) or o == folder]
+            if not inside or any(self._under(o, folder) for o in self.own[job.id]) or not set(inside) <= deps:
+                break
+            best = folder
+        return best
+
+    @staticmethod
+    def sources(sources: list[str]) -> list[str]:
+        """Raw files that share a folder with another raw file: that folder, once."""
+        by_folder: dict[str, list[str]] = {}
+        for s in sources:
+            by_folder.setdefault(str(Path(s).parent.as_posix()), []).append(s)
+        out = []
+        for folder, files in by_folder.items():
+            for item in ([folder] if len(set(files)) > 1 and folder not in (".", "") else files):
+                if item not in out:
+                    out.append(item)
+        return sorted(out)
 
 
 def _dvc_plot_views(all_jobs: list[Job], params_path, repo: Path) -> list:

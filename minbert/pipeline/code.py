@@ -35,9 +35,9 @@ NOT_JOB_CODE = {
     "minbert.params.docs": "the generated key tables and editor schema",
 }
 # What a job that reads the params file itself runs (the report, which shows every section): the
-# loader's modules are then roots of its code, and count.
-PARAMS_LOADER = ("minbert.params.load", "minbert.params.catalogue", "minbert.params.validate",
-                 "minbert.params.resolve", "minbert.params.messages")
+# reading and the catalogue expansion shape what it shows, so they are roots of its code and count;
+# the checks and their messages only decide what is accepted, and count for no job.
+PARAMS_LOADER = ("minbert.params.load", "minbert.params.catalogue")
 HELP_TEXT = {"Field": "description", "add_argument": "help"}   # call -> its keyword that only documents
 
 
