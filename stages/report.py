@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> None:
     call = stage_call("report", __doc__, argv, reports="out", arguments=lambda p: p.add_argument(
         "--out", default="reports", help="where the HTML goes (default: reports)"))
     from minbert.params.load import validate_params
-    from minbert.report import render_reports    # here, so a missing plotting package is one line (run)
+    from minbert.report import render_reports  # here, so a missing plotting package is one line (run)
 
     with running(call.job, force=call.args.force):
         # the report shows every section of the params: its settings are the params file's content

@@ -1,7 +1,9 @@
 """The CUDA path, where a GPU is at hand (every test here is marked `cuda` and skips without one):
 a resume is bit-identical to an uninterrupted run under `deterministic: true`, the masked-attention
 backward is finite on every attention backend torch selects, the training step makes no host sync
-(torch's own sync debug mode), and two GPUs under torchrun follow one."""
+(torch's own sync debug mode), the captured step (CUDA graphs, minbert.train.step) trains what the
+uncaptured one trains, replays without a host sync and resumes, and two GPUs under torchrun follow
+one."""
 from __future__ import annotations
 
 import pytest
@@ -19,6 +21,7 @@ from test_train import (
 )
 
 import minbert.train.loop as train
+from minbert.train.step import CapturedSteps
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -131,3 +134,78 @@ def test_compile_trains_the_same_model_on_cuda(tiny_model_dir, prepared, tmp_pat
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4, msg=lambda m: f"{k}: {m}")
     assert compiled.best_dev == pytest.approx(plain.best_dev, abs=1e-3)
+
+
+NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0, "heads": {"dropout": 0.0}}
+
+
+@pytest.fixture
+def recorded_steps(monkeypatch):
+    """The CapturedSteps each fit in the test makes (None where its steps run uncaptured)."""
+    made = []
+    real = train.start_run
+
+    def recording(*args, **kwargs):
+        tr, plan = real(*args, **kwargs)
+        made.append(tr.captured)
+        return tr, plan
+
+    monkeypatch.setattr(train, "start_run", recording)
+    return made
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_captured_step_trains_what_the_uncaptured_step_trains(tiny_model_dir, prepared, tmp_path, recorded_steps,
+                                                                   precision):
+    exp = make_exp(tiny_model_dir, epochs=2, max_steps_per_epoch=6, **NO_DROPOUT).model_copy(
+        update={"device": "cuda", "precision": precision})
+    captured = finetune_experiment(exp, prepared, tmp_path / "captured")
+    plain = finetune_experiment(exp.model_copy(update={"cuda_graphs": False}), prepared, tmp_path / "plain")
+    steps = recorded_steps[0]
+    assert steps is not None and not steps.failed and recorded_steps[1] is None
+    assert steps.shapes and all(s.graph is not None for s in steps.shapes.values())
+    assert all(g is not None for g in steps.updates.values())
+    a, b = state_dict(tmp_path / "captured" / "model.pt"), state_dict(tmp_path / "plain" / "model.pt")
+    # padded against unpadded products (TF32 / bf16 rounding), the learning rate as a float32 tensor
+    tol = {"fp32": (1e-2, 1e-3), "bf16": (5e-2, 5e-3)}[precision]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=tol[0], atol=tol[1], msg=lambda m: f"{k}: {m}")
+    assert captured.best_epoch == plain.best_epoch
+    for k, v in plain.best_dev.items():
+        assert captured.best_dev[k] == pytest.approx(v, abs=0.05), k
+
+
+def test_the_captured_step_replays_without_a_host_sync(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    """Once every shape has been captured (the first epoch), an update is replays and copies only."""
+    replays = []
+    real = CapturedSteps.step
+
+    def strict(self, state, plan, batches, labels):
+        if state.epoch >= 1:     # every shape of this run's batches was seen in the first epoch
+            torch.cuda.set_sync_debug_mode("error")
+            replays.append(1)
+        try:
+            return real(self, state, plan, batches, labels)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(CapturedSteps, "step", strict)
+    exp = make_exp(tiny_model_dir, epochs=3, max_steps_per_epoch=None,
+                   downsample={"mode": "fixed", "size": 24}).model_copy(update={"device": "cuda"})
+    finetune_experiment(exp, prepared, tmp_path / "run")
+    assert replays
+
+
+def test_a_captured_run_resumes_as_it_would_have_gone_on(tiny_model_dir, prepared, tmp_path, deterministic_mode):
+    """Dropout on: the graphs draw from the CUDA generator at each replay, whose state the resumable
+    state carries; a run stopped after one epoch and resumed (graphs captured anew) ends where the
+    uninterrupted one does."""
+    exp = cuda_exp(tiny_model_dir, epochs=3)
+    full = finetune_experiment(exp, prepared, tmp_path / "full")
+    part = tmp_path / "part"
+    finetune_experiment(exp, prepared, part, stop_after_epochs=1)
+    resumed = finetune_experiment(exp, prepared, part)
+    assert resumed.best_epoch == full.best_epoch
+    a, b = state_dict(part / "model.pt"), state_dict(tmp_path / "full" / "model.pt")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=lambda m: f"{k}: {m}")

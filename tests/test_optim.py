@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import child_env
 
-from minbert.train.optim import AdamW, build_adamw, lr_at, set_lr
+from minbert.train.optim import build_adamw, lr_at, set_lr
 
 
 def _model(seed: int = 0) -> torch.nn.Module:

@@ -92,3 +92,18 @@ def test_deterministic_pins_the_algorithms_and_runs_on_cpu(tiny_model_dir, tmp_p
     finally:
         torch.use_deterministic_algorithms(before[0])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1], before[2]
+
+
+@pytest.mark.parametrize("forced", ["bf16", "fp32"])
+def test_what_auto_means_can_be_set_for_a_machine(monkeypatch, forced):
+    """MINBERT_AUTO_PRECISION says what `auto` picks (CI runs the bf16 path on CPUs that emulate it);
+    an explicit precision is untouched, and a value other than bf16 / fp32 is one line."""
+    monkeypatch.setenv("MINBERT_AUTO_PRECISION", forced)
+    for native in (True, False):
+        monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
+        assert runtime.resolve_precision("auto", CPU) == forced
+        assert runtime.resolve_precision("fp32", CPU) == "fp32" and runtime.resolve_precision("bf16", CPU) == "bf16"
+    monkeypatch.setenv("MINBERT_AUTO_PRECISION", "fp16")
+    with pytest.raises(MinBertError, match=r"MINBERT_AUTO_PRECISION=fp16: expected bf16 or fp32") as err:
+        runtime.resolve_precision("auto", CPU)
+    assert "\n" not in str(err.value)

@@ -23,6 +23,9 @@ from minbert.data.read import read_split
 from stages import export, finetune, predict
 from stages._cli import run
 
+# compares numbers between two ways of computing them: CI runs it again with bf16 as `auto`
+pytestmark = pytest.mark.numbers
+
 FT = {"epochs": 1, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 3,
       "downsample": {"mode": "fixed", "size": 24}}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -73,7 +73,7 @@ def run(cmd: list[str], cwd: Path, timeout=1800, ok=True) -> str:
 
 
 # a stage command, behind the wrapper that gives a job asking for GPUs its own (workflow/gpu_slot.py)
-COMMAND = re.compile(r"^(?:Shell command: )?(?:python -m workflow\.gpu_slot --count \d+ -- )?"
+COMMAND = re.compile(r"^(?:Shell command: )?(?:python -m workflow\.gpu_slot --count \d+ --per-gpu \d+ -- )?"
                      r"(python -m stages\.\S+(?: --\S+ \S+)*)(?: > \S+ 2>&1)?\s*$", re.M)
 
 

@@ -42,12 +42,23 @@ def bf16_is_native(device: torch.device) -> bool:
     return cpu_has_native_bf16() is True
 
 
+AUTO_PRECISION_ENV = "MINBERT_AUTO_PRECISION"
+
+
 def resolve_precision(setting: str, device: torch.device) -> str:
-    """The precision a run uses on `device`: 'bf16' or 'fp32'. `auto` picks bf16 where it is native;
-    an explicit value is honoured on every device."""
+    """The precision a run uses on `device`: 'bf16' or 'fp32'. `auto` picks bf16 where it is native
+    (or what the environment variable MINBERT_AUTO_PRECISION says `auto` means here: bf16 or fp32,
+    e.g. to run on an AVX2 machine the path a machine with native bf16 takes); an explicit value is
+    honoured on every device."""
     if setting not in ("auto", "bf16", "fp32"):
         raise MinBertError(f"params: precision {setting!r} is not one of auto, bf16, fp32")
     if setting == "auto":
+        forced = os.environ.get(AUTO_PRECISION_ENV, "").strip()
+        if forced:
+            if forced not in ("bf16", "fp32"):
+                raise MinBertError(f"{AUTO_PRECISION_ENV}={forced}: expected bf16 or fp32 (what `precision: auto` "
+                                   f"means on this machine), or unset it")
+            return forced
         return "bf16" if bf16_is_native(device) else "fp32"
     return setting
 

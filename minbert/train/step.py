@@ -182,23 +182,33 @@ class CapturedSteps:
             self.tr.optimizer.state_of(p)   # its state exists before a graph records its update
 
     def _capture(self, task: str, shape: _Shape) -> None:
-        """Warm up on a side stream, then record the forward-backward of `shape` as a graph."""
+        """Warm up, then record the forward-backward of `shape` as a graph."""
         try:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with self._rng_kept(), torch.cuda.stream(side):
-                scratch = _ScratchTotals(self.tr.totals)
-                with scratch.active(self.tr):
-                    for _ in range(WARMUP_STEPS):
-                        self._forward_backward(task, shape.inputs)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            torch._foreach_zero_(list(self.grads.values()))
+            self._warm_up(task, shape)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
                 shape.output = self._forward_backward(task, shape.inputs)
             shape.graph = graph
         except Exception as e:   # a graph it cannot hold: the same parts run eagerly from now on
             self._give_up(f"capturing the {task} step failed ({type(e).__name__}: {str(e)[:200]})")
+
+    def _warm_up(self, task: str, shape: _Shape) -> None:
+        """A few eager passes (on a side stream on CUDA, as capturing wants) that leave no trace: the
+        gradients this update's earlier tasks added, the totals and every RNG are as they were."""
+        grads = list(self.grads.values())
+        kept = [g.clone() for g in grads]
+        cuda = self.device.type == "cuda"
+        side = torch.cuda.Stream(self.device) if cuda else None
+        if cuda:
+            side.wait_stream(torch.cuda.current_stream(self.device))
+        with self._rng_kept(), (torch.cuda.stream(side) if cuda else contextlib.nullcontext()):
+            scratch = _ScratchTotals(self.tr.totals)
+            with scratch.active(self.tr):
+                for _ in range(WARMUP_STEPS):
+                    self._forward_backward(task, shape.inputs)
+        if cuda:
+            torch.cuda.current_stream(self.device).wait_stream(side)
+        torch._foreach_copy_(grads, kept)
 
     def _update(self, tasks: frozenset):
         """The captured update of `tasks` (clip, AdamW, zeroing), recorded the first time."""
