@@ -13,12 +13,13 @@ SHOW = [sys.executable, "-c", "import os, sys, time; print(os.environ.get('CUDA_
                               "flush=True); time.sleep(float(sys.argv[1]))"]
 
 
-def wrapped(tmp_path, visible, seconds, count=1):
+def wrapped(tmp_path, visible, seconds, count=1, per_gpu=1):
     env = child_env()
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    return subprocess.Popen([sys.executable, "-m", "workflow.gpu_slot", "--count", str(count), "--lock-dir",
+    return subprocess.Popen([sys.executable, "-m", "workflow.gpu_slot", "--count", str(count), "--per-gpu",
+                             str(per_gpu), "--lock-dir",
                              str(tmp_path / "locks"), "--", *SHOW, str(seconds)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -39,3 +40,39 @@ def test_no_gpu_runs_the_command_as_it_is(tmp_path):
     p = wrapped(tmp_path, "", 0)
     assert p.stdout.readline().strip() == "" and p.wait(timeout=30) == 0
     assert wrapped(tmp_path, "0", 0, count=2).wait(timeout=30) == 2     # more GPUs asked than visible
+
+
+def test_jobs_share_a_gpu_up_to_the_slots_it_has(tmp_path):
+    """Two slots on one GPU: two jobs run on it at once, a third waits for one of them."""
+    first, second = wrapped(tmp_path, "0", 3, per_gpu=2), wrapped(tmp_path, "0", 3, per_gpu=2)
+    assert first.stdout.readline().strip() == "0" and second.stdout.readline().strip() == "0"
+    t0 = time.monotonic()
+    third = wrapped(tmp_path, "0", 0, per_gpu=2)
+    assert third.stdout.readline().strip() == "0" and time.monotonic() - t0 > 1.0
+    for p in (first, second, third):
+        assert p.wait(timeout=30) == 0
+
+
+def test_a_shared_gpu_takes_another_job_only_while_its_memory_allows(tmp_path, monkeypatch):
+    """The memory guard: a GPU that runs a job already gives its second slot only while nvidia-smi
+    reports enough free memory; the first job on a GPU is never held back by it."""
+    import threading
+
+    from workflow import gpu_slot
+
+    free = {"0": 1000}
+    monkeypatch.setattr(gpu_slot, "free_memory_mb", lambda: dict(free))
+    lock_dir = tmp_path / "locks"
+    held, files = gpu_slot.acquire(["0"], 1, lock_dir, per_gpu=2, min_free_mb=4000, poll=0.05)
+    assert held == ["0"]                                     # the first: memory is not asked
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(gpu_slot.acquire(["0"], 1, lock_dir, per_gpu=2,
+                                                                        min_free_mb=4000, poll=0.05)))
+    waiter.start()
+    time.sleep(0.5)
+    assert not got                                           # 1000 MB free: it waits
+    free["0"] = 9000
+    waiter.join(timeout=10)
+    assert got and got[0][0] == ["0"]
+    for f in files + got[0][1]:
+        f.close()

@@ -12,6 +12,7 @@ import torch.nn as nn
 from minbert.model.bert import BertConfig, BertModel
 from minbert.train.losses import divergence
 from minbert.train.regularisers import (
+    Ascent,
     MomentumModel,
     bregman_term,
     pcgrad_backward,
@@ -80,7 +81,7 @@ def test_smart_term_is_positive_and_trains_the_model_through_both_outputs(kind, 
         calls.append(e.detach().clone())
         return model.forward_embeds(e, mask)
 
-    term = smart_adversarial_loss(forward_fn, embeds, clean, kind, steps=2, epsilon=1e-3,
+    term = smart_adversarial_loss(forward_fn, embeds, clean, kind, Ascent(steps=2, epsilon=1e-3),
                                   generator=torch.Generator().manual_seed(1))
     assert term.item() > 0 and torch.isfinite(term)
     assert len(calls) == 3                                  # two ascent steps, one final pass
@@ -107,7 +108,7 @@ def test_smart_clean_output_keeps_its_graph():
         seen.append(e.detach().clone())
         return model.forward_embeds(e, mask)
 
-    term = smart_adversarial_loss(forward_fn, embeds, clean, "classification", epsilon=1e-2,
+    term = smart_adversarial_loss(forward_fn, embeds, clean, "classification", Ascent(epsilon=1e-2),
                                   generator=torch.Generator().manual_seed(0))
     (g_term,) = torch.autograd.grad(term, model.head.weight)
     adv = model.forward_embeds(seen[-1], mask)
@@ -130,12 +131,13 @@ def test_smart_one_step_finds_the_exact_maximum_for_a_linear_model():
 
     eps = 1e-5
     term = smart_adversarial_loss(forward_fn, embeds, forward_fn(embeds), "regression",
-                                  step_size=1e-3, epsilon=eps, noise_var=1e-5,
+                                  Ascent(epsilon=eps, step_size=1e-3, noise_var=1e-5),
                                   generator=torch.Generator().manual_seed(0))
     assert term.item() == pytest.approx((eps * w.abs().sum().item()) ** 2, rel=1e-6)
     # with no ascent, the random start is (much) weaker
     start = smart_adversarial_loss(forward_fn, embeds, forward_fn(embeds), "regression",
-                                   steps=0, epsilon=eps, generator=torch.Generator().manual_seed(0))
+                                   Ascent(steps=0, epsilon=eps),
+                                   generator=torch.Generator().manual_seed(0))
     assert start.item() < term.item()
 
 
@@ -147,7 +149,7 @@ def test_smart_ascent_beats_random_perturbations_of_the_same_radius():
     clean = model.forward_embeds(embeds, mask).detach()
     eps = 1e-3
     adversarial = smart_adversarial_loss(lambda e: model.forward_embeds(e, mask), embeds, clean,
-                                         "classification", epsilon=eps, step_size=1e-2,
+                                         "classification", Ascent(epsilon=eps, step_size=1e-2),
                                          generator=torch.Generator().manual_seed(0)).item()
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -165,7 +167,7 @@ def test_smart_is_reproducible_with_a_generator():
     embeds = model.bert.embeddings.word(ids)
     clean = model.forward_embeds(embeds, mask)
     run = lambda seed: smart_adversarial_loss(lambda e: model.forward_embeds(e, mask), embeds, clean,
-                                              "binary", steps=0, epsilon=1e-2, noise_var=1e-2,
+                                              "binary", Ascent(steps=0, epsilon=1e-2, noise_var=1e-2),
                                               generator=torch.Generator().manual_seed(seed)).item()
     assert run(3) == run(3)
     assert run(3) != run(4)
@@ -179,7 +181,7 @@ def test_smart_under_bf16_autocast():
         embeds = model.bert.embeddings.word(ids)
         clean = model.forward_embeds(embeds, mask)
         term = smart_adversarial_loss(lambda e: model.forward_embeds(e, mask), embeds, clean,
-                                      "classification", epsilon=1e-2)
+                                      "classification", Ascent(epsilon=1e-2))
     assert term.dtype == torch.float32 and torch.isfinite(term)
     term.backward()
     assert torch.isfinite(model.head.weight.grad).all()

@@ -56,78 +56,86 @@ def _predictions(folder: str, tasks) -> list[str]:
     return [prediction_file(folder, t, s) for t in tasks for s in PREDICTED_SPLITS]
 
 
+class _Jobs(list):
+    """The jobs as the planner adds them (each with its command and run record from the layout)."""
+
+    def __init__(self, layout: Layout):
+        super().__init__()
+        self.L = layout
+
+    def add(self, stage, name, settings, reads, outs, metrics=(), plots=(), args=()) -> Job:
+        L = self.L
+        self.append(Job(stage, name, settings, list(reads), list(outs), list(metrics), list(plots),
+                        L.run_record(stage, name), _cmd(stage, name, L, *args), results=L.results,
+                        reports=L.reports))
+        return self[-1]
+
+
 def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout = Layout(),
              pretrainings=None) -> list[Job]:
     """Every job, in an order where each comes after the jobs whose outputs it reads. `pretrainings`:
     the pretrainings to include (default: those some experiment starts from)."""
-    lp = params if isinstance(params, LoadedParams) else load_params(params)
-    L = layout
-    out: list[Job] = []
-
-    def add(stage, name, settings, reads, outs, metrics=(), plots=(), args=()):
-        out.append(Job(stage, name, settings, list(reads), list(outs), list(metrics), list(plots),
-                       L.run_record(stage, name), _cmd(stage, name, L, *args), results=L.results,
-                       reports=L.reports))
-
     from minbert.data.prepare import prepared_files, raw_inputs
 
+    lp = params if isinstance(params, LoadedParams) else load_params(params)
+    L, out = layout, _Jobs(layout)
     data = S.prepare_settings(lp)
-    add("prepare", None, _dump(data), raw_inputs(data), [L.data])
-    out[-1].files = {L.data: [f"{L.data}/{name}" for name in prepared_files(data)]}
-
+    out.add("prepare", None, _dump(data), raw_inputs(data), [L.data]).files = \
+        {L.data: [f"{L.data}/{name}" for name in prepared_files(data)]}
     used = {e.pretrain for e in lp.experiments.values() if e.pretrain}
     for name in sorted(used if pretrainings is None else set(pretrainings)):
         s = S.pretrain_settings(lp, name)
-        add("pretrain", name, _dump(s), [L.split(t, sp) for t, sp in pretrain_splits(s)] + _local(s.model),
-            [L.pretrain_model(name)], [L.pretrain_metrics(name)], [L.pretrain_history(name)], ["--name", name])
-        out[-1].code_roots = ["stages.pretrain", PRETRAINING_MODULES[s.pretraining.kind]]
-
-    taught = S.teachers(lp)
+        out.add("pretrain", name, _dump(s), [L.split(t, sp) for t, sp in pretrain_splits(s)] + _local(s.model),
+                [L.pretrain_model(name)], [L.pretrain_metrics(name)], [L.pretrain_history(name)],
+                ["--name", name]).code_roots = ["stages.pretrain", PRETRAINING_MODULES[s.pretraining.kind]]
     for name, exp in lp.experiments.items():
-        ft = S.finetune_settings(exp)
-        start = [L.pretrain_model(exp.pretrain)] if exp.pretrain else _local(exp.model)
-        tasks = exp.finetune.tasks
-        teacher = [L.teacher(exp.finetune.distill.teacher)] if exp.finetune.distill else []
-        add("finetune", name, _dump(ft), _splits(L, tasks, ("train", "dev")) + start + teacher,
-            [L.model(name, "finetune")], plots=[L.history(name, "finetune")], args=["--experiment", name])
-        if exp.retrain_heads.enabled:
-            rh = S.retrain_settings(exp)
-            add("retrain_heads", name, _dump(rh),
-                _splits(L, rh.train.tasks, ("train", "dev")) + [L.model(name, "finetune")],
-                [L.model(name, "retrain_heads")], plots=[L.history(name, "retrain_heads")], args=["--experiment", name])
-        # each predictions file is an output of its own, so a deleted file re-runs predict
-        predicted = _predictions(L.predictions(name), model_tasks(exp))
-        add("predict", name, _dump(S.predict_settings(exp)),
-            _splits(L, model_tasks(exp), PREDICTED_SPLITS) + [L.model(name, S.predict_settings(exp).model_stage)],
-            predicted, args=["--experiment", name])
-        add("evaluate", name, {}, predicted + _splits(L, model_tasks(exp), PREDICTED_SPLITS), [], [L.metrics(name)],
-            args=["--experiment", name])
-
-    for name, tasks in taught.items():
+        _experiment_jobs(out, name, exp)
+    for name, tasks in S.teachers(lp).items():
         s = S.teach_settings(lp, name, tasks)
-        add("teach", name, _dump(s), _splits(L, tasks, ("train",)) +
-            [L.model(m, stage) for m, stage in s.members.items()],
-            [L.teacher(name)], args=["--name", name])
-        out[-1].files = {L.teacher(name): [L.teacher_file(name, t) for t in tasks]}
-
+        out.add("teach", name, _dump(s), _splits(L, tasks, ("train",)) +
+                [L.model(m, stage) for m, stage in s.members.items()], [L.teacher(name)], args=["--name", name]
+                ).files = {L.teacher(name): [L.teacher_file(name, t) for t in tasks]}
     for name, ens in lp.params.ensembles.items():
         tasks = [t for t in TASKS if t in shared_tasks(ens.members, lp.experiments)]
-        add("ensemble", name, _dump(S.ensemble_settings(ens)),
-            [p for m in ens.members for p in _predictions(L.predictions(m), tasks)] + _splits(L, tasks, PREDICTED_SPLITS),
-            _predictions(L.ensemble_predictions(name), tasks), [L.ensemble_metrics(name)], args=["--name", name])
-
+        out.add("ensemble", name, _dump(S.ensemble_settings(ens)),
+                [p for m in ens.members for p in _predictions(L.predictions(m), tasks)] +
+                _splits(L, tasks, PREDICTED_SPLITS),
+                _predictions(L.ensemble_predictions(name), tasks), [L.ensemble_metrics(name)], args=["--name", name])
     # the report reads every earlier output but the models (minbert.report.data loads them by the layout)
     reads = [o for j in out for o in j.outputs if not o.endswith((f"/{MODEL_FILE}", "/model"))]
-    add("report", None, S.report_settings(lp), reads, [L.final_report, L.experiment_reports], [L.summary_metrics])
-    out[-1].code_roots = ["stages.report", *PARAMS_LOADER]     # it reads the params itself
-
+    out.add("report", None, S.report_settings(lp), reads, [L.final_report, L.experiment_reports],
+            [L.summary_metrics]).code_roots = ["stages.report", *PARAMS_LOADER]     # it reads the params itself
     for name in lp.params.export.experiments:   # after the report, which never reads them
         s = S.export_settings(lp, lp.experiments[name])
         tasks = model_tasks(lp.experiments[name])
-        add("export", name, _dump(s), [L.model(name, s.model_stage), L.run_record(s.model_stage, name)] +
-            _predictions(L.predictions(name), tasks) + _splits(L, tasks, ("train",)),
-            [L.export(name)], args=["--experiment", name])
-    return _link(out)
+        out.add("export", name, _dump(s), [L.model(name, s.model_stage), L.run_record(s.model_stage, name)] +
+                _predictions(L.predictions(name), tasks) + _splits(L, tasks, ("train",)),
+                [L.export(name)], args=["--experiment", name])
+    return _link(list(out))
+
+
+def _experiment_jobs(out: _Jobs, name: str, exp) -> None:
+    """An experiment's jobs: fine-tuning, head retraining when enabled, predictions, evaluation."""
+    L = out.L
+    start = [L.pretrain_model(exp.pretrain)] if exp.pretrain else _local(exp.model)
+    tasks = exp.finetune.tasks
+    teacher = [L.teacher(exp.finetune.distill.teacher)] if exp.finetune.distill else []
+    out.add("finetune", name, _dump(S.finetune_settings(exp)), _splits(L, tasks, ("train", "dev")) + start + teacher,
+            [L.model(name, "finetune")], plots=[L.history(name, "finetune")], args=["--experiment", name])
+    if exp.retrain_heads.enabled:
+        rh = S.retrain_settings(exp)
+        out.add("retrain_heads", name, _dump(rh),
+                _splits(L, rh.train.tasks, ("train", "dev")) + [L.model(name, "finetune")],
+                [L.model(name, "retrain_heads")], plots=[L.history(name, "retrain_heads")],
+                args=["--experiment", name])
+    # each predictions file is an output of its own, so a deleted file re-runs predict
+    predicted = _predictions(L.predictions(name), model_tasks(exp))
+    settings = S.predict_settings(exp)
+    out.add("predict", name, _dump(settings),
+            _splits(L, model_tasks(exp), PREDICTED_SPLITS) + [L.model(name, settings.model_stage)],
+            predicted, args=["--experiment", name])
+    out.add("evaluate", name, {}, predicted + _splits(L, model_tasks(exp), PREDICTED_SPLITS), [], [L.metrics(name)],
+            args=["--experiment", name])
 
 
 def _link(jobs: list[Job]) -> list[Job]:

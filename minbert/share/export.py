@@ -222,13 +222,28 @@ def scores(predictions: str | Path) -> dict:
     return out
 
 
-def model_card(name: str, description: str, files: dict, score: dict, training: dict, data: dict,
-               provenance: dict, license: str, language: str, base_model: str | None) -> str:
+def model_card(s, name: str, files: dict, score: dict, training: dict, data: dict, provenance: dict) -> str:
     """The README.md: Hub metadata (YAML), then what the model does, how to load it, its scores
-    with 95% intervals, its training settings, data and provenance."""
+    with 95% intervals, its training settings, data and provenance. `s`: the export's settings
+    (minbert.params.settings.ExportSettings: description, license, language, base model)."""
     import yaml
 
     tasks = training.get("finetune", {}).get("tasks") or list(LEADERBOARD_TASKS)
+    lines = ["---", yaml.safe_dump(_card_metadata(s, name, files, score), sort_keys=False, allow_unicode=True).rstrip(),
+             "---", "", f"# {name}", "", (s.description or "A multi-task minBERT model.") + "", "",
+             f"A BERT encoder fine-tuned on {', '.join(TASKS[t].title for t in tasks)} at once by the minBERT "
+             f"multi-task pipeline, with one head per task.", ""]
+    lines += _card_usage(files, tasks) + _card_scores(score)
+    lines += ["", "## Training", "", "The settings the fine-tuning ran with (the pipeline's resolved job description):",
+              "", "```yaml", yaml.safe_dump(training, sort_keys=True).rstrip(), "```", "", "## Data", ""]
+    for key, value in data.items():
+        lines.append(f"- {key}: {value}")
+    lines += ["", "## Provenance", ""] + [f"- {k}: `{v}`" for k, v in provenance.items()] + [""]
+    return "\n".join(lines)
+
+
+def _card_metadata(s, name: str, files: dict, score: dict) -> dict:
+    """The Hub's metadata: language, license, tags, base model, and the scores as its model-index."""
     results = []
     for split, row in score.items():
         for task, (value, *_rest) in row.items():
@@ -237,20 +252,23 @@ def model_card(name: str, description: str, files: dict, score: dict, training: 
                                          else "sentence-similarity", "name": TASKS[task].title},
                                 "dataset": {"name": f"{TASKS[task].title} ({split})", "type": task, "split": split},
                                 "metrics": [{"type": "accuracy" if TASKS[task].metric == "acc" else "pearsonr",
-                                             "value": round(float(value), 4), "name": f"{split} {TASKS[task].metric_header}"}]})
-    meta = {"language": [language], "license": license, "library_name": "sentence-transformers",
+                                             "value": round(float(value), 4),
+                                             "name": f"{split} {TASKS[task].metric_header}"}]})
+    return {"language": [s.language], "license": s.license, "library_name": "sentence-transformers",
             "pipeline_tag": "sentence-similarity",
             "tags": ["minbert", "bert", "multi-task", "sentence-transformers", "feature-extraction"] +
                     (["cross-encoder"] if any(v is None for v in files["cross"].values()) else []),
-            **({"base_model": base_model} if base_model else {}),
+            **({"base_model": s.base_model} if s.base_model else {}),
             "model-index": [{"name": name, "results": results}]}
-    lines = ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
-             f"# {name}", "", (description or "A multi-task minBERT model.") + "", "",
-             f"A BERT encoder fine-tuned on {', '.join(TASKS[t].title for t in tasks)} at once by the minBERT "
-             f"multi-task pipeline, with one head per task.", "", "## Use it", "",
+
+
+def _card_usage(files: dict, tasks: list[str]) -> list[str]:
+    """How to load it: sentence-transformers, transformers, the pipeline's API, the cross-encoders."""
+    lines = ["## Use it", "",
              "Sentence embeddings (" + files["pooling"] + "), with sentence-transformers:", "", "```python",
              "from sentence_transformers import SentenceTransformer", "",
-             'model = SentenceTransformer("path/to/this/folder")     # or its Hub id, once uploaded', 'model.encode(["A gripping, funny film."])',
+             'model = SentenceTransformer("path/to/this/folder")     # or its Hub id, once uploaded',
+             'model.encode(["A gripping, funny film."])',
              "```", "", "The encoder alone, with transformers:", "", "```python",
              "from transformers import AutoModel, AutoTokenizer", "",
              'encoder = AutoModel.from_pretrained("path/to/this/folder")',
@@ -258,8 +276,10 @@ def model_card(name: str, description: str, files: dict, score: dict, training: 
              "```", "", "Every task head, with the pipeline's API (`pip install` the minBERT pipeline):", "", "```python",
              "from minbert.api import load_model", "", 'm = load_model("path/to/this/folder")',
              *[f"m.{fn}({arg})" for t, fn, arg in (("sst", "sentiment", '["A gripping, funny film."]'),
-                                                   ("para", "paraphrase", '[("How do I learn Python?", "What is the best way to learn Python?")]'),
-                                                   ("sts", "similarity", '[("A man plays a guitar.", "A man is playing music.")]'))
+                                                   ("para", "paraphrase", '[("How do I learn Python?", '
+                                                                          '"What is the best way to learn Python?")]'),
+                                                   ("sts", "similarity", '[("A man plays a guitar.", '
+                                                                         '"A man is playing music.")]'))
                if t in tasks],
              "```", "", "or `minbert predict path/to/this/folder sentences.tsv` on a file.", ""]
     for task, why in files["cross"].items():
@@ -267,14 +287,18 @@ def model_card(name: str, description: str, files: dict, score: dict, training: 
             map_ = ("the paraphrase probability (sigmoid of the logit)" if TASKS[task].kind == "binary"
                     else "the raw output; the similarity on the 0-5 scale is `min(max(5 * output, 0), 5)`")
             lines += [f"The {TASKS[task].title} head is a cross-encoder in the form of `BertForSequenceClassification`, "
-                      f"in `cross-encoder-{task}/`:", "", "```python", "from sentence_transformers import CrossEncoder", "",
-                      f'ce = CrossEncoder("path/to/this/folder/cross-encoder-{task}")',
+                      f"in `cross-encoder-{task}/`:", "", "```python", "from sentence_transformers import CrossEncoder",
+                      "", f'ce = CrossEncoder("path/to/this/folder/cross-encoder-{task}")',
                       'ce.predict([("first sentence", "second sentence")])   # ' + map_, "```", ""]
         else:
             lines += [f"The {TASKS[task].title} head loads through the pipeline's API only ({why}).", ""]
-    lines += ["## Scores", "", "95% percentile bootstrap intervals (2000 resamples), as the pipeline's report computes them. "
-              "Overall: the course leaderboard's (SST acc + Para acc + (STS r + 1) / 2) / 3.", "",
-              "| split | task | metric | value | 95% interval | examples |", "|---|---|---|---|---|---|"]
+    return lines
+
+
+def _card_scores(score: dict) -> list[str]:
+    lines = ["## Scores", "", "95% percentile bootstrap intervals (2000 resamples), as the pipeline's report computes "
+             "them. Overall: the course leaderboard's (SST acc + Para acc + (STS r + 1) / 2) / 3.", "",
+             "| split | task | metric | value | 95% interval | examples |", "|---|---|---|---|---|---|"]
     for split, row in score.items():
         for key, (value, low, high, n) in row.items():
             title = TASKS[key].title if key in TASKS else {"overall": "overall (leaderboard)", "mean": "plain mean"}[key]
@@ -282,12 +306,7 @@ def model_card(name: str, description: str, files: dict, score: dict, training: 
             lines.append(f"| {split} | {title} | {metric} | {_fmt(value)} | [{_fmt(low)}, {_fmt(high)}] | {n or ''} |")
     if not score:
         lines.append("| - | no labelled predictions | | | | |")
-    lines += ["", "## Training", "", "The settings the fine-tuning ran with (the pipeline's resolved job description):",
-              "", "```yaml", yaml.safe_dump(training, sort_keys=True).rstrip(), "```", "", "## Data", ""]
-    for key, value in data.items():
-        lines.append(f"- {key}: {value}")
-    lines += ["", "## Provenance", ""] + [f"- {k}: `{v}`" for k, v in provenance.items()] + [""]
-    return "\n".join(lines)
+    return lines
 
 
 # ---------------------------------------------------------------- the Hub
@@ -346,8 +365,7 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
                   "export fingerprint": fingerprint or "-", "export git revision": git_revision()}
     with atomic_path(out_dir) as tmp:
         files = export_model(model, tokenizer, tmp, extra={"experiment": name, "model_stage": s.model_stage})
-        card = model_card(name, s.description, files, scores(predictions), training, data, provenance,
-                          s.license, s.language, s.base_model)
+        card = model_card(s, name, files, scores(predictions), training, data, provenance)
         (tmp / "README.md").write_text(card, encoding="utf-8")
         written = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
     return written

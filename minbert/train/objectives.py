@@ -13,7 +13,7 @@ from minbert.core.tasks import TASKS
 from minbert.model.multitask import MultitaskModel
 from minbert.params.schema import FinetuneParams
 from minbert.train.losses import distill_loss, task_loss
-from minbert.train.regularisers import bregman_term, smart_adversarial_loss
+from minbert.train.regularisers import Ascent, bregman_term, smart_adversarial_loss
 
 
 def model_inputs(batch: dict) -> dict:
@@ -97,8 +97,8 @@ class Smart(ObjectiveWrapper):
         kind = TASKS[task].kind
         if sm.lambda_s > 0:
             adv = smart_adversarial_loss(lambda e: model(task, inputs, inputs_embeds=e), word, out, kind,
-                                         step_size=sm.step_size, epsilon=sm.epsilon, noise_var=sm.noise_var,
-                                         steps=sm.steps, generator=self.generator)
+                                         Ascent(sm.step_size, sm.epsilon, sm.noise_var, sm.steps),
+                                         generator=self.generator)
             loss = loss + sm.lambda_s * adv
         if self.momentum is not None:
             with torch.no_grad():

@@ -17,6 +17,7 @@ gradient it conflicts with (negative dot product), in a random order, and sums t
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -32,20 +33,20 @@ def _per_example_inf_norm(x: Tensor) -> Tensor:
     return x.abs().amax(dim=tuple(range(1, x.dim())), keepdim=True)
 
 
-def smart_adversarial_loss(
-    forward_fn: Callable[[Tensor], Tensor],
-    embeds: Tensor,
-    clean_out: Tensor,
-    kind: str,
-    *,
-    step_size: float = 1e-3,
-    epsilon: float = 1e-5,
-    noise_var: float = 1e-5,
-    steps: int = 1,
-    generator: torch.Generator | None = None,
-    zero_perturbation: bool = False,
-    ascent_grads: list | None = None,
-) -> Tensor:
+@dataclass(frozen=True)
+class Ascent:
+    """SMART's inner maximisation: `steps` normalised gradient steps of `step_size` within an
+    infinity-norm box of radius `epsilon`, from Gaussian noise of scale `noise_var` (the name and
+    its use as a standard deviation follow the reference implementation, mt-dnn's `adv_noise_var`)."""
+    step_size: float = 1e-3
+    epsilon: float = 1e-5
+    noise_var: float = 1e-5
+    steps: int = 1
+
+
+def smart_adversarial_loss(forward_fn: Callable[[Tensor], Tensor], embeds: Tensor, clean_out: Tensor, kind: str,
+                           ascent: Ascent = Ascent(), *, generator: torch.Generator | None = None,
+                           zero_perturbation: bool = False, ascent_grads: list | None = None) -> Tensor:
     """SMART's smoothness-inducing adversarial term ℓ_s(f(x + δ), f(x)) for one batch.
 
     forward_fn: maps word embeddings shaped like `embeds` (B, T, H) to the head's output
@@ -53,12 +54,9 @@ def smart_adversarial_loss(
     embeds: the word embeddings the clean pass used.
     clean_out: f(embeds), with its graph.
     kind: "classification" | "binary" | "regression" (see `minbert.train.losses.divergence`).
-    noise_var: the scale σ of the starting noise δ₀ = σ·N(0, 1) (the name and the use as a
-        standard deviation follow the reference implementation, mt-dnn's `adv_noise_var`).
-    steps: ascent steps; each takes δ ← Π_ε(δ + step_size · g / ||g||_∞), with g = ∇_δ ℓ_s
-        (clean output held fixed), ||·||_∞ per example and Π_ε clamping to [-ε, ε].
-    generator: draws the starting noise; it may live on another device than `embeds` (a CPU
-        generator for a CUDA model gives the same δ₀ on every device).
+    ascent: the inner maximisation (`Ascent`): each step takes δ ← Π_ε(δ + step_size · g / ||g||_∞),
+        with g = ∇_δ ℓ_s (clean output held fixed), ||·||_∞ per example and Π_ε clamping to [-ε, ε].
+    generator: draws the starting noise, on its own device (the model's: no copy to the device).
     zero_perturbation: evaluate at δ = 0 (no noise, no ascent); the term is then exactly zero
         when forward_fn is deterministic (dropout off), which tests use.
     ascent_grads: when a list, each ascent step's gradient g is appended to it (for inspection).
@@ -83,25 +81,27 @@ def smart_adversarial_loss(
         if zero_perturbation:
             delta = torch.zeros_like(embeds)
         else:
-            # Draw on the generator's device (a CPU generator may drive a CUDA model), then move.
-            noise_device = generator.device if generator is not None else embeds.device
-            noise = torch.randn(embeds.shape, generator=generator, device=noise_device,
-                                dtype=embeds.dtype).to(embeds.device)
-            delta = (noise * noise_var).clamp(-epsilon, epsilon)
-            x, target = embeds.detach(), clean_out.detach()
-            for _ in range(steps):
-                delta.requires_grad_(True)
-                with torch.enable_grad():
-                    adv_loss = divergence(forward_fn(x + delta), target, kind)
-                    (grad,) = torch.autograd.grad(adv_loss, delta)
-                # Overflow must not poison δ: non-finite entries take no step.
-                grad = torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
-                if ascent_grads is not None:
-                    ascent_grads.append(grad)
-                direction = grad / (_per_example_inf_norm(grad) + 1e-12)
-                delta = (delta.detach() + step_size * direction).clamp(-epsilon, epsilon)
-            delta = delta.detach()
+            delta = _ascend(forward_fn, embeds.detach(), clean_out.detach(), kind, ascent, generator, ascent_grads)
         return divergence(forward_fn(embeds + delta), clean_out, kind)
+
+
+def _ascend(forward_fn, x: Tensor, target: Tensor, kind: str, ascent: Ascent, generator, ascent_grads) -> Tensor:
+    """The perturbation δ the inner maximisation reaches from noise (a constant: detached)."""
+    noise_device = generator.device if generator is not None else x.device
+    noise = torch.randn(x.shape, generator=generator, device=noise_device, dtype=x.dtype).to(x.device)
+    delta = (noise * ascent.noise_var).clamp(-ascent.epsilon, ascent.epsilon)
+    for _ in range(ascent.steps):
+        delta.requires_grad_(True)
+        with torch.enable_grad():
+            adv_loss = divergence(forward_fn(x + delta), target, kind)
+            (grad,) = torch.autograd.grad(adv_loss, delta)
+        # Overflow must not poison δ: non-finite entries take no step.
+        grad = torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
+        if ascent_grads is not None:
+            ascent_grads.append(grad)
+        direction = grad / (_per_example_inf_norm(grad) + 1e-12)
+        delta = (delta.detach() + ascent.step_size * direction).clamp(-ascent.epsilon, ascent.epsilon)
+    return delta.detach()
 
 
 # ---------------------------------------------------------------- SMART: Bregman proximal point
