@@ -1,26 +1,29 @@
-"""The training step on a GPU (and, as a smoke test, on a CPU): time, throughput, MFU, memory, syncs.
+"""The training step on a GPU against transformers' BertModel timed in the same run (CPU: a smoke run).
 
     python bench/gpu_train.py                 # CUDA: bert-base shape (random weights) and MiniLM, batches 8/16/32
-    python bench/gpu_train.py --compile       # the same under torch.compile
-    python bench/gpu_train.py --quick         # smoke run (CPU, CI): a tiny random BERT, batch 8, a few steps
+    python bench/gpu_train.py --device cpu --shapes tiny --batches 8 --rounds 2 --steps 3   # CPU smoke run
+    python bench/gpu_train.py --quick         # the same smoke run (tests/test_bench.py runs it)
+    python bench/gpu_train.py --op-count      # also the operations one step dispatches (bench/op_count.py)
 
-What is timed is the pipeline's own step, `minbert.train.loop.train_step` (forward, loss, backward,
-clip, fused AdamW; SMART's rows add its adversarial term and momentum copy), on batches the
-pipeline's `TaskStream` draws from real SST / Quora / STS training rows (../shared/data, else
-data/demo): length-bucketed, padded to a multiple of 8, one task per step in turn. Each shape
-(model x batch size x SMART) gets its own warm-up steps, then timed steps (CUDA events on a GPU,
-the wall clock on a CPU).
+Three steps run on the same batches, round after round (their order rotating), for each shape:
+- ours: the pipeline's own training step (bench/steps.py's OurStep: minbert.train.loop.start_run
+  builds the run; on CUDA with cuda_graphs the captured step of minbert.train.step replays it, on a
+  CPU `train_step` runs eagerly with the padding removed), on the task's head and loss, clip 1.0,
+  our fused AdamW;
+- ref eager: transformers.BertModel (attn_implementation="sdpa"), a linear head on [CLS] and the
+  task's loss, clip 1.0, torch's fused AdamW, bf16 autocast where ours uses it;
+- ref graph (CUDA only): the same step, forward to AdamW(capturable=True), captured once per batch
+  shape in a CUDA graph and replayed (PyTorch's whole-network capture).
+The batches are the pipeline's TaskStream draws of real Quora training pairs (cross-encoded,
+../shared/data, else data/demo), length-bucketed as the product pads them on that path (fixed
+lengths where the step is captured), each batch warmed up for every step before timing.
 
-Printed: the environment (GPU, CUDA, cuDNN, torch, precision, attention backends, compile); per
-shape the step time median and p10-p90, updates/s, real and padded tokens/s, MFU (model FLOPs
-6 x parameters x real tokens plus attention's 12 x layers x hidden x padded length x real tokens,
-over the peak stated; the parameter count excludes the embeddings), peak GPU memory, and host syncs
-per step (torch.cuda's sync debug mode on a GPU; on a CPU the operations that would make the host
-wait, counted as tests/test_hot_loop.py does); then the catalogue's time projected from its real
-update counts (params/full.yaml's fine-tunings at their batch sizes on the real data sizes, each
-update costing the measured bert-base step per task it trains, SMART's step for its SMART jobs when
-measured (--smart); the frozen-encoder jobs at the full step, an upper bound now that they train on
-stored embeddings; pretraining, head retraining, prediction and evaluation not counted).
+Printed: the environment; per shape and batch size, each step's median and p10-p90 ms (CUDA events
+per step on a GPU, the wall clock on a CPU) and the ratio ours/reference of the step time (below
+1: ours is faster), the median over rounds of the per-round median ratio with its min-max; ours'
+real tokens/s, MFU, peak GPU memory and host syncs per step; then the catalogue's time projected
+from its real update counts (params/full.yaml's fine-tunings, each update at the measured bert-base
+step of the nearest batch size).
 """
 from __future__ import annotations
 
@@ -38,20 +41,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from steps import RAW, OurStep, ReferenceStep, data_dir, encoders  # noqa: E402
 
 from minbert.core.runtime import configure  # noqa: E402
-from minbert.data.batches import build_task_data
 from minbert.data.read import read_cs224n, target_sizes  # noqa: E402
-from minbert.model.bert import BertConfig, BertModel  # noqa: E402
-from minbert.model.multitask import MultitaskModel, encoder_parameters, head_parameters
 from minbert.model.tokenizer import Tokenizer  # noqa: E402
-from minbert.model.weights import load_encoder, packaged_minilm_folder  # noqa: E402
-from minbert.params import FinetuneParams, load_params  # noqa: E402
-from minbert.train import loop as T  # noqa: E402
-from minbert.train.optim import build_adamw  # noqa: E402
+from minbert.model.weights import packaged_minilm_folder  # noqa: E402
+from minbert.params import load_params  # noqa: E402
+from minbert.train.training import Plan  # noqa: E402
 
-TASKS = ("sst", "para", "sts")
-RAW = {"sst": "ids-sst", "para": "quora", "sts": "sts", "cfimdb": "ids-cfimdb"}
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "is_nonzero", "equal"}
 # dense peak TFLOP/s by device name (bf16 / TF32), from the vendors' data sheets
 PEAKS = {"H200": (989.0, 494.7), "H100 SXM": (989.0, 494.7), "H100 80GB HBM3": (989.0, 494.7),
@@ -59,34 +59,9 @@ PEAKS = {"H200": (989.0, 494.7), "H100 SXM": (989.0, 494.7), "H100 80GB HBM3": (
          "A10": (125.0, 62.5), "L40S": (362.0, 183.0)}
 
 
-def data_dir() -> Path:
-    shared = REPO.parent / "shared" / "data" / "cs224n"
-    return shared if (shared / "ids-sst-train.csv").is_file() else REPO / "data" / "demo"
-
-
-def load_train(tok: Tokenizer, heads, rows: int) -> dict:
-    src = data_dir()
-    out = {}
-    for task in TASKS:
-        frame, _ = read_cs224n(src / f"{RAW[task]}-train.csv", task, on_bad_rows="drop")
-        out[task] = build_task_data(task, frame.head(rows).reset_index(drop=True), tok, heads)
-    return out
-
-
-def model_for(shape: str) -> MultitaskModel:
-    if shape == "minilm":
-        encoder, _, _ = load_encoder("all-MiniLM-L6-v2")
-    elif shape == "bert-base":
-        torch.manual_seed(0)
-        encoder = BertModel(BertConfig())            # bert-base-uncased's shape, random weights
-    else:
-        torch.manual_seed(0)
-        encoder = BertModel(BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                       intermediate_size=128))
-    return encoder
-
-
 class SyncCounter(TorchDispatchMode):
+    """On a CPU: the operations that would make the host wait for a GPU (tests/test_hot_loop.py)."""
+
     def __init__(self):
         super().__init__()
         self.n = 0
@@ -95,10 +70,6 @@ class SyncCounter(TorchDispatchMode):
         if func.__name__.split(".")[0] in SYNC_OPS:
             self.n += 1
         return func(*args, **(kwargs or {}))
-
-
-def non_embedding_params(model: MultitaskModel) -> int:
-    return sum(p.numel() for n, p in model.named_parameters() if ".embeddings." not in n and p.requires_grad)
 
 
 def peak_tflops(device: torch.device, bf16: bool, given: float | None) -> tuple[float | None, str]:
@@ -113,94 +84,96 @@ def peak_tflops(device: torch.device, bf16: bool, given: float | None) -> tuple[
     return None, f"unknown for {name} (give --peak-tflops)"
 
 
-def measure(shape: str, encoder: BertModel, tok: Tokenizer, batch: int, smart: bool, args, device, bf16) -> dict:
-    cfg = FinetuneParams(tasks=list(TASKS), batch_size=batch, lr=2e-5, epochs=1, smart={"enabled": smart},
-                         heads={"pooling": "cls", "para": "cross", "sts": "cross"}, downsample={"mode": "none"})
-    model = MultitaskModel(encoder, cfg.heads, list(TASKS)).to(device)
-    if args.compile:
-        model.encoder = torch.compile(model.encoder, dynamic=True)
-    train = load_train(tok, cfg.heads, args.rows)
-    optimizer = build_adamw([(encoder_parameters(model), cfg.lr), (head_parameters(model), cfg.lr)], cfg.weight_decay)
-    momentum = None
-    if smart:
-        from minbert.train.regularisers import MomentumModel
-
-        momentum = MomentumModel(model, cfg.smart.beta)
-        momentum.module.eval()
-    generators = {"smart": torch.Generator().manual_seed(1), "pcgrad": torch.Generator().manual_seed(2)}
-    run = T.Run(model, tok, train, {}, cfg, 0, device, bf16, T.DistInfo(), optimizer,
-                [p for p in model.parameters() if p.requires_grad], momentum, generators, Path(tempfile.gettempdir()),
-                "", {}, {}, False)
-    plan = T.Plan(stages=[list(TASKS)], epochs={}, total_updates=10**6, warmup=0)
-    state = T.TrainState()
-    totals = T.EpochTotals(list(TASKS), device)
-    streams = {t: T.TaskStream(train[t], tok, batch, 11 + i, 0, T.DistInfo()) for i, t in enumerate(TASKS)}
-    model.train()
-
-    def one(k):
-        task = TASKS[k % len(TASKS)]
-        b = streams[task].next()
-        labels = [b["labels"].numpy()]
-        real = int(b["attention_mask"].sum())
-        padded = b["attention_mask"].numel()
-        length = b["attention_mask"].shape[1]
-        return [(task, b)], labels, real, padded, length
-
-    for k in range(args.warmup):
-        bt, lb, *_ = one(k)
-        T.train_step(run, state, plan, bt, lb, totals)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats(device)
-    times, reals, pads, flops = [], [], [], []
-    n_params = non_embedding_params(model)
-    cfg_e = encoder.config
-    for k in range(args.steps):
-        bt, lb, real, padded, length = one(k)
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            T.train_step(run, state, plan, bt, lb, totals)
-            end.record()
-            times.append((start, end))
-        else:
-            t0 = time.perf_counter()
-            T.train_step(run, state, plan, bt, lb, totals)
-            times.append(time.perf_counter() - t0)
-        reals.append(real)
-        pads.append(padded)
-        passes = 3 if not smart else 3 + 2 * 3      # forward + backward; SMART: its ascent and adversarial passes too
-        flops.append(passes * (2 * n_params * real + 4 * cfg_e.num_hidden_layers * cfg_e.hidden_size * length * real))
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        times = [s.elapsed_time(e) / 1000 for s, e in times]
-    # host syncs in one more step
-    bt, lb, *_ = one(args.steps)
+def host_syncs(step, batch, device) -> int:
+    """Host syncs in one more step: torch.cuda's sync debug mode on a GPU, SyncCounter on a CPU."""
     if device.type == "cuda":
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                T.train_step(run, state, plan, bt, lb, totals)
+                step(batch)
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-        syncs = sum("synchroniz" in str(w.message).lower() for w in caught)
+        return sum("synchroniz" in str(w.message).lower() for w in caught)
+    counter = SyncCounter()
+    with counter:
+        step(batch)
+    return counter.n
+
+
+def time_steps(step, batches, device) -> list[float]:
+    """Seconds per step over `batches`: CUDA events around each step on a GPU, the wall clock on a CPU."""
+    if device.type == "cuda":
+        events = []
+        for b in batches:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step(b)
+            end.record()
+            events.append((start, end))
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) / 1000 for s, e in events]
+    out = []
+    for b in batches:
+        t0 = time.perf_counter()
+        step(b)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def measure(shape: str, tok: Tokenizer, batch: int, args, device, bf16) -> dict:
+    """Ours and the references on the same batches, rounds interleaved; times in seconds per step."""
+    ours_encoder, ref_model = encoders(shape)
+    ours = OurStep(ours_encoder, tok, args.task, batch, device, bf16, rows=args.rows)
+    batches = ours.batches(args.steps)
+    steps = {"ours": ours, "ref eager": ReferenceStep(ref_model, args.task, device, bf16)}
+    skipped = None
+    if device.type == "cuda":
+        graph_model = encoders(shape)[1]
+        steps["ref graph"] = ReferenceStep(graph_model, args.task, device, bf16, graph=True)
     else:
-        counter = SyncCounter()
-        with counter:
-            T.train_step(run, state, plan, bt, lb, totals)
-        syncs = counter.n
-    total = sum(times)
-    return {"shape": shape, "batch": batch, "smart": smart, "median": statistics.median(times),
-            "p10": float(np.percentile(times, 10)), "p90": float(np.percentile(times, 90)),
-            "updates_s": len(times) / total, "real_tok_s": sum(reals) / total, "pad_tok_s": sum(pads) / total,
-            "flops_s": sum(flops) / total, "params": n_params,
-            "peak_mem": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
-            "syncs": syncs}
+        skipped = "ref graph skipped: CUDA graphs need a CUDA device"
+    for step in steps.values():      # warm-up: every batch's shape (ours and ref graph capture it here)
+        for _ in range(args.warmup):
+            for b in batches:
+                step(b)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+    times = {name: [] for name in steps}
+    names = list(steps)
+    for rnd in range(args.rounds):
+        order = names[rnd % len(names):] + names[:rnd % len(names)]
+        for name in order:
+            times[name].append(time_steps(steps[name], batches, device))
+    syncs = host_syncs(ours, batches[0], device)
+    peak_mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    real = sum(int(b["attention_mask"].sum()) for b in batches)
+    cfg = ours_encoder.config
+    n_params = sum(p.numel() for n, p in ours.tr.model.named_parameters() if ".embeddings." not in n)
+    lengths = [b["attention_mask"].shape[1] for b in batches]
+    flops = sum(3 * (2 * n_params * int(b["attention_mask"].sum()) + 4 * cfg.num_hidden_layers * cfg.hidden_size
+                     * L * int(b["attention_mask"].sum())) for b, L in zip(batches, lengths))
+    flat = {n: [t for r in v for t in r] for n, v in times.items()}
+    return {"times": flat, "rounds": times, "paths": {n: s.path for n, s in steps.items()}, "skipped": skipped,
+            "syncs": syncs, "peak_mem": peak_mem, "real_per_pass": real, "flops_per_pass": flops,
+            "mean_length": statistics.mean(lengths), "n": len(batches)}
 
 
-def environment(device, bf16, args) -> str:
-    parts = [f"torch {torch.__version__}", f"precision {'bf16' if bf16 else 'fp32'}", f"compile {args.compile}"]
+def ratio_cells(rounds: dict, ref: str) -> str:
+    per_round = [statistics.median(o) / statistics.median(r) for o, r in zip(rounds["ours"], rounds[ref])]
+    return f"{statistics.median(per_round):.2f} ({min(per_round):.2f}-{max(per_round):.2f})"
+
+
+def ms(ts: list[float]) -> str:
+    return f"{1000 * statistics.median(ts):.2f} ({1000 * np.percentile(ts, 10):.2f}-{1000 * np.percentile(ts, 90):.2f})"
+
+
+def environment(device, bf16) -> str:
+    import transformers
+
+    parts = [f"torch {torch.__version__}", f"transformers {transformers.__version__}",
+             f"precision {'bf16' if bf16 else 'fp32'}"]
     if device.type == "cuda":
         parts = [f"GPU {torch.cuda.get_device_name(device)}", f"CUDA {torch.version.cuda}",
                  f"cuDNN {torch.backends.cudnn.version()}"] + parts
@@ -215,8 +188,10 @@ def environment(device, bf16, args) -> str:
 
 
 def projection(step_times: dict) -> list[str]:
-    """params/full.yaml's fine-tunings: each update costs the measured step per task it trains."""
+    """params/full.yaml's fine-tunings: each update costs the measured bert-base step per task it trains."""
     path = REPO / "params" / "full.yaml"
+    if not path.is_file():
+        return ["(no projection: params/full.yaml is not here)"]
     import yaml
 
     text = (REPO / "params.yaml").read_text().replace("catalogue: demo", "catalogue: full")
@@ -231,65 +206,85 @@ def projection(step_times: dict) -> list[str]:
         return [f"(no projection: the catalogue's data {src} is not here)"]
     rows = {t: len(read_cs224n(src / f"{RAW[t]}-train.csv", t, on_bad_rows="drop")[0]) for t in RAW}
     seconds, updates, jobs = 0.0, 0, 0
-    batches = sorted({b for (_, b, _) in step_times})
-    for name, exp in lp.experiments.items():
+    batches = sorted({b for (_, b) in step_times})
+    for exp in lp.experiments.values():
         ft = exp.finetune
         tasks = [t for t in ft.tasks if t in rows]
         sizes = target_sizes({t: rows[t] for t in tasks}, ft.downsample)
-        plan = T.Plan.build(ft, tasks, sizes, exp.seed)
+        plan = Plan.build(ft, tasks, sizes, exp.seed)
         b = min(batches, key=lambda x: abs(x - ft.batch_size))
-        t = step_times[("bert-base", b, bool(ft.smart.enabled))] if ("bert-base", b, bool(ft.smart.enabled)) in step_times \
-            else step_times[("bert-base", b, False)]
         n = sum(len(u) for ups in plan.epochs.values() for u in ups)
-        seconds += n * t
+        seconds += n * step_times[("bert-base", b)]
         updates += plan.total_updates
         jobs += 1
     return [f"catalogue projection: {jobs} fine-tunings of params/full.yaml, {updates:,} updates on the real data "
-            f"sizes, about {seconds / 3600:.2f} h of training steps on this device (bert-base shape; pretraining, "
-            f"prediction and evaluation not counted)"]
+            f"sizes, about {seconds / 3600:.2f} h of training steps on this device (bert-base shape, ours; SMART's "
+            f"extra passes, pretraining, prediction and evaluation not counted)"]
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="bert-base,minilm")
+    ap.add_argument("--shapes", default="bert-base,minilm", help="bert-base, minilm, tiny (comma-separated)")
     ap.add_argument("--batches", default="8,16,32")
-    ap.add_argument("--smart", action="store_true", help="also time SMART steps (the catalogue's SMART jobs)")
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--rows", type=int, default=4000, help="training rows per task the batches come from")
+    ap.add_argument("--task", default="para", help="whose batches and loss (para: Quora pairs, cross-encoded)")
+    ap.add_argument("--steps", type=int, default=20, help="batches per round")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the ratio is their median")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed passes over the batches per step")
+    ap.add_argument("--rows", type=int, default=4000, help="training rows the batches are drawn from")
     ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
-    ap.add_argument("--compile", action="store_true", help="torch.compile the encoder")
     ap.add_argument("--peak-tflops", type=float, default=None, help="the device's peak, for MFU")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--quick", action="store_true", help="smoke run: a tiny random BERT, batch 8, 2+3 steps, CPU")
-    args = ap.parse_args()
+    ap.add_argument("--op-count", action="store_true", help="also count the operations one step dispatches "
+                    "(bench/op_count.py, on the CPU, first shape and largest batch)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: a tiny random BERT, batch 8, 2 rounds of 3 "
+                    "steps, CPU")
+    args = ap.parse_args(argv)
     if args.quick:
-        args.shapes, args.batches, args.warmup, args.steps, args.rows, args.device = "tiny", "8", 2, 3, 64, "cpu"
+        args.shapes, args.batches, args.warmup, args.steps, args.rounds, args.rows, args.device = \
+            "tiny", "8", 1, 3, 2, 64, "cpu"
     device = torch.device("cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
+    if args.device == "cuda" and device.type != "cuda":
+        ap.error("--device cuda: no CUDA device here")
     bf16 = configure(device, args.precision)
     tok = Tokenizer(packaged_minilm_folder(), 128)
-    print(environment(device, bf16, args))
-    print(f"data: {data_dir()} (first {args.rows} training rows per task), lengths padded to a multiple of 8")
+    print(environment(device, bf16))
+    print(f"data: {data_dir()}, task {args.task} (first {args.rows} training rows), {args.rounds} rounds x "
+          f"{args.steps} batches per step")
+    if device.type != "cuda":
+        print("ref graph: skipped (CUDA graphs need a CUDA device; ours runs its CPU path: eager, padding removed)")
     peak, peak_note = peak_tflops(device, bf16, args.peak_tflops)
     print(f"MFU peak: {peak_note}{f' = {peak:g} TFLOP/s' if peak else ''}")
-    print("\n| model | batch | SMART | params (non-embedding) | step ms median (p10-p90) | updates/s | real tok/s | "
-          "padded tok/s | MFU | peak GPU GiB | host syncs/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    step_times = {}
+    refs = ["ref eager"] + (["ref graph"] if device.type == "cuda" else [])
+    print("\n| model | batch | mean length | ours ms median (p10-p90) | "
+          + " | ".join(f"{r} ms median (p10-p90) | ours/{r} (min-max)" for r in refs)
+          + " | real tok/s (ours) | MFU (ours) | peak GPU GiB | host syncs/step |")
+    print("|---|---|---|---|" + "---|---|" * len(refs) + "---|---|---|---|")
+    step_times, paths = {}, None
     for shape in args.shapes.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
-            for smart in ([False, True] if args.smart else [False]):
-                r = measure(shape, model_for(shape), tok, batch, smart, args, device, bf16)
-                step_times[(shape, batch, smart)] = r["median"]
-                mfu = f"{100 * r['flops_s'] / (peak * 1e12):.1f}%" if peak else "n/a"
-                mem = f"{r['peak_mem']:.2f}" if r["peak_mem"] is not None else "n/a"
-                print(f"| {shape} | {batch} | {'yes' if smart else 'no'} | {r['params'] / 1e6:.1f}M | "
-                      f"{1000 * r['median']:.1f} ({1000 * r['p10']:.1f}-{1000 * r['p90']:.1f}) | {r['updates_s']:.1f} | "
-                      f"{r['real_tok_s']:,.0f} | {r['pad_tok_s']:,.0f} | {mfu} | {mem} | {r['syncs']} |", flush=True)
+            r = measure(shape, tok, batch, args, device, bf16)
+            paths = r["paths"]
+            t = r["times"]
+            step_times[(shape, batch)] = statistics.median(t["ours"])
+            per_pass = statistics.median(t["ours"]) * r["n"]
+            mfu = f"{100 * r['flops_per_pass'] / per_pass / (peak * 1e12):.1f}%" if peak else "n/a"
+            mem = f"{r['peak_mem']:.2f}" if r["peak_mem"] is not None else "n/a"
+            cells = " | ".join(f"{ms(t[ref])} | {ratio_cells(r['rounds'], ref)}" for ref in refs)
+            print(f"| {shape} | {batch} | {r['mean_length']:.1f} | {ms(t['ours'])} | {cells} | "
+                  f"{r['real_per_pass'] / per_pass:,.0f} | {mfu} | {mem} | {r['syncs']} |", flush=True)
+    print("ours/ref: step time ratio (below 1: ours is faster), median over rounds of the per-round medians")
+    print("paths: " + "; ".join(f"{n}: {p}" for n, p in paths.items()))
     if any(k[0] == "bert-base" for k in step_times):
         for line in projection(step_times):
             print(line)
+    if args.op_count:
+        from op_count import main as op_count
+
+        op_count(["--shape", args.shapes.split(",")[0], "--task", args.task,
+                  "--batch", str(max(int(b) for b in args.batches.split(","))),
+                  "--precision", "bf16" if bf16 else "fp32"])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
