@@ -43,14 +43,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from steps import RAW, OurStep, ReferenceStep, data_dir, encoders  # noqa: E402
+from steps import RAW, OurStep, ReferenceStep, data_dir, encoders
 
-from minbert.core.runtime import configure  # noqa: E402
-from minbert.data.read import read_cs224n, target_sizes  # noqa: E402
-from minbert.model.tokenizer import Tokenizer  # noqa: E402
-from minbert.model.weights import packaged_minilm_folder  # noqa: E402
-from minbert.params import load_params  # noqa: E402
-from minbert.train.training import Plan  # noqa: E402
+from minbert.core.runtime import configure
+from minbert.data.read import read_cs224n, target_sizes
+from minbert.model.tokenizer import Tokenizer
+from minbert.model.weights import packaged_minilm_folder
+from minbert.params import load_params
+from minbert.train.training import Plan
 
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "is_nonzero", "equal"}
 # dense peak TFLOP/s by device name (bf16 / TF32), from the vendors' data sheets
@@ -217,9 +217,10 @@ def projection(step_times: dict) -> list[str]:
         seconds += n * step_times[("bert-base", b)]
         updates += plan.total_updates
         jobs += 1
-    return [f"catalogue projection: {jobs} fine-tunings of params/full.yaml, {updates:,} updates on the real data "
+    line = (f"catalogue projection: {jobs} fine-tunings of params/full.yaml, {updates:,} updates on the real data "
             f"sizes, about {seconds / 3600:.2f} h of training steps on this device (bert-base shape, ours; SMART's "
-            f"extra passes, pretraining, prediction and evaluation not counted)"]
+            f"extra passes, pretraining, prediction and evaluation not counted)")
+    return [line]
 
 
 def main(argv=None) -> int:
