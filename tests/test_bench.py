@@ -1,34 +1,107 @@
-"""bench/gpu_train.py runs on a CPU in CI's time (its smoke run times the pipeline's own step and
-finds no host sync in it); its catalogue projection adds up params/full.yaml's real update counts."""
+"""The benchmarks run on a CPU in seconds at a tiny size and print what they promise: bench/gpu_train.py
+our step and transformers' beside it with the ratio and its range (no host sync in ours);
+bench/op_count.py the operations a step dispatches on each path; bench/startup.py start-up and
+import cost against an older tree with ratios; the GPU benchmark's catalogue projection adds up
+params/full.yaml's real update counts. Nothing here checks a timing."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO, child_env, shared_data_dir
 
+RANGE = re.compile(r"^(\d+\.\d+) \((\d+\.\d+)-(\d+\.\d+)\)$")      # "median (low-high)"
 
-def test_gpu_train_smoke_run_on_cpu():
-    env = child_env(OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "bench/gpu_train.py", "--quick"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith("CPU,") and "torch" in lines[0] and "compile False" in lines[0]
-    row = next(line for line in lines if line.startswith("| tiny | 8 |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert float(cells[5]) > 0 and cells[-1] == "0"           # updates/s; host syncs per step
+
+def run_bench(*argv: str, timeout: int = 300) -> list[str]:
+    out = subprocess.run([sys.executable, *argv], cwd=REPO, env=child_env(OMP_NUM_THREADS="1"), capture_output=True,
+                         text=True, timeout=timeout, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.splitlines()
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def a_range(cell: str) -> tuple[float, float, float]:
+    m = RANGE.match(cell)
+    assert m, cell
+    median, low, high = map(float, m.groups())
+    assert low <= median <= high, cell
+    return median, low, high
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_train_smoke_run_on_cpu_times_ours_and_the_reference():
+    lines = run_bench("bench/gpu_train.py", "--quick")
+    assert lines[0].startswith("CPU,") and "torch" in lines[0] and "transformers" in lines[0]
+    assert any(line.startswith("ref graph: skipped (CUDA graphs need a CUDA device") for line in lines)
+    header = cells(next(line for line in lines if line.startswith("| model |")))
+    row = dict(zip(header, cells(next(line for line in lines if line.startswith("| tiny | 8 |")))))
+    ours, _, _ = a_range(row["ours ms median (p10-p90)"])
+    ref, _, _ = a_range(row["ref eager ms median (p10-p90)"])
+    ratio, low, high = a_range(row["ours/ref eager (min-max)"])
+    assert ours > 0 and ref > 0 and 0 < low <= ratio <= high
+    assert "ref graph ms median (p10-p90)" not in row                  # no CUDA: no graph column
+    assert float(row["real tok/s (ours)"].replace(",", "")) > 0 and row["host syncs/step"] == "0"
+    paths = next(line for line in lines if line.startswith("paths: "))
+    assert "ours: eager, padding removed" in paths and "ref eager: eager" in paths
+
+
+def test_op_count_counts_each_path_and_the_reference():
+    lines = run_bench("bench/op_count.py", "--shape", "tiny", "--batch", "8", "--rows", "64", "--top", "3")
+    rows = [cells(line) for line in lines if line.startswith(("| ours |", "| transformers |"))]
+    assert [(r[0], r[1]) for r in rows] == [("ours", "eager, padding removed"),
+                                            ("ours", "padded buckets, parts run eagerly"), ("transformers", "eager")]
+    for name, _, length, total, not_views, ratio_total, ratio_not_views in rows:
+        assert 0 < int(not_views) < int(total) and int(length) % 8 == 0
+        assert float(ratio_total) > 0 and float(ratio_not_views) > 0
+    ref_total = int(rows[-1][3])
+    assert rows[-1][5] == "1.00" and float(rows[0][5]) == pytest.approx(int(rows[0][3]) / ref_total, abs=0.006)
+    assert sum(line.startswith(("ours (", "transformers (")) and "mm" in line for line in lines) == 3
+
+
+def test_op_counter_counts_views_apart():
+    import torch
+
+    counter = load("op_count").OpCounter()
+    x = torch.ones(4, 4)
+    with counter:
+        (x.t() @ x).view(16).sum()
+    assert (counter.total, counter.not_views) == (4, 2)       # t, mm, view, sum: two of them views
+
+
+def have_revision(rev: str) -> bool:
+    return subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{rev}^{{commit}}"], capture_output=True,
+                          check=False).returncode == 0
+
+
+@pytest.mark.skipif(not have_revision("28500f9"), reason="the old revision is not in this clone")
+def test_startup_compares_this_tree_with_the_old_one():
+    lines = run_bench("bench/startup.py", "--quick", timeout=600)
+    assert lines[0].startswith("start-up: this tree") and "against 28500f9" in lines[0]
+    rows = {cells(line)[0]: cells(line)[1:] for line in lines if line.startswith("| ") and not line.startswith("| m")}
+    assert len(rows) == 3, rows
+    for new, old, ratio in rows.values():
+        n, o, r = a_range(new)[0], a_range(old)[0], a_range(ratio)[0]
+        assert n > 0 and o > 0 and r == pytest.approx(n / o, rel=0.02)
+    assert "stages.evaluate imports torch: new no" in lines[-1]      # a stage reading predictions needs no torch
 
 
 @pytest.mark.skipif(shared_data_dir() is None, reason="the real data is not here")
 def test_catalogue_projection_adds_up_the_real_update_counts():
-    spec = importlib.util.spec_from_file_location("gpu_train", REPO / "bench" / "gpu_train.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    one = {("bert-base", b, s): 1.0 for b in (8, 16, 32) for s in (False, True)}
-    line = bench.projection(one)[0]
-    hours = float(line.split("about ")[1].split(" h")[0])
+    bench = load("gpu_train")
+    one = {("bert-base", b): 1.0 for b in (8, 16, 32)}
+    hours = float(bench.projection(one)[0].split("about ")[1].split(" h")[0])
     double = float(bench.projection({k: 2.0 for k in one})[0].split("about ")[1].split(" h")[0])
     assert hours > 0 and double == pytest.approx(2 * hours, rel=1e-3)
