@@ -207,7 +207,10 @@ class SnakemakeDag:
             if dep in job.sources:
                 out.append(ancient(dep))
             elif maker is not None and dep in maker.files:
-                out += [r for r in job.reads if r.startswith(dep.rstrip("/") + "/")]
+                # the files of the folder the job reads: those it names, or all the maker lists when
+                # it reads the whole folder (a teacher's outputs); each links the job to its maker
+                inside = [r for r in job.reads if r.startswith(dep.rstrip("/") + "/")]
+                out += maker.files[dep] if dep in job.reads or not inside else inside
             else:
                 out.append(dep)
         return out

@@ -89,6 +89,7 @@ class CapturedSteps:
         self.touched: dict[str, set] = {}           # task -> the parameters its loss gives a gradient to
         self.shapes: dict[tuple, _Shape] = {}
         self.updates: dict[frozenset, object] = {}  # set of tasks -> the captured update (or None: eager)
+        self.seen: set[frozenset] = set()           # sets of tasks updated once (eagerly) so far
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.failed = False
 
@@ -211,9 +212,13 @@ class CapturedSteps:
         torch._foreach_copy_(grads, kept)
 
     def _update(self, tasks: frozenset):
-        """The captured update of `tasks` (clip, AdamW, zeroing), recorded the first time."""
+        """The captured update of `tasks` (clip, AdamW, zeroing): run eagerly the first time (it
+        warms up the kernels, as capturing wants), recorded the second and replayed from then on."""
         if tasks in self.updates:
             return self.updates[tasks]
+        if tasks not in self.seen:
+            self.seen.add(tasks)
+            return None
         graph = None
         if self.capture and not self.failed:
             try:
