@@ -24,7 +24,9 @@ import math
 import re
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +39,30 @@ from minbert.core.tasks import TASK_NAMES, TASKS, Task
 # ---------------------------------------------------------------- the tasks' files and columns
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
-ALL_TASKS = TASK_NAMES + ("nli",)                       # what results/data holds
 RAW_SPLITS = {"train": "train", "dev": "dev", "test": "test-student"}   # our split -> file suffix
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What results/data holds for one source: a task of the registry (minbert.core.tasks) or a
+    pretraining source that is no task (NLI): its columns, how a label is read back, the splits
+    the prepare stage writes."""
+    columns: tuple[str, ...]
+    parse: Callable[[str], object]                    # a label's text -> its value, None when invalid
+    rule: str                                         # what a label must be, for messages
+    dtype: object = None                              # the label column's numpy type (None: as read)
+    splits: tuple[str, ...] = ("train", "dev", "test")
+
+
+def _prepared_sources() -> dict[str, Prepared]:
+    out = {t: Prepared(("id", *TASKS[t].text_columns, "label"), partial(_parse_label, TASKS[t]),
+                       _label_rule(TASKS[t]), float if TASKS[t].kind == "regression" else np.int64)
+           for t in TASK_NAMES}
+    # NLI: a pretraining source (minbert.train.nli), registered here and nowhere else
+    out["nli"] = Prepared(("id", "group", "sentence1", "sentence2", "label"),
+                          lambda v: v if v in NLI_LABELS else None, "one of " + ", ".join(NLI_LABELS),
+                          splits=("train", "dev"))
+    return out
 
 
 def raw_path(data_dir: str | Path, task: str, split: str) -> Path:
@@ -47,9 +71,7 @@ def raw_path(data_dir: str | Path, task: str, split: str) -> Path:
 
 
 def output_columns(task: str) -> list[str]:
-    if task == "nli":
-        return ["id", "group", "sentence1", "sentence2", "label"]
-    return ["id", *TASKS[task].text_columns, "label"]
+    return list(PREPARED[task].columns)
 
 
 # ---------------------------------------------------------------- reports of what was read
@@ -154,6 +176,9 @@ def _label_rule(spec: Task) -> str:
     if spec.kind != "regression":
         return "an integer in {" + ", ".join(map(str, spec.labels)) + "}"
     return f"a number from {spec.label_range[0]:g} to {spec.label_range[1]:g}"
+
+
+PREPARED = _prepared_sources()                          # what results/data holds, by source name
 
 
 def unquote_field(field: str) -> str:
@@ -367,9 +392,9 @@ def split_by_group(frame: pd.DataFrame, dev_fraction: float, seed: int) -> tuple
 
 def _task_of(path: Path) -> str:
     task = path.name.split("-", 1)[0]
-    if task not in ALL_TASKS:
+    if task not in PREPARED:
         raise MinBertError(f"{path}: cannot tell the task from the file name (expected "
-                           f"<task>-<split>.tsv with task one of {', '.join(ALL_TASKS)})")
+                           f"<task>-<split>.tsv with task one of {', '.join(PREPARED)})")
     return task
 
 
@@ -412,12 +437,6 @@ def write_split(frame: pd.DataFrame, path: str | Path) -> None:
             f.write("\n".join(lines) + "\n")
 
 
-def _prepared_label(task: str, value: str):
-    if task == "nli":
-        return value if value in NLI_LABELS else None
-    return _parse_label(TASKS[task], value)
-
-
 def read_split(path: str | Path) -> pd.DataFrame:
     """Read a prepared results/data/<task>-<split>.tsv (written by `write_split`).
 
@@ -440,7 +459,8 @@ def read_split(path: str | Path) -> pd.DataFrame:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    expected = output_columns(task)
+    source = PREPARED[task]
+    expected = list(source.columns)
     if not lines:
         raise MinBertError(f"{path}: the file is empty; {redo}")
     header = lines[0].split("\t")
@@ -474,29 +494,22 @@ def read_split(path: str | Path) -> pd.DataFrame:
         raise MinBertError(f"{path} line {i + 2}: no label while other rows have one; {redo}")
     labels = []
     for i, v in enumerate(raw_labels):
-        x = _prepared_label(task, v)
+        x = source.parse(v)
         if x is None:
-            rule = "one of " + ", ".join(NLI_LABELS) if task == "nli" else _label_rule(TASKS[task])
-            raise MinBertError(f"{path} line {i + 2}: label {v!r} is not {rule}; {redo}")
+            raise MinBertError(f"{path} line {i + 2}: label {v!r} is not {source.rule}; {redo}")
         labels.append(x)
-    if task == "nli":
-        frame["label"] = labels
-    else:
-        frame["label"] = np.array(labels, dtype=float if TASKS[task].kind == "regression" else np.int64)
+    frame["label"] = labels if source.dtype is None else np.array(labels, dtype=source.dtype)
     return frame
-
-
-PREPARED_SPLITS = {"nli": ("train", "dev")}          # other tasks: train, dev and test
 
 
 def load_splits(data_dir: str | Path, task: str, splits=("train", "dev", "test")) -> dict[str, pd.DataFrame]:
     """The `splits` of `task` from the prepared folder. Every split the prepare stage writes must be
     there (a folder with some of them missing is a broken one); a split it never writes (nli has no
     test) is left out of the result."""
-    if task not in ALL_TASKS:
-        raise MinBertError(f"unknown task '{task}' (expected one of {', '.join(ALL_TASKS)})")
+    if task not in PREPARED:
+        raise MinBertError(f"unknown task '{task}' (expected one of {', '.join(PREPARED)})")
     data_dir = Path(data_dir)
-    written = PREPARED_SPLITS.get(task, ("train", "dev", "test"))
+    written = PREPARED[task].splits
     wanted = [s for s in splits if s in written]
     found = {split: data_dir / f"{task}-{split}.tsv" for split in wanted}
     present = {s: p for s, p in found.items() if p.exists() or p.is_symlink()}

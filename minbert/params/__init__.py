@@ -55,7 +55,7 @@ from minbert.params.schema import (
     Strict,
     StudyPaper,
     StudyParams,
-    Task,
+    TaskName,
     deep_merge,
     resolve_experiment,
 )
@@ -106,7 +106,7 @@ __all__ = [
     'Strict',
     'StudyPaper',
     'StudyParams',
-    'Task',
+    'TaskName',
     'catalogue_file',
     'check_params',
     'deep_merge',

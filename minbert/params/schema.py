@@ -45,7 +45,6 @@ SCHEDULES = ("round_robin", "drop_round_robin", "simultaneous", "task_by_task", 
 BI_ENCODER_HEADS = ("concat_uv", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear")
 PAIR_HEADS = ("cross",) + BI_ENCODER_HEADS
 
-Task = TaskName
 # pair heads: cross = cross-encoder "[CLS] a [SEP] b [SEP]"; the others embed each sentence
 PairHead = Literal[PAIR_HEADS]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -87,7 +86,7 @@ class Downsample(Strict):
         "none", description="`none` (all rows), `smallest` (every task cut to the smallest trained task) or "
                             "`fixed` (at most `size` rows per task)")
     size: int | None = Field(None, gt=0, description="rows per task, for `mode: fixed`")
-    caps: dict[Task, Annotated[int, Field(ge=0)] | None] = Field(
+    caps: dict[TaskName, Annotated[int, Field(ge=0)] | None] = Field(
         {}, description="per-task upper bounds applied after `mode`, e.g. `{para: 20000}`; they merge key by key "
                         "from `base`, and `null` lifts a cap the base sets")
 
@@ -103,7 +102,7 @@ class Downsample(Strict):
 class SharedParams(Strict):
     """Dense layers shared by some tasks between the encoder and their heads (000: all tasks,
     768 -> 384, leaky ReLU; 003: Para and STS, two ReLU layers)."""
-    tasks: list[Task] = Field(list(PAIR_TASKS), description="the tasks whose heads read the shared layers, "
+    tasks: list[TaskName] = Field(list(PAIR_TASKS), description="the tasks whose heads read the shared layers, "
                                                             "each once")
     sizes: list[Annotated[int, Field(ge=1)]] = Field(
         [], description="the layers' widths; `[]`: one layer of the encoder's width")
@@ -125,7 +124,7 @@ class HeadsParams(Strict):
     """The heads on the encoder and their losses (docs/finetuning.md, Heads and losses)."""
     pooling: Pooling = Field("cls", description="sentence vector: `cls` (final [CLS] state), `mean` (mean over "
                                                 "non-padding tokens) or `pooler` (BERT's tanh pooler on [CLS])")
-    task_pooling: dict[Task, Pooling] = Field({}, description="another pooling for some tasks, e.g. `{sts: mean}` "
+    task_pooling: dict[TaskName, Pooling] = Field({}, description="another pooling for some tasks, e.g. `{sts: mean}` "
                                                               "(004: STS mean-pooled)")
     para: PairHead = Field("cross", description="the paraphrase pair head, one of the kinds below")
     sts: PairHead = Field("cross", description="the similarity pair head, one of the kinds below")
@@ -148,11 +147,11 @@ class HeadsParams(Strict):
     shared: SharedParams | None = Field(
         None, description="dense layers shared by some tasks between the encoder and their heads: "
                           "`{tasks, sizes, activation}` (below); null: none")
-    hidden_layers: Depth | dict[Task, Depth] = Field(
+    hidden_layers: Depth | dict[TaskName, Depth] = Field(
         0, description="GELU layers (each Linear, GELU, dropout) before each head's output layer, as wide as the "
                        "head's input vector (the encoder's hidden size, or the shared layers' output): one number "
                        "(0-4) for every head, or per task, e.g. `{para: 1}` (unnamed tasks 0)")
-    extra_layers: dict[Task, Annotated[int, Field(ge=1, le=12)]] = Field(
+    extra_layers: dict[TaskName, Annotated[int, Field(ge=1, le=12)]] = Field(
         {}, description="transformer layers a one-sentence task (`sst`, `cfimdb`) adds over the encoder's last "
                         "hidden states, e.g. `{sst: 4}` (1-12, at most the encoder's depth): copies of the "
                         "encoder's top layers, trained with the task's head at `head_lr`, also over a frozen "
@@ -209,7 +208,7 @@ class SmartParams(Strict):
     step_size: float = Field(1e-3, gt=0, description="size of each ascent step")
     epsilon: float = Field(1e-5, gt=0, description="projection radius (infinity norm) around the embeddings")
     noise_var: float = Field(1e-5, gt=0, description="variance of the Gaussian noise the ascent starts from")
-    tasks: list[Task] | None = Field(None, description="the tasks SMART regularises (trained ones); null: every "
+    tasks: list[TaskName] | None = Field(None, description="the tasks SMART regularises (trained ones); null: every "
                                                        "task")
 
 
@@ -228,7 +227,7 @@ class DistillParams(Strict):
     temperature: float = Field(2.0, gt=0, description="T: softens the teacher's and the student's distributions "
                                                       "for the classification and binary tasks (sst, para, "
                                                       "cfimdb); unused for sts")
-    tasks: list[Task] | None = Field(None, description="the distilled tasks; null: every trained task the teacher "
+    tasks: list[TaskName] | None = Field(None, description="the distilled tasks; null: every trained task the teacher "
                                                        "predicts. A named task the teacher's models do not all "
                                                        "predict is an error; the other trained tasks learn from "
                                                        "the gold labels alone")
@@ -237,7 +236,7 @@ class DistillParams(Strict):
 class FinetuneParams(Strict):
     """Multi-task fine-tuning (docs/finetuning.md): the tasks, their schedule, the optimiser, the
     heads and the regularisers."""
-    tasks: list[Task] = Field(list(DEFAULT_TASKS), description="the tasks trained, each once (any of `sst`, "
+    tasks: list[TaskName] = Field(list(DEFAULT_TASKS), description="the tasks trained, each once (any of `sst`, "
                                                                "`para`, `sts`, `cfimdb`)")
     schedule: Literal[SCHEDULES] = Field("round_robin", description="which tasks each update trains on "
                                                                     "(Schedules below)")
@@ -246,7 +245,7 @@ class FinetuneParams(Strict):
     temperature: float = Field(2.0, gt=0, description="`schedule: temperature` only: tasks drawn with probability "
                                                       "proportional to `n_t ** (1 / temperature)` (not the "
                                                       "distillation temperature)")
-    task_weights: dict[Task, Annotated[float, Field(ge=0)]] = Field(
+    task_weights: dict[TaskName, Annotated[float, Field(ge=0)]] = Field(
         {}, description="a factor on each task's loss (unnamed tasks 1), e.g. `{sst: 2.0}`; only trained tasks")
     epochs: int = Field(3, ge=1, description="training epochs")
     batch_size: int = Field(32, ge=1, description="the global batch, also under `torchrun`")
@@ -281,7 +280,7 @@ class FinetuneParams(Strict):
                                             "simultaneous`, at least two tasks; Regularisers below)")
     downsample: Downsample = Field(Downsample(mode="smallest"), description="how the training splits are cut "
                                                                             "(Downsampling below)")
-    walk_through: list[Task] = Field(
+    walk_through: list[TaskName] = Field(
         [], description="trained tasks whose batches continue across epochs. Without it every epoch reshuffles "
                         "each task and starts it afresh, so a task larger than the epoch unit sees a new random "
                         "part of its data each epoch; a task walked through continues where the last epoch "
@@ -315,7 +314,7 @@ class RetrainHeadsParams(Strict):
     and trained; the other heads are kept as they are (003 trains SST this way over a model
     fine-tuned on Para and STS)."""
     enabled: bool = Field(False, description="run the stage (not together with `finetune.freeze_encoder`)")
-    tasks: list[Task] | None = Field(None, description="the heads to train; null: every fine-tuned task's. A task "
+    tasks: list[TaskName] | None = Field(None, description="the heads to train; null: every fine-tuned task's. A task "
                                                        "not fine-tuned is added (003 trains SST this way over a "
                                                        "model fine-tuned on Para and STS)")
     schedule: Literal[SCHEDULES] = Field("round_robin", description="as `finetune.schedule`, with the largest task "
@@ -469,7 +468,7 @@ class PaperParams(Strict):
                     "plain mean of the three")
     model: str = Field("bert-base-uncased", description="the model it fine-tuned")
     epochs: int | None = Field(None, ge=1, description="the epochs of most of its rows")
-    data: dict[Task, Annotated[int, Field(ge=1)]] = Field(
+    data: dict[TaskName, Annotated[int, Field(ge=1)]] = Field(
         {}, description="rows per task as the paper prints them (its training split where it gives one)")
 
 

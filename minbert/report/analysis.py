@@ -10,9 +10,6 @@ from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 from minbert.core.tasks import TASKS, Task
 from minbert.report.data import RunResults
 
-SST_CLASSES = list(TASKS["sst"].classes)
-PARA_CLASSES = list(TASKS["para"].classes)
-
 
 def confusion(true, pred, n_classes: int) -> dict:
     """Counts and row-normalised rates (each true class sums to 1), plus per-class precision/recall."""

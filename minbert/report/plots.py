@@ -291,6 +291,3 @@ def regression_scatter(frame: pd.DataFrame, worst_ids: list[str], label_range: t
         bar.solids.set_alpha(1.0)
         return to_data_uri(fig)
 
-
-sts_histogram = regression_histogram       # the names the STS section used
-sts_scatter = regression_scatter
