@@ -505,6 +505,8 @@ class PaperRow(Strict):
                                               "(it joins the study's rows)")
     best_of: list[str] = Field([], description="instead of `run`: experiments, ensembles or studies (their rows) "
                                                "whose best by dev stands for the row")
+    from_table: str = Field("", description="a row of another table of the paper that this table's claims compare "
+                                            "with (\"Table 1\"): it does not count among this table's rows")
     stand_in: str = Field("", description="when the run is not the paper's method for this row: how it differs (the "
                                           "page then names the run and shows the paper's label as what it compares "
                                           "to)")
@@ -588,8 +590,9 @@ class StudyPaper(Strict):
         if len(set(names)) != len(names):
             raise ValueError("columns: a column name is given twice")
         labels = [r.label for r in self.rows]
-        if self.printed_rows is not None and self.printed_rows < len(labels):
-            raise ValueError(f"printed_rows: {self.printed_rows} is fewer than the {len(labels)} rows given")
+        own = sum(1 for r in self.rows if not r.from_table)
+        if self.printed_rows is not None and self.printed_rows < own:
+            raise ValueError(f"printed_rows: {self.printed_rows} is fewer than the {own} rows of this table given")
         if len(set(labels)) != len(labels):
             dup = next(x for x in labels if labels.count(x) > 1)
             raise ValueError(f"rows: label '{dup}' is given twice")

@@ -774,7 +774,8 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
     columns = [(s, c.name, paper_metric_key(c.metric, paper.overall)) for s in splits for c in sp.columns]
     view = PaperTableView(study.name, sp.id, paper.title, sp.table, paper.overall, FORMULA_TEXT[paper.overall],
                           columns, splits, [], differs=list(paper.differs),
-                          total_rows=sp.printed_rows or len(sp.rows), shown_rows=len(sp.rows),
+                          total_rows=sp.printed_rows or sum(1 for r in sp.rows if not r.from_table),
+                          shown_rows=sum(1 for r in sp.rows if not r.from_table),
                           overall_name=next((c.name for c in sp.columns if c.metric == "overall"), ""),
                           stand_ins=any(r.stand_in for r in sp.rows))
     chosen = {}
