@@ -228,3 +228,18 @@ def test_the_page_says_what_each_table_is_and_how_it_was_made(paper_report):
              if th.attrs.get("data-key") in ("overall", "mean")]
     assert heads and all(h == "Mean (the paper's score)" for h in heads)
     assert ">None<" not in html
+
+
+def test_scale_line_says_when_the_paper_prints_no_training_rows():
+    """000 prints its data sets' sizes, not the rows it trained on: the line gives ours and says so,
+    never the paper's totals as its training rows."""
+    from types import SimpleNamespace as NS
+
+    from minbert.params import FinetuneParams, PaperParams
+    from minbert.report.tables import scale_line
+
+    lp = NS(params=NS(ensembles={}), groups={}, experiments={
+        "capped": NS(model="m", finetune=FinetuneParams(epochs=10, downsample={"mode": "none", "caps": {"sst": 3000}}))})
+    paper = PaperParams(title="t", overall="mean", model="m", epochs=10, totals={"sst": 11855})
+    line = scale_line(lp, paper, ["capped"], [{"file": "sst-train.tsv", "rows_kept": 8544}])
+    assert "SST 3,000 (the paper: not stated, of a data set of 11,855)" in line
