@@ -219,6 +219,8 @@ def test_the_page_says_what_each_table_is_and_how_it_was_made(paper_report):
     scales = card.find("ul", **{"class": "note scales"}).text()
     assert "paper_study" in scales and "model all-MiniLM-L6-v2 (the paper: bert-base-uncased)" in scales
     assert "cpu:" in card.find("p", **{"class": "muted devices"}).text()
+    # a run's claims rows name the runs compared here
+    assert "here: twin vs cls" in card.text()
     # the legend says how a repeated experiment is resampled; the demo note names the real-data catalogue
     assert "also resamples its seeds" in card.text()
     assert "catalogue: reproduce" in card.text() and "minilm" not in card.text()
