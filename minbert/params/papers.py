@@ -64,6 +64,10 @@ def transcription_problems(params: Params, papers_dir: str | Path) -> list[str]:
             if c.quote and plain(c.quote) not in words:
                 problems.append(f"study {st.name} ({st.paper.id} {st.paper.table}) claim '{c.text}': its quote "
                                 f"\"{c.quote}\" is not in the paper's text")
+        for task, n in st.paper.data.items():
+            if f"{n:,}" not in texts[st.paper.id] and str(n) not in texts[st.paper.id]:
+                problems.append(f"study {st.name} ({st.paper.id} {st.paper.table}) data.{task}: {n} is not in the "
+                                f"paper's text")
         found = numbers(texts[st.paper.id])
         order = [c.name for c in st.paper.columns]
         printed = [(f"row '{r.label}' {split}", getattr(r, split)) for r in st.paper.rows for split in ("dev", "test")]

@@ -582,6 +582,9 @@ class StudyPaper(Strict):
                                                              "carries fewer (the page says \"k of n rows\")")
     summary: dict[Literal["mean", "std"], dict[str, float]] = Field(
         {}, description="its printed Average / Std rows by column name")
+    data: dict[Task, Annotated[int, Field(ge=1)]] = Field(
+        {}, description="the training rows per task of this table's rows, where they differ from the paper's `data` "
+                        "(as the paper prints them)")
     claims: list[PaperClaim] = Field([], description="the comparisons the paper makes between its rows")
 
     @model_validator(mode="after")

@@ -699,10 +699,12 @@ def row_run(row, book: ScoreBook) -> tuple[str | None, str]:
     return best, f"the best by dev overall of {len(row.best_of)} runs ({len(scored)} with results): {best}"
 
 
-def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
+def scale_line(lp, paper, runs: list[str], data_summary: list[dict], table_data: dict | None = None) -> str:
     """One line saying how this run's scale (model, epochs, training rows) differs from the
     paper's, from the resolved settings of the rows' experiments (their downsampling included) and
-    the prepare summary; '' when nothing differs."""
+    the prepare summary; '' when nothing differs. `table_data`: the training rows of this table's
+    rows where they differ from the paper's (`StudyPaper.data`)."""
+    paper_rows = {**paper.data, **(table_data or {})}
     exps = []
     for name in runs:
         if name in lp.params.ensembles:
@@ -738,11 +740,11 @@ def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
             trained.setdefault(t, set()).add(n)
     # the paper's training rows where it prints them; else its data set's size, said to be no more
     smaller = [f"{TASKS[t].short} {'/'.join(f'{n:,}' for n in sorted(trained[t]))} (the paper: {n_paper:,})"
-               for t, n_paper in paper.data.items()
+               for t, n_paper in paper_rows.items()
                if t in trained and not all(0.9 <= n / n_paper <= 1.1 for n in trained[t])]
     smaller += [f"{TASKS[t].short} {'/'.join(f'{n:,}' for n in sorted(trained[t]))} (the paper: not stated, "
                 f"of a data set of {n_total:,})"
-                for t, n_total in paper.totals.items() if t in trained and t not in paper.data]
+                for t, n_total in paper.totals.items() if t in trained and t not in paper_rows]
     if smaller:
         parts.append("training rows " + ", ".join(smaller))
     return ("Scale differs from the paper's: " + "; ".join(parts) + ".") if parts else ""
@@ -828,7 +830,7 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
             cv.difference, cv.interval = est.value, est.interval(book.confidence)
         cv.verdict = claim_verdict(cv.paper_difference, est, book.confidence, claim.margin)
         view.claims.append(cv)
-    view.scale = scale_line(lp, paper, [r for r in chosen.values() if r], data.data_summary)
+    view.scale = scale_line(lp, paper, [r for r in chosen.values() if r], data.data_summary, sp.data)
     return view
 
 
