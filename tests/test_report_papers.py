@@ -17,7 +17,8 @@ from minbert.scoring import stats
 
 PAPER = """\
 papers:
-  "000": {title: "A paper with a plain-mean score", overall: mean, epochs: 10, data: {sst: 8544, para: 141498}}
+  "000": {title: "A paper with a plain-mean score", overall: mean, epochs: 10, data: {sst: 8544, para: 141498},
+          differs: [{setting: learning rate, paper: 1e-5, ours: 1e-4}]}
 studies:
   - name: paper_study
     title: A paper's table
@@ -33,12 +34,19 @@ studies:
         - {label: "R3 near", run: near, dev: {SST acc.: 0.950}}
         - {label: "R4 never run", run: ghost, dev: {SST acc.: 0.990}}
         - {label: "R5 best of", best_of: [cls, sbert], dev: {Score: 0.650}}
+        - {label: "R6 twin", run: twin, stand_in: "the same predictions as R1", dev: {SST acc.: 0.900}}
+      printed_rows: 8
       summary: {mean: {Score: 0.5}}
       claims:
         - {text: holds, better: "R2 better", worse: "R1 plain", column: QQP}
         - {text: reverses, better: "R1 plain", worse: "R2 better", column: SST acc.}
         - {text: within noise, better: "R3 near", worse: "R1 plain", column: SST acc.}
         - {text: never ran, better: "R4 never run", worse: "R1 plain", column: SST acc.}
+        - {text: no effect holds, same: ["R6 twin", "R1 plain"], column: SST acc., margin: 0.02,
+           margin_reason: "the paper calls 0.02 noise"}
+        - {text: no effect differs, same: ["R2 better", "R1 plain"], column: QQP, margin: 0.02, margin_reason: as above}
+        - {text: no effect unclear, same: ["R3 near", "R1 plain"], column: SST acc., margin: 0.001,
+           margin_reason: a margin below one sentence}
 """
 
 
@@ -66,7 +74,7 @@ def test_paper_table_has_the_papers_labels_columns_and_formula(paper_report):
     keys = [th.attrs["data-key"] for th in table.iter("th") if th.attrs.get("data-key")]
     assert keys == ["mean", "sst_acc", "para_acc", "sts_pearson"]            # Score is its plain mean
     labels = [tr.attrs["data-label"] for tr in table.iter("tr") if "data-label" in tr.attrs]
-    assert labels == ["R1 plain", "R2 better", "R3 near", "R4 never run", "R5 best of"]
+    assert labels == ["R1 plain", "R2 better", "R3 near", "R4 never run", "R5 best of", "R6 twin"]
     assert "the plain mean of SST acc, Para acc and STS r" in paper_report["html"]
 
 
@@ -89,9 +97,14 @@ def test_each_cell_shows_the_papers_value_ours_its_interval_and_the_difference(p
     # the summary row is the mean over the same rows, beside the paper's printed value
     foot = next(tr for tr in table.iter("tr") if tr.attrs.get("data-summary") == "mean")
     foot_score = next(td for td in foot.iter("td") if td.attrs.get("data-column") == "Score")
-    ours = np.mean([_metrics(layout, n)["dev"]["mean"] for n in ("cls", "sbert", "near", "sbert")])
+    ours = np.mean([_metrics(layout, n)["dev"]["mean"] for n in ("cls", "sbert", "near", "sbert", "twin")])
     assert foot_score.find("span", **{"class": "value"}).text() == fmt_metric(ours)
     assert foot_score.find("span", **{"class": "paper-value"}).text() == "0.500"
+    # with its interval: each replicate the mean of the rows' replicates
+    reps = np.mean([expected(layout, n, "dev", "mean").replicates for n in ("cls", "sbert", "near", "sbert", "twin")],
+                   axis=0)
+    iv = stats.percentile_interval(reps)
+    assert f"[{fmt_metric(iv.low)}, {fmt_metric(iv.high)}]" in foot_score.text()
 
 
 def test_claims_get_their_verdicts_and_the_scorecard_opens_the_page(paper_report):
@@ -105,12 +118,15 @@ def test_claims_get_their_verdicts_and_the_scorecard_opens_the_page(paper_report
     for tr in card.iter("tr"):
         if "data-verdict" in tr.attrs:
             tds = list(tr.iter("td"))
-            by_text[tds[1].text()] = tr.attrs["data-verdict"]
+            by_text[tds[1].find("span", **{"class": "claim-text"}).text()] = tr.attrs["data-verdict"]
             assert tds[0].find("a").attrs["href"] == "#study-paper_study"
     assert by_text == {"holds": "reproduced", "reverses": "reversed", "within noise": "not significant",
-                       "never ran": "not run"}
+                       "never ran": "not run", "no effect holds": "reproduced", "no effect differs": "differs",
+                       "no effect unclear": "inconclusive"}
     counts = {s.attrs["data-count"]: s.text() for s in card.iter("span") if "data-count" in s.attrs}
-    assert all(counts[v].strip().endswith(" 1") for v in ("reproduced", "reversed", "not significant", "not run"))
+    assert counts["reproduced"].strip().endswith(" 2")                      # a difference and a no effect
+    assert all(counts[v].strip().endswith(" 1")
+               for v in ("reversed", "not significant", "differs", "inconclusive", "not run"))
     assert "Demo data" in card.text()                                       # data.dir is data/demo
     # ours is the paired bootstrap difference, as minbert.scoring.stats gives it on the same files
     holds = next(tr for tr in card.iter("tr") if tr.attrs.get("data-verdict") == "reproduced")
@@ -159,3 +175,75 @@ def test_scale_line_counts_the_rows_each_experiment_trains_on():
     assert "3,000 (the paper: 8,544)" in capped and "3,000 (the paper: 8,000)" in capped
     assert "3,000/8,544 (the paper: 8,544)" in scale_line(lp, paper, ["capped", "full"], summary)
     assert "6,040 (the paper: 8,544)" in scale_line(lp, paper, ["smallest"], summary)   # the smallest task: STS
+
+
+def test_a_no_effect_claim_reads_as_such(paper_report):
+    """A no-effect claim shows its two rows as A ≈ B, its margin and why; the legend explains its verdicts."""
+    card = paper_report["final"].find("section", id="scorecard")
+    row = next(tr for tr in card.iter("tr") if tr.attrs.get("data-verdict") == "inconclusive")
+    text = row.text()
+    assert "R3 near \u2248 R1 plain" in text and "\u00b10.001" in text and "a margin below one sentence" in text
+    legend = card.find("p", **{"class": "muted legend"}).text()
+    assert "within \u00b1 the margin" in legend and "inconclusive otherwise" in legend
+
+
+def test_no_effect_verdict_rule():
+    def est(values):
+        return stats.Estimate(float(np.mean(values)), np.asarray(values, dtype=float), ())
+    assert claim_verdict(-0.009, est([-0.004, 0.0, 0.004] * 50), margin=0.01) == "reproduced"
+    assert claim_verdict(-0.009, est([0.003, 0.004, 0.005] * 50), margin=0.01) == "reproduced"   # small, inside
+    assert claim_verdict(-0.009, est([0.02, 0.03, 0.04] * 50), margin=0.01) == "differs"
+    assert claim_verdict(-0.009, est([-0.02, 0.0, 0.03] * 50), margin=0.01) == "inconclusive"
+    assert claim_verdict(-0.009, None, margin=0.01) == "not run"
+    assert claim_verdict(None, est([0.01, 0.02, 0.03] * 50)) == "reproduced"    # a difference stated in words
+
+
+def test_the_page_says_what_each_table_is_and_how_it_was_made(paper_report):
+    final, html = paper_report["final"], paper_report["html"]
+    study = final.find("section", id="study-paper_study")
+    caption = study.find("p", **{"class": "note caption"}).text()
+    assert "Reproduces 6 of the 8 rows of 000" in " ".join(caption.split())
+    # a stand-in row names its run, the paper's label in the "compares to" column
+    table = _table(final)
+    twin = next(tr for tr in table.iter("tr") if tr.attrs.get("data-label") == "R6 twin")
+    assert twin.find("strong", **{"class": "run-label"}).text().strip() == "twin"
+    assert twin.find("td", **{"class": "compares-to"}).text().strip() == "R6 twin"
+    assert "the same predictions as R1" in twin.text()
+    plain_row = next(tr for tr in table.iter("tr") if tr.attrs.get("data-label") == "R1 plain")
+    assert plain_row.find("strong", **{"class": "paper-label"}).text() == "R1 plain"
+    # the declared differences beside the table
+    differs = study.find("p", **{"class": "note differs"}).text()
+    assert "learning rate: the paper 1e-5, here 1e-4" in differs
+    # the scorecard carries each table's scale line and where the numbers were made (run records)
+    card = final.find("section", id="scorecard")
+    scales = card.find("ul", **{"class": "note scales"}).text()
+    assert "paper_study" in scales and "model all-MiniLM-L6-v2 (the paper: bert-base-uncased)" in scales
+    assert "cpu:" in card.find("p", **{"class": "muted devices"}).text()
+    # a run's claims rows name the runs compared here
+    assert "here: twin vs cls" in card.text()
+    # the legend says how a repeated experiment is resampled; the demo note names the real-data catalogue
+    assert "also resamples its seeds" in card.text()
+    assert "catalogue: reproduce" in card.text() and "minilm" not in card.text()
+    # one overall score per paper table: the paper's, named
+    assert "Score is the paper's overall score" in " ".join(html.split())
+    heads = [th.text().strip() for th in final.find("table", id="table-paper_study").iter("th")
+             if th.attrs.get("data-key") in ("overall", "mean")]
+    assert heads and all(h == "Mean (the paper's score)" for h in heads)
+    assert ">None<" not in html
+
+
+def test_scale_line_says_when_the_paper_prints_no_training_rows():
+    """000 prints its data sets' sizes, not the rows it trained on: the line gives ours and says so,
+    never the paper's totals as its training rows."""
+    from types import SimpleNamespace as NS
+
+    from minbert.params import FinetuneParams, PaperParams
+    from minbert.report.tables import scale_line
+
+    lp = NS(params=NS(ensembles={}), groups={}, experiments={
+        "capped": NS(model="m", finetune=FinetuneParams(epochs=10, downsample={"mode": "none", "caps": {"sst": 3000}}))})
+    paper = PaperParams(title="t", overall="mean", model="m", epochs=10, totals={"sst": 11855})
+    line = scale_line(lp, paper, ["capped"], [{"file": "sst-train.tsv", "rows_kept": 8544}])
+    assert "SST 3,000 (the paper: not stated, of a data set of 11,855)" in line
+    # a table whose rows trained on other rows than the paper's others (004's Objective 2) says so itself
+    assert scale_line(lp, paper, ["capped"], [{"file": "sst-train.tsv", "rows_kept": 8544}], {"sst": 3000}) == ""

@@ -2,6 +2,7 @@
 up in the text of its paper, so that a typo in a catalogue fails a test instead of misleading a
 reader.
 
+A claim's quote (the paper's words) must appear in the text, markup and spacing aside.
 A row's printed values (its columns in the paper's order) must appear as one contiguous run of
 numbers in the paper's text, per split: the row as the paper prints it. A summary row (Average,
 Std) likewise; a paper's data sizes appear as written ("141,498" or "141498").
@@ -28,6 +29,12 @@ def numbers(text: str) -> list[float]:
     return [float((m.group(1) or "").replace(" ", "") + m.group(2)) for m in NUMBER.finditer(text)]
 
 
+def plain(text: str) -> str:
+    """Text for matching a quote: no markup (TeX dollars and backslashes, emphasis stars), one space
+    between words, lower case."""
+    return " ".join(re.sub(r"[$\\*]", "", text).split()).lower()
+
+
 def _contains_run(haystack: list[float], run: list[float]) -> bool:
     n = len(run)
     return any(all(abs(haystack[i + k] - run[k]) < 1e-9 for k in range(n)) for i in range(len(haystack) - n + 1))
@@ -45,12 +52,22 @@ def transcription_problems(params: Params, papers_dir: str | Path) -> list[str]:
     for pid, paper in params.papers.items():
         if pid not in texts:
             continue
-        for task, n in paper.data.items():
-            if f"{n:,}" not in texts[pid] and str(n) not in texts[pid]:
-                problems.append(f"papers.{pid}.data.{task}: {n} is not in the paper's text")
+        for section in ("data", "totals"):
+            for task, n in getattr(paper, section).items():
+                if f"{n:,}" not in texts[pid] and str(n) not in texts[pid]:
+                    problems.append(f"papers.{pid}.{section}.{task}: {n} is not in the paper's text")
     for st in params.studies:
         if st.paper is None or st.paper.id not in texts:
             continue
+        words = plain(texts[st.paper.id])
+        for c in st.paper.claims:
+            if c.quote and plain(c.quote) not in words:
+                problems.append(f"study {st.name} ({st.paper.id} {st.paper.table}) claim '{c.text}': its quote "
+                                f"\"{c.quote}\" is not in the paper's text")
+        for task, n in st.paper.data.items():
+            if f"{n:,}" not in texts[st.paper.id] and str(n) not in texts[st.paper.id]:
+                problems.append(f"study {st.name} ({st.paper.id} {st.paper.table}) data.{task}: {n} is not in the "
+                                f"paper's text")
         found = numbers(texts[st.paper.id])
         order = [c.name for c in st.paper.columns]
         printed = [(f"row '{r.label}' {split}", getattr(r, split)) for r in st.paper.rows for split in ("dev", "test")]

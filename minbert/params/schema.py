@@ -459,9 +459,18 @@ class GridParams(Strict):
 
 # ---------------------------------------------------------------- the papers' tables
 
+class PaperDifference(Strict):
+    """One setting in which this catalogue's runs of a paper differ from the paper (shown beside
+    each of its tables as "differs from the paper")."""
+    setting: str = Field(description="the setting, in words: \"learning rate\", \"model\"")
+    paper: str = Field(description="the paper's value, as it states it (\"not stated\" where it does not)")
+    ours: str = Field(description="this catalogue's value")
+
+
 class PaperParams(Strict):
-    """A report the catalogue reproduces: its title, its own overall formula and the scale it ran
-    at (for the line under each of its tables that says how this run's scale differs)."""
+    """A report the catalogue reproduces: its title, its own overall formula, the scale it ran at
+    (for the line under each of its tables that says how this run's scale differs) and every other
+    setting in which this catalogue's runs differ from it."""
     title: str = Field(description="the paper's title")
     overall: Literal["leaderboard", "mean"] = Field(
         description="its overall score: `leaderboard`: (SST acc + Para acc + (STS r + 1) / 2) / 3; `mean`: the "
@@ -469,7 +478,14 @@ class PaperParams(Strict):
     model: str = Field("bert-base-uncased", description="the model it fine-tuned")
     epochs: int | None = Field(None, ge=1, description="the epochs of most of its rows")
     data: dict[TaskName, Annotated[int, Field(ge=1)]] = Field(
-        {}, description="rows per task as the paper prints them (its training split where it gives one)")
+        {}, description="the training rows per task the paper trained its rows on, as it prints them (after its own "
+                        "downsampling)")
+    totals: dict[TaskName, Annotated[int, Field(ge=1)]] = Field(
+        {}, description="where the paper prints no training rows for a task: the data set's size it prints (the scale "
+                        "line says its training rows are not stated)")
+    differs: list[PaperDifference] = Field(
+        [], description="every setting (other than model, epochs and rows, which the scale line compares) in which "
+                        "this catalogue's runs of the paper differ from it")
 
 
 class PaperColumn(Strict):
@@ -488,6 +504,11 @@ class PaperRow(Strict):
                                               "(it joins the study's rows)")
     best_of: list[str] = Field([], description="instead of `run`: experiments, ensembles or studies (their rows) "
                                                "whose best by dev stands for the row")
+    from_table: str = Field("", description="a row of another table of the paper that this table's claims compare "
+                                            "with (\"Table 1\"): it does not count among this table's rows")
+    stand_in: str = Field("", description="when the run is not the paper's method for this row: how it differs (the "
+                                          "page then names the run and shows the paper's label as what it compares "
+                                          "to)")
     dev: dict[str, float] = Field({}, description="the printed dev values by column name")
     test: dict[str, float] = Field({}, description="the printed test values by column name")
 
@@ -500,13 +521,53 @@ class PaperRow(Strict):
 
 
 class PaperClaim(Strict):
-    """A comparison the paper makes between two of its rows: `better` scores higher than `worse`
-    on `column` (the paper's difference is that of its printed values)."""
+    """A finding the paper states about two of its rows, on one column. A difference: `better`
+    scores higher than `worse` (the paper's difference is that of its printed values). No effect:
+    `same` names the two rows the paper finds do not differ, and `margin` the largest difference
+    that still counts as none (`margin_reason` says why); reproduced when our difference's interval
+    lies within ±margin."""
     text: str = Field(description="the claim in a few words")
-    better: str = Field(description="the label of the row the paper finds better")
-    worse: str = Field(description="the label of the row it finds worse")
+    better: str | None = Field(None, description="the label of the row the paper finds better")
+    worse: str | None = Field(None, description="the label of the row it finds worse")
+    same: list[str] = Field([], description="instead of better / worse, a no-effect claim: the two rows the paper "
+                                            "finds do not differ (the difference is the first − the second)")
+    margin: float | None = Field(None, gt=0, description="a no-effect claim: the largest difference (either sign) "
+                                                         "that counts as no effect")
+    margin_reason: str = Field("", description="a no-effect claim: why that margin (shown on the page)")
     column: str = Field(description="the column compared")
     split: Split = Field("dev", description="the split compared")
+    quote: str = Field("", description="the paper's words that state the finding (checked against its text); "
+                                       "required where the paper prints no value for one of the rows")
+    proxy: str = Field("", description="when the paper does not state this comparison itself: what it states "
+                                       "and why this comparison stands for it (shown on the page)")
+
+    @model_validator(mode="after")
+    def _one_kind(self):
+        if self.same:
+            if self.better is not None or self.worse is not None:
+                raise ValueError(f"claim '{self.text}': give either 'better' and 'worse' (a difference) or 'same' "
+                                 f"(no effect), not both")
+            if len(self.same) != 2 or self.same[0] == self.same[1]:
+                raise ValueError(f"claim '{self.text}': 'same' names two different rows")
+            if self.margin is None or not self.margin_reason.strip():
+                raise ValueError(f"claim '{self.text}': a no-effect claim needs 'margin' and 'margin_reason' "
+                                 f"(the largest difference that counts as none, and why)")
+        else:
+            if self.better is None or self.worse is None:
+                raise ValueError(f"claim '{self.text}': give 'better' and 'worse' (a difference) or 'same' "
+                                 f"(no effect)")
+            if self.margin is not None or self.margin_reason:
+                raise ValueError(f"claim '{self.text}': 'margin' belongs to a no-effect claim ('same')")
+        return self
+
+    @property
+    def kind(self) -> Literal["difference", "no_effect"]:
+        return "no_effect" if self.same else "difference"
+
+    @property
+    def rows(self) -> tuple[str, str]:
+        """The two rows compared: the difference is the first − the second."""
+        return (self.same[0], self.same[1]) if self.same else (self.better, self.worse)
 
 
 class StudyPaper(Strict):
@@ -516,8 +577,13 @@ class StudyPaper(Strict):
     table: str = Field(description="the table's name in the paper: \"Table 2\", \"Figure 5\"")
     columns: list[PaperColumn] = Field(min_length=1, description="its columns in the paper's order")
     rows: list[PaperRow] = Field(min_length=1, description="its rows in the paper's order")
+    printed_rows: int | None = Field(None, ge=1, description="how many rows the paper's table prints, when this study "
+                                                             "carries fewer (the page says \"k of n rows\")")
     summary: dict[Literal["mean", "std"], dict[str, float]] = Field(
         {}, description="its printed Average / Std rows by column name")
+    data: dict[TaskName, Annotated[int, Field(ge=1)]] = Field(
+        {}, description="the training rows per task of this table's rows, where they differ from the paper's `data` "
+                        "(as the paper prints them)")
     claims: list[PaperClaim] = Field([], description="the comparisons the paper makes between its rows")
 
     @model_validator(mode="after")
@@ -526,6 +592,9 @@ class StudyPaper(Strict):
         if len(set(names)) != len(names):
             raise ValueError("columns: a column name is given twice")
         labels = [r.label for r in self.rows]
+        own = sum(1 for r in self.rows if not r.from_table)
+        if self.printed_rows is not None and self.printed_rows < own:
+            raise ValueError(f"printed_rows: {self.printed_rows} is fewer than the {own} rows of this table given")
         if len(set(labels)) != len(labels):
             dup = next(x for x in labels if labels.count(x) > 1)
             raise ValueError(f"rows: label '{dup}' is given twice")
@@ -539,18 +608,21 @@ class StudyPaper(Strict):
                 if col not in names:
                     raise ValueError(f"summary {kind}: unknown column '{col}'{close(col, names)}")
         for c in self.claims:
-            for side in (c.better, c.worse):
+            for side in c.rows:
                 if side not in labels:
                     raise ValueError(f"claim '{c.text}': unknown row '{side}'{close(side, labels)}")
             if c.column not in names:
                 raise ValueError(f"claim '{c.text}': unknown column '{c.column}'{close(c.column, names)}")
             rows = {r.label: getattr(r, c.split) for r in self.rows}
-            if c.column not in rows[c.better] or c.column not in rows[c.worse]:
-                raise ValueError(f"claim '{c.text}': the paper prints no {c.split} {c.column} for "
-                                 f"'{c.better if c.column not in rows[c.better] else c.worse}'")
-            if rows[c.better][c.column] <= rows[c.worse][c.column]:
-                raise ValueError(f"claim '{c.text}': the paper's {c.better} ({rows[c.better][c.column]}) is not "
-                                 f"above {c.worse} ({rows[c.worse][c.column]}) on {c.column}")
+            first, second = c.rows
+            missing = [side for side in c.rows if c.column not in rows[side]]
+            if missing:
+                if not c.quote.strip():
+                    raise ValueError(f"claim '{c.text}': the paper prints no {c.split} {c.column} for '{missing[0]}' "
+                                     f"(give the 'quote' that states the finding)")
+            elif c.kind == "difference" and rows[first][c.column] <= rows[second][c.column]:
+                raise ValueError(f"claim '{c.text}': the paper's {first} ({rows[first][c.column]}) is not "
+                                 f"above {second} ({rows[second][c.column]}) on {c.column}")
         return self
 
     def column(self, name: str) -> PaperColumn:
@@ -559,9 +631,11 @@ class StudyPaper(Strict):
     def row(self, label: str) -> PaperRow:
         return next(r for r in self.rows if r.label == label)
 
-    def paper_difference(self, claim: PaperClaim) -> float:
-        return (getattr(self.row(claim.better), claim.split)[claim.column]
-                - getattr(self.row(claim.worse), claim.split)[claim.column])
+    def paper_difference(self, claim: PaperClaim) -> float | None:
+        """The paper's printed difference (the claim's first row − its second); None where it prints
+        no value for one of them (the claim then rests on its quote)."""
+        first, second = (getattr(self.row(label), claim.split).get(claim.column) for label in claim.rows)
+        return None if first is None or second is None else first - second
 
 
 class StudyParams(Strict):

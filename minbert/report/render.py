@@ -193,8 +193,8 @@ def provenance(data: ReportData) -> dict:
     revisions = Counter(str(i.get("git_revision", "unknown")) for i in infos)
     hardware = defaultdict(list)
     for i in infos:
-        key = (i.get("device", DASH), i.get("gpu") or DASH, i.get("platform", DASH),
-               i.get("cpu_count", DASH), i.get("threads", DASH), i.get("torch", DASH))
+        key = tuple(DASH if i.get(k) in (None, "") else i[k]      # a null in run.json reads as "—", never "None"
+                    for k in ("device", "gpu", "platform", "cpu_count", "threads", "torch"))
         hardware[key].append(i.get("stage", "?"))
     stage_totals = defaultdict(float)
     for i in infos:

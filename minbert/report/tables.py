@@ -35,6 +35,8 @@ METRIC_COLUMNS = (                              # (metrics.json key, column head
     [("overall", "Overall", "(SST acc + Para acc + (STS r + 1) / 2) / 3, the leaderboard score")]
     + [(t.metric_key, t.metric_header, t.metric_title) for t in TASKS.values()]
     + [("mean", "Mean", "plain mean of the three task metrics")])
+# a paper's overall score, named on its study's tables
+PAPER_OVERALL_HEADERS = {"leaderboard": "Overall (leaderboard, the paper's)", "mean": "Mean (the paper's score)"}
 DIGITS = 3
 MINUS = "\u2212"
 DASH = "\u2014"
@@ -228,7 +230,9 @@ def legend(book: ScoreBook, groups: bool) -> str:
 
 def build_table(name: str, title: str, source: str, row_names: list[str], baseline: str | None,
                 splits: list[str], data: ReportData, book: ScoreBook | None = None,
-                summary: list[str] = ()) -> Table:
+                summary: list[str] = (), overall: str | None = None) -> Table:
+    """A study's table; `overall` (a paper's formula, leaderboard | mean) keeps that one overall
+    score, named as the paper's, and leaves the other out."""
     book = book or ScoreBook(data)
     runs_of = {r: book.members(r) for r in row_names}
     all_runs = [data.runs[m] for r in row_names for m in runs_of[r]]
@@ -240,7 +244,12 @@ def build_table(name: str, title: str, source: str, row_names: list[str], baseli
         elif split == "test" and any(run.split_metrics("dev") for run in all_runs):
             notes.append("No test scores: the test labels are not available.")
     # A column that is empty in every row (e.g. 'mean' when no row trains all tasks) is left out.
-    columns = [(split, key, header, tip) for split in shown_splits for key, header, tip in METRIC_COLUMNS
+    metric_columns = METRIC_COLUMNS
+    if overall is not None:
+        kept = PAPER_OVERALL[overall]
+        metric_columns = [(key, PAPER_OVERALL_HEADERS[overall] if key == kept else header, tip)
+                          for key, header, tip in METRIC_COLUMNS if key not in PAPER_OVERALL.values() or key == kept]
+    columns = [(split, key, header, tip) for split in shown_splits for key, header, tip in metric_columns
                if any(metric_value(run, split, key) is not None for run in all_runs)]
     baseline = baseline or (row_names[0] if row_names else None)
     unpaired: set = set()
@@ -389,8 +398,10 @@ def _description(name: str, data: ReportData) -> str:
 
 def study_tables(data: ReportData, book: ScoreBook | None = None) -> list[Table]:
     book = book or ScoreBook(data)
+    papers = data.params.params.papers
     return [build_table(st.name, st.title, st.source, st.experiments, st.baseline, st.splits, data, book,
-                        st.summary) for st in data.params.params.studies]
+                        st.summary, papers[st.paper.id].overall if st.paper else None)
+            for st in data.params.params.studies]
 
 
 # ------------------------------------------------------------------ grids (a study's sweep)
@@ -557,24 +568,36 @@ def best_experiment(data: ReportData) -> str | None:
 
 # ------------------------------------------------------------------ the paper's table and its claims
 
-VERDICTS = ("reproduced", "not significant", "reversed", "not run")
+VERDICTS = ("reproduced", "not significant", "reversed", "differs", "inconclusive", "not run")
 VERDICT_TITLES = {
-    "reproduced": "the same sign as the paper's difference, and its paired-bootstrap interval excludes 0",
-    "not significant": "the paired-bootstrap interval of our difference contains 0",
-    "reversed": "the opposite sign to the paper's difference, and its interval excludes 0",
+    "reproduced": "a difference: the same sign as the paper's, and its paired-bootstrap interval excludes 0; no effect: "
+                  "the interval lies within the claim's margin",
+    "not significant": "a difference: the paired-bootstrap interval of our difference contains 0",
+    "reversed": "a difference: the opposite sign to the paper's, and its interval excludes 0",
+    "differs": "no effect: the interval excludes 0 and reaches beyond the claim's margin",
+    "inconclusive": "no effect: the interval contains 0 but reaches beyond the claim's margin",
     "not run": "one of the two rows has no dev scores (with predictions) yet",
 }
 
 
-def claim_verdict(paper_difference: float, ours: stats.Estimate | None, confidence: float = stats.CONFIDENCE) -> str:
-    """A claim's verdict from the paper's difference (better − worse) and ours (a paired bootstrap
-    estimate of the same difference): reproduced, not significant, reversed or not run."""
+def claim_verdict(paper_difference: float | None, ours: stats.Estimate | None, confidence: float = stats.CONFIDENCE,
+                  margin: float | None = None) -> str:
+    """A claim's verdict from ours (a paired bootstrap estimate of the claim's first row − its
+    second). A difference claim (the paper's difference better − worse, positive; None where the
+    paper states it in words only): reproduced, not significant, reversed. A no-effect claim
+    (`margin` given): reproduced when our interval lies within ±margin (an equivalence test),
+    differs when it excludes 0, inconclusive otherwise. Not run without an estimate."""
     if ours is None:
         return "not run"
     iv = ours.interval(confidence)
+    if margin is not None:
+        if -margin <= iv.low and iv.high <= margin:
+            return "reproduced"
+        return "differs" if iv.excludes_zero else "inconclusive"
     if not iv.excludes_zero:
         return "not significant"
-    return "reproduced" if (ours.value > 0) == (paper_difference > 0) else "reversed"
+    paper_sign = paper_difference is None or paper_difference > 0
+    return "reproduced" if (ours.value > 0) == paper_sign else "reversed"
 
 
 @dataclass
@@ -594,6 +617,7 @@ class PaperRowView:
     has_results: bool
     note: str = ""                              # how a best-of row was chosen
     link: str | None = None                     # the run's page (a repeated experiment has none)
+    stand_in: str = ""                          # how the run differs from the paper's method for the row
     cells: dict = field(default_factory=dict)   # (split, column name) -> PaperCell
 
 
@@ -611,6 +635,11 @@ class ClaimView:
     difference: float | None = None             # ours, better − worse
     interval: stats.Interval | None = None
     verdict: str = "not run"
+    kind: str = "difference"                    # difference | no_effect (better, worse: the two rows)
+    margin: float | None = None                 # no effect: the largest difference that counts as none
+    margin_reason: str = ""
+    quote: str = ""                             # the paper's words
+    proxy: str = ""                             # why this comparison stands for what the paper states
 
 
 @dataclass
@@ -627,6 +656,11 @@ class PaperTableView:
     summary: list = field(default_factory=list)   # [(label, kind, {(split, name): PaperCell})]
     claims: list = field(default_factory=list)  # ClaimView
     scale: str = ""                             # how this run's scale differs from the paper's
+    differs: list = field(default_factory=list)   # PaperDifference: the catalogue's other settings vs the paper's
+    total_rows: int = 0                         # the paper table's rows
+    shown_rows: int = 0                         # those a run here stands for
+    overall_name: str = ""                      # the paper's overall column, as printed ("" when it has none)
+    stand_ins: bool = False                     # a row's run is not the paper's method (a "compares to" column)
 
     def span(self, split: str) -> int:
         return sum(1 for s, *_ in self.columns if s == split)
@@ -665,10 +699,12 @@ def row_run(row, book: ScoreBook) -> tuple[str | None, str]:
     return best, f"the best by dev overall of {len(row.best_of)} runs ({len(scored)} with results): {best}"
 
 
-def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
+def scale_line(lp, paper, runs: list[str], data_summary: list[dict], table_data: dict | None = None) -> str:
     """One line saying how this run's scale (model, epochs, training rows) differs from the
     paper's, from the resolved settings of the rows' experiments (their downsampling included) and
-    the prepare summary; '' when nothing differs."""
+    the prepare summary; '' when nothing differs. `table_data`: the training rows of this table's
+    rows where they differ from the paper's (`StudyPaper.data`)."""
+    paper_rows = {**paper.data, **(table_data or {})}
     exps = []
     for name in runs:
         if name in lp.params.ensembles:
@@ -702,12 +738,29 @@ def scale_line(lp, paper, runs: list[str], data_summary: list[dict]) -> str:
         sizes = {t: kept[t] for t in e.finetune.tasks if t in kept}
         for t, n in target_sizes(sizes, e.finetune.downsample).items():
             trained.setdefault(t, set()).add(n)
+    # the paper's training rows where it prints them; else its data set's size, said to be no more
     smaller = [f"{TASKS[t].short} {'/'.join(f'{n:,}' for n in sorted(trained[t]))} (the paper: {n_paper:,})"
-               for t, n_paper in paper.data.items()
+               for t, n_paper in paper_rows.items()
                if t in trained and not all(0.9 <= n / n_paper <= 1.1 for n in trained[t])]
+    smaller += [f"{TASKS[t].short} {'/'.join(f'{n:,}' for n in sorted(trained[t]))} (the paper: not stated, "
+                f"of a data set of {n_total:,})"
+                for t, n_total in paper.totals.items() if t in trained and t not in paper_rows]
     if smaller:
         parts.append("training rows " + ", ".join(smaller))
     return ("Scale differs from the paper's: " + "; ".join(parts) + ".") if parts else ""
+
+
+def summary_interval(runs: list[str], kind: str, split: str, key: str, book: ScoreBook) -> stats.Interval | None:
+    """The interval of a summary row (the mean or the ddof-0 std over the table's rows), each
+    bootstrap replicate the summary of the rows' replicates (the same resample of the same
+    examples for every row; a repeated experiment's replicates also resample its seeds); None
+    unless every row with a value has an estimate on the same examples."""
+    ests = [book.estimate(r, split, key) for r in runs if book.value(r, split, key) is not None]
+    if not ests or any(e is None for e in ests) or len({e.basis for e in ests}) != 1:
+        return None
+    reps = np.stack([e.replicates for e in ests])               # [rows, resamples]
+    summary = reps.mean(axis=0) if kind == "mean" else reps.std(axis=0, ddof=0)
+    return stats.percentile_interval(summary, book.confidence)
 
 
 def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | None:
@@ -722,14 +775,18 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
     splits = [s for s in ("dev", "test") if s == "dev" or any(getattr(r, s) for r in sp.rows)]
     columns = [(s, c.name, paper_metric_key(c.metric, paper.overall)) for s in splits for c in sp.columns]
     view = PaperTableView(study.name, sp.id, paper.title, sp.table, paper.overall, FORMULA_TEXT[paper.overall],
-                          columns, splits, [])
+                          columns, splits, [], differs=list(paper.differs),
+                          total_rows=sp.printed_rows or sum(1 for r in sp.rows if not r.from_table),
+                          shown_rows=sum(1 for r in sp.rows if not r.from_table),
+                          overall_name=next((c.name for c in sp.columns if c.metric == "overall"), ""),
+                          stand_ins=any(r.stand_in for r in sp.rows))
     chosen = {}
     for row in sp.rows:
         run, note = row_run(row, book)
         chosen[row.label] = run
         rv = PaperRowView(row.label, run, _description(run, data) if run else "",
                           run is not None and _has_results(run, book), note,
-                          run if run is not None and not book.is_group(run) else None)
+                          run if run is not None and not book.is_group(run) else None, row.stand_in)
         for split, name, key in columns:
             cell = PaperCell(getattr(row, split).get(name))
             if run is not None:
@@ -743,21 +800,26 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
     for kind in [k for k in ("mean", "std") if k in sp.summary or k in study.summary]:
         label = SUMMARIES[kind][0]
         cells = {}
-        for split, name, _ in columns:
+        for split, name, key in columns:
             ours = [r.cells[(split, name)].value for r in view.rows if r.cells[(split, name)].value is not None]
             value = None
             if ours:
                 value = float(np.mean(ours)) if kind == "mean" else float(np.std(ours, ddof=0))
             printed = sp.summary.get(kind, {}).get(name) if split == "dev" else None
             cell = PaperCell(printed, value)
+            if value is not None:
+                cell.interval = summary_interval([r.run for r in view.rows if r.run], kind, split, key, book)
             if value is not None and printed is not None:
                 cell.difference = value - printed
+                cell.outside = cell.interval is not None and not (cell.interval.low <= printed <= cell.interval.high)
             cells[(split, name)] = cell
         view.summary.append((label, kind, cells))
     for claim in sp.claims:
         key = paper_metric_key(sp.column(claim.column).metric, paper.overall)
-        cv = ClaimView(study.name, claim.text, claim.better, claim.worse, claim.column, claim.split,
-                       sp.paper_difference(claim), chosen[claim.better], chosen[claim.worse])
+        first, second = claim.rows
+        cv = ClaimView(study.name, claim.text, first, second, claim.column, claim.split,
+                       sp.paper_difference(claim), chosen[first], chosen[second], kind=claim.kind,
+                       margin=claim.margin, margin_reason=claim.margin_reason, quote=claim.quote, proxy=claim.proxy)
         est = None
         if cv.better_run and cv.worse_run:
             try:
@@ -766,9 +828,9 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
                 est = None
         if est is not None:
             cv.difference, cv.interval = est.value, est.interval(book.confidence)
-        cv.verdict = claim_verdict(cv.paper_difference, est, book.confidence)
+        cv.verdict = claim_verdict(cv.paper_difference, est, book.confidence, claim.margin)
         view.claims.append(cv)
-    view.scale = scale_line(lp, paper, [r for r in chosen.values() if r], data.data_summary)
+    view.scale = scale_line(lp, paper, [r for r in chosen.values() if r], data.data_summary, sp.data)
     return view
 
 
@@ -782,10 +844,25 @@ class Scorecard:
     claims: list                                # ClaimView, every study's
     counts: dict                                # verdict -> number
     demo: bool                                  # the demo data: the verdicts say nothing of the papers
+    scales: list = field(default_factory=list)  # [(study, its scale line)]: how these runs' scale differs
+    devices: list = field(default_factory=list)   # where the numbers were made, from the run records
+
+
+def devices_of(data: ReportData) -> list[str]:
+    """Every device the stages ran on, as their run records say ("cuda (NVIDIA H100 80GB HBM3)",
+    "cpu"), with how many stage runs each."""
+    seen: dict[str, int] = {}
+    for info in data.run_infos:
+        device = str(info.get("device") or "unknown device")
+        gpu = info.get("gpu")
+        text = f"{device} ({gpu})" if gpu else device
+        seen[text] = seen.get(text, 0) + 1
+    return [f"{d}: {n} stage run{'s' if n != 1 else ''}" for d, n in sorted(seen.items())]
 
 
 def scorecard(tables: dict[str, PaperTableView], data: ReportData) -> Scorecard:
     claims = [c for t in tables.values() for c in t.claims]
     counts = {v: sum(1 for c in claims if c.verdict == v) for v in VERDICTS}
     demo = str(data.params.params.data.dir).rstrip("/").endswith("data/demo")
-    return Scorecard(claims, counts, demo)
+    scales = [(name, t.scale) for name, t in tables.items() if t.scale and t.claims]
+    return Scorecard(claims, counts, demo, scales, devices_of(data))
