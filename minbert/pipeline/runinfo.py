@@ -137,6 +137,7 @@ def running(job: Job, network=None, extra_reads=(), main_process: bool = True, f
                 **hardware(record["device"]), **{k: v for k, v in record.items() if k != "device"}, **run.fields,
                 "fingerprint": run.fingerprint, "description": description,
             })
+            finished.keep_dates(job)       # outputs as they were: their dates as they were
             finished.keep(job, run.fingerprint)
 
 
