@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -1114,3 +1115,22 @@ def test_report_broken_history(tmp_path):
 
     path = _write(tmp_path / "history.csv", bytes(range(128, 256)))
     _one_line_error(load_history, path, pattern=r"history\.csv")
+
+
+def test_an_input_inside_a_folder_the_stage_replaces_is_refused_before_anything_is_deleted(tmp_path, capsys):
+    """Raw data fetched into results/data (data.dir, data.nli_file there, or a link to it): prepare
+    would delete it before reading it; refused, nothing deleted (issue 33, case 2)."""
+    results = tmp_path / "results"
+    shutil.copytree(DEMO, results / "data")
+    before = sorted(p.name for p in (results / "data").iterdir())
+    (tmp_path / "link").symlink_to(results / "data")
+    cases = [{"dir": str(results / "data")}, {"dir": str(tmp_path / "link")},
+             {"dir": str(DEMO), "nli_file": str(results / "data" / "nli-sample.jsonl")}]
+    for data in cases:
+        code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, **data), "--results", str(results)], capsys)
+        assert code == 2
+        _assert_one_error_line(err, r"^error: \S+: an input of prepare lies inside " + re.escape(str(results / "data"))
+                               + r", which prepare deletes and writes anew; move the input out of ")
+        assert sorted(p.name for p in (results / "data").iterdir()) == before
+    code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, dir=str(DEMO)), "--results", str(results)], capsys)
+    assert code == 0, err

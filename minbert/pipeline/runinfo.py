@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minbert.core.errors import MinBertError
 from minbert.core.io import MANIFEST, clean_stale_temporaries, refuse_links, remove_owned, write_json
 from minbert.core.layout import Layout
 from minbert.core.provenance import fingerprint_of, git_revision
@@ -114,6 +115,7 @@ def running(job: Job, network=None, extra_reads=(), main_process: bool = True, f
     if main_process:
         for path in owned_paths(job):
             refuse_links(path, job.results)
+        refuse_inputs_inside_outputs(job, extra_reads)
     record = network_record(network) if network is not None else {"device": "cpu"}
     with lock:
         description = job.runtime_description(extra_reads)
@@ -138,6 +140,19 @@ def running(job: Job, network=None, extra_reads=(), main_process: bool = True, f
                 "fingerprint": run.fingerprint, "description": description,
             })
             finished.keep(job, run.fingerprint)
+
+
+def refuse_inputs_inside_outputs(job: Job, extra_reads=()) -> None:
+    """No input of the job (raw data, the NLI file, a model folder) is, or lies inside, a path the job
+    replaces (its outputs, its resumable state): the job would delete what it is about to read (raw
+    CSVs fetched into results/data). Checked before anything is removed."""
+    replaced = [Path(p) for p in [*job.outputs, Layout(job.results).state(job.stage, job.name)]]
+    for read in [*job.reads, *job.sources, *map(str, extra_reads)]:
+        for out in replaced:
+            if _inside(Path(read), out):
+                raise MinBertError(f"{read}: an input of {job.id} lies inside {out}, which {job.id} deletes and "
+                                   f"writes anew; move the input out of {out} and point the setting that names it "
+                                   f"(data.dir, data.nli_file, model) at the new place")
 
 
 def owned_paths(job: Job) -> list[str]:
