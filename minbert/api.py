@@ -24,6 +24,10 @@ from minbert.core.tasks import TASKS
 
 EXPORT_MANIFEST = "minbert.json"     # what marks an export folder (minbert.share.export)
 CHUNK_BATCHES = 32                   # batches predicted per progress-bar step on long inputs
+# the longest text predicted, as for the pipeline's data files (minbert.data.read.MAX_FIELD_CHARS): the
+# model reads at most max_length (<= 512) word pieces, and tokenising megabytes to keep a few would
+# cost seconds and gigabytes
+MAX_TEXT_CHARS = 131072
 
 
 # ---------------------------------------------------------------- finding the model
@@ -76,6 +80,10 @@ class Model:
                  threads: int | None = None):
         from minbert.core.runtime import pick_device, set_threads
 
+        for key, value in (("batch_size", batch_size), ("threads", threads)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                      or value < 1):
+                raise MinBertError(f"{key} {value!r}: expected a positive integer")
         set_threads(threads)
         self.model, self.tokenizer, self.source = load_multitask(path)
         self.device = pick_device(device)
@@ -105,6 +113,13 @@ class Model:
         self.has(task)
         spec = TASKS[task]
         frame = frame.reset_index(drop=True)
+        for c in spec.text_columns:
+            lengths = frame[c].astype(str).str.len()
+            if len(frame) and lengths.max() > MAX_TEXT_CHARS:
+                k = int(lengths.to_numpy().argmax())
+                raise MinBertError(f"{task}: row {k}, column '{c}' has {lengths.iloc[k]:,} characters, more than "
+                                   f"{MAX_TEXT_CHARS:,} (a broken line?); the model reads only its first few hundred "
+                                   f"word pieces: shorten it or split it into rows")
         if "id" not in frame.columns:
             frame = frame.assign(id=[str(i) for i in range(len(frame))])
         step = self.batch_size * CHUNK_BATCHES

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from minbert.api import MAX_TEXT_CHARS
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import TASKS
 
@@ -48,19 +49,46 @@ def input_format(name: str, text: str, given: str | None) -> str:
     return "txt"
 
 
+def text_lines(text: str) -> list[str]:
+    """The lines of a text split at line feeds only (a CR before one is dropped): U+2028, a form feed
+    or a file separator inside a line are characters of its text, not line breaks as for
+    `str.splitlines`, and JSON allows them raw inside a string."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()                      # the newline that ends the last line
+    return [line.removesuffix("\r") for line in lines]
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
 def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
     """An input's rows (all columns as strings) and the line each starts on."""
     text = text.lstrip("\ufeff")
     if fmt == "txt":
-        lines = text.splitlines()
+        lines = text_lines(text)
         return pd.DataFrame({"sentence": lines}), list(range(1, len(lines) + 1))
     if fmt == "jsonl":
         records, where = [], []
-        for k, line in enumerate(text.splitlines(), 1):
+        for k, line in enumerate(text_lines(text), 1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(line, object_pairs_hook=_unique_keys)
+            except _DuplicateKey as e:
+                raise MinBertError(f"{name}:{k}: key '{e.args[0]}' appears twice in the object; keep one") from None
+            except RecursionError:
+                raise MinBertError(f"{name}:{k}: nested too deeply; write one flat object per line") from None
             except ValueError as e:
                 raise MinBertError(f"{name}:{k}: not a JSON object ({e.msg}); write one object per line, e.g. "
                                    f'{{"sentence": "..."}}') from None
@@ -77,6 +105,9 @@ def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
         if header is None:
             return pd.DataFrame(), []
         header = [h.strip() for h in header]
+        twice = next((h for k, h in enumerate(header) if h in header[:k]), None)
+        if twice is not None:
+            raise MinBertError(f"{name}:1: column '{twice}' appears twice in the header; keep one")
         rows, where, start = [], [], reader.line_num + 1
         for row in reader:
             if row == [] or row == [""]:
@@ -131,6 +162,12 @@ def check_texts(name: str, frame: pd.DataFrame, lines: list[int], tasks: list[st
         if bad.any():
             k = int(bad.to_numpy().argmax())
             raise MinBertError(f"{name}:{lines[k]}: empty text in column '{c}'; fill it or remove the row")
+        long = values.astype(str).str.len().gt(MAX_TEXT_CHARS)
+        if long.any():
+            k = int(long.to_numpy().argmax())
+            raise MinBertError(f"{name}:{lines[k]}: the text in column '{c}' has {len(str(values.iloc[k])):,} "
+                               f"characters, more than {MAX_TEXT_CHARS:,} (a broken line?); the model reads only its "
+                               f"first few hundred word pieces: shorten it or split it into rows")
     if len(frame) == 0:
         raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
 
@@ -168,22 +205,62 @@ def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
     if out in (None, "-"):
         sys.stdout.write(text)
         sys.stdout.flush()
-    else:
+        return
+    try:
         write_text(out, text)
+    except OSError as e:
+        raise MinBertError(f"{out}: cannot write the predictions ({e.strerror or e}); give --out a file in a "
+                           f"folder you can write") from None
+
+
+def check_out(out: str | None) -> None:
+    """--out names a file that can be written (checked before the model runs)."""
+    import os
+
+    if out in (None, "-"):
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise MinBertError(f"{out}: is a folder; give --out a file name (e.g. {path / 'predictions.tsv'})")
+    folder = next((p for p in [path.parent, *path.parent.parents] if p.exists()), Path("."))
+    if not folder.is_dir():
+        raise MinBertError(f"{out}: cannot write the predictions ({folder} is a file, not a folder); give --out a "
+                           f"file in a folder you can write")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise MinBertError(f"{out}: cannot write the predictions (no permission to write in {folder}); give --out "
+                           f"a file in a folder you can write")
 
 
 # ---------------------------------------------------------------- commands
+
+def read_stdin() -> bytes:
+    """stdin, in chunks (Ctrl-C stops it at once) and no more than any input file may be."""
+    from minbert.core.io import MAX_INPUT_BYTES, _human
+
+    chunks, total = [], 0
+    while chunk := sys.stdin.buffer.read(1 << 20):
+        total += len(chunk)
+        if total > MAX_INPUT_BYTES:
+            raise MinBertError(f"<stdin>: more than {_human(MAX_INPUT_BYTES)} of input, the most an input may be; "
+                               f"split it into several files")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
 
 def predict_command(a) -> None:
     from minbert.api import load_model
     from minbert.core.io import read_input
 
+    for flag, value in (("--batch-size", a.batch_size), ("--threads", a.threads)):
+        if value is not None and value < 1:
+            raise MinBertError(f"{flag} {value}: expected a positive number (e.g. {flag} 32)")
+    check_out(a.out)
     name = "<stdin>" if a.input in (None, "-") else a.input
     if name == "<stdin>":
         if sys.stdin is None or sys.stdin.isatty():
             raise MinBertError("no input: give a file (TSV, CSV, JSONL or TXT) or pipe text into stdin, "
                                "e.g. echo 'A gripping film.' | minbert predict MODEL")
-        raw = sys.stdin.buffer.read()
+        raw = read_stdin()
     else:
         raw = read_input(name, "input file")
     try:
@@ -222,9 +299,16 @@ def upload_command(a) -> None:
     print(upload(a.folder, a.repo_id, private=a.private, revision=a.revision))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors as the other errors: one line and status 2 (not the usage text before them)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {self.prog}: {message}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="minbert", description="Use a trained minBERT multi-task model.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ap = _Parser(prog="minbert", description="Use a trained minBERT multi-task model.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("predict", help="predict sentiment, paraphrase or similarity on new text",
                        description="Predict each row of a file (or stdin) with a trained model: a label with the "
                                    "class probabilities, or a similarity score (0-5), per task.")

@@ -364,3 +364,100 @@ def test_upload_checks_the_folder_before_any_network(tmp_path, capsys):
     code, out, err = minbert_here(["upload", tmp_path, "someone/model"], capsys)
     assert code == 2 and err.strip() == (f"error: {tmp_path}: not an export folder (no minbert.json or README.md); run "
                                          f"the export stage (snakemake --cores all results/exports/<experiment>)")
+
+
+# ---------------------------------------------------------------- issue 33: input lines, arguments, sizes
+
+def test_lines_split_at_line_feeds_only(trained, tmp_path, capsys):
+    """U+2028, a form feed or a file separator inside a line are text, not line breaks; CRLF is read;
+    raw U+2028 inside a JSON string is valid JSONL (issue 33, case 5)."""
+    from minbert.cli import read_rows
+
+    frame, lines = read_rows("f", "one\u2028two\nthree\x0cfour\r\nfive\x1csix\n", "txt")
+    assert frame["sentence"].tolist() == ["one\u2028two", "three\x0cfour", "five\x1csix"] and lines == [1, 2, 3]
+    jsonl = '{"sentence": "a\u2028b"}\r\n{"sentence": "c\\u001cd"}\n\n{"sentence": "e\u0085f\u2029"}\n'
+    frame, lines = read_rows("f", jsonl, "jsonl")
+    assert frame["sentence"].tolist() == ["a\u2028b", "c\x1cd", "e\u0085f\u2029"] and lines == [1, 2, 4]
+    for name, text in (("in.txt", "one\u2028two\nthree\x0cfour\r\nfive\x1csix\n"), ("in.jsonl", jsonl)):
+        (tmp_path / name).write_text(text, encoding="utf-8", newline="")
+        code, out, err = minbert_here(["predict", trained / "experiments" / "bi", tmp_path / name, "-q",
+                                       "--out-format", "jsonl"], capsys)
+        assert code == 0, err
+        assert len(out.strip().split("\n")) == 3
+
+
+@pytest.mark.parametrize("case", ["batch size 0", "threads -1", "batch size abc", "sentence twice in a csv",
+                                  "sentence twice in a tsv", "a json key twice", "out is a folder",
+                                  "out under a file"])
+def test_bad_arguments_and_headers_are_one_line(trained, tmp_path, case, capsys):
+    """(issue 33, case 11)"""
+    exp = trained / "experiments" / "bi"
+    f = tmp_path / "in.csv"
+    f.write_text("sentence\nfine\n")
+    args = ["predict", exp, f]
+    expect = {"batch size 0": "--batch-size 0: expected a positive number",
+              "threads -1": "--threads -1: expected a positive number",
+              "batch size abc": "minbert predict: argument --batch-size: invalid int value: 'abc'",
+              "sentence twice in a csv": f"{f}:1: column 'sentence' appears twice in the header; keep one",
+              "sentence twice in a tsv": f"{tmp_path / 'in.tsv'}:1: column 'sentence' appears twice in the header",
+              "a json key twice": f"{tmp_path / 'in.jsonl'}:2: key 'sentence' appears twice in the object; keep one",
+              "out is a folder": f"{tmp_path}: is a folder; give --out a file name",
+              "out under a file": f"{f / 'out.tsv'}: cannot write the predictions ({f} is a file, not a folder)"}[case]
+    if case == "batch size 0":
+        args += ["--batch-size", "0"]
+    elif case == "threads -1":
+        args += ["--threads", "-1"]
+    elif case == "batch size abc":
+        args += ["--batch-size", "abc"]
+    elif case == "sentence twice in a csv":
+        f.write_text("id,sentence,sentence\n1,a,b\n")
+    elif case == "sentence twice in a tsv":
+        (tmp_path / "in.tsv").write_text("sentence\tsentence\na\tb\n")
+        args = ["predict", exp, tmp_path / "in.tsv"]
+    elif case == "a json key twice":
+        (tmp_path / "in.jsonl").write_text('{"sentence": "a"}\n{"sentence": "a", "sentence": "b"}\n')
+        args = ["predict", exp, tmp_path / "in.jsonl"]
+    elif case == "out is a folder":
+        args += ["--out", tmp_path]
+    else:
+        args += ["--out", f / "out.tsv"]
+    code, out, err = minbert_here(args, capsys)
+    assert code == 2, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: " + expect), err
+    assert "Traceback" not in err and out == ""
+
+
+def test_the_api_refuses_bad_batch_sizes_and_huge_texts(trained):
+    from minbert.api import MAX_TEXT_CHARS, load_model
+
+    with pytest.raises(Exception, match=r"^batch_size 0: expected a positive integer$"):
+        load_model(trained / "experiments" / "bi", device="cpu", batch_size=0)
+    m = load_model(trained / "experiments" / "bi", device="cpu")
+    with pytest.raises(Exception, match=r"^sst: row 1, column 'sentence' has 131,073 characters, more than 131,072"):
+        m.sentiment(["fine", "x" * (MAX_TEXT_CHARS + 1)])
+
+
+@pytest.mark.parametrize("where", ["stdin", "file"])
+def test_a_50_mb_line_is_refused_quickly_in_little_memory(trained, tmp_path, where):
+    """A single line of 50 MB: one line naming it, in seconds and without gigabytes (issue 33, case 16)."""
+    import resource
+    import time
+
+    line = "word " * 10_000_000 + "\n"
+    args = ["predict", trained / "experiments" / "bi", tmp_path / "big.txt" if where == "file" else "-", "--format",
+            "txt"]
+    if where == "file":
+        (tmp_path / "big.txt").write_text("fine\n" + line)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    r = minbert_cli(args, stdin=("fine\n" + line) if where == "stdin" else None)
+    seconds = time.perf_counter() - t0
+    assert r.returncode == 2, r.stderr[-2000:]
+    name = "<stdin>" if where == "stdin" else str(tmp_path / "big.txt")
+    assert r.stderr.strip() == (f"error: {name}:2: the text in column 'sentence' has 50,000,000 characters, more "
+                                f"than 131,072 (a broken line?); the model reads only its first few hundred word "
+                                f"pieces: shorten it or split it into rows")
+    assert seconds < 30
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    assert peak_mib < 2000 or peak_mib <= before / 1024, peak_mib
