@@ -153,7 +153,8 @@ class Model:
         return self.predict(task, _pairs(pairs))
 
     def similarity(self, pairs, task: str = "sts") -> pd.DataFrame:
-        """The similarity of each pair on the STS scale 0-5: `prediction`."""
+        """The similarity of each pair on the STS scale, clipped to 0-5 as every file the pipeline writes
+        (minbert.model.outputs): a DataFrame with one row per pair and the column `prediction` (float)."""
         return self.predict(task, _pairs(pairs))
 
     def embed(self, texts) -> np.ndarray:

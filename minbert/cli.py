@@ -2,6 +2,7 @@
 
     minbert predict MODEL [INPUT] [--task sst] [--out FILE]    # INPUT: .tsv/.csv/.jsonl/.txt, or stdin
     minbert submission SOURCE --out DIR                      # the CS224N starter's six prediction files + zip
+                                                             # (the zip beside DIR, the starter's name)
     minbert upload FOLDER REPO_ID                            # an export folder to the Hugging Face Hub
 
 MODEL is an experiment's folder (results/experiments/E), its model.pt, or an export folder
@@ -288,7 +289,7 @@ def predict_command(a) -> None:
 def submission_command(a) -> None:
     from minbert.share.submission import write_submission
 
-    written = write_submission(a.source, a.out, zip_path=a.zip)
+    written = write_submission(a.source, a.out, zip_path=a.zip, results=a.results)
     for path in written:
         print(path)
 
@@ -311,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("predict", help="predict sentiment, paraphrase or similarity on new text",
                        description="Predict each row of a file (or stdin) with a trained model: a label with the "
-                                   "class probabilities, or a similarity score (0-5), per task.")
+                                   "class probabilities, or a similarity score (clipped to the label range 0-5), per task.")
     p.add_argument("model", metavar="MODEL",
                    help="an experiment's folder (results/experiments/E), its model.pt, or an export folder")
     p.add_argument("input", metavar="INPUT", nargs="?",
@@ -338,7 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an experiment's or ensemble's folder (results/experiments/E, results/ensembles/N) or its "
                         "predictions folder")
     s.add_argument("--out", default="predictions", help="the folder for the six files (default: predictions)")
-    s.add_argument("--zip", help="the submission zip (default: <out>/../submission.zip)")
+    s.add_argument("--zip", help="the submission zip (default: cs224n_default_final_project_submission.zip, the "
+                                 "starter's name, in the folder that holds --out, as the starter's prepare_submit.py "
+                                 "writes it)")
+    s.add_argument("--results", help="the results folder whose prepared splits (data/<task>-<split>.tsv) the "
+                                     "predictions are checked against: every row present (default: the one SOURCE "
+                                     "lies in)")
     s.set_defaults(func=submission_command)
 
     u = sub.add_parser("upload", help="upload an export folder to the Hugging Face Hub (network, a token)",

@@ -1055,6 +1055,20 @@ def test_predictions_out_of_range(tmp_path, value):
     _one_line_error(_evaluate, _predictions(tmp_path, edit=edit), pattern=r"sst-dev\.csv: (line|row) 5")
 
 
+@pytest.mark.parametrize("value", ["1e9", "-1.15", "5.01"])
+def test_similarity_predictions_outside_the_label_range_are_refused(tmp_path, value):
+    """The model clips its scores to 0-5 where it writes them (minbert.model.outputs); a score outside
+    was not written by the pipeline, and is never scored as it is (issue 33, case 9)."""
+    folder = tmp_path / "predictions"
+    folder.mkdir()
+    frame = pd.DataFrame({"id": [f"t{i}" for i in range(20)], "sentence1": "a", "sentence2": "b",
+                          "label": [i / 4 for i in range(20)], "prediction": [i / 4 for i in range(20)]}).astype(str)
+    frame.loc[3, "prediction"] = value
+    frame.to_csv(folder / "sts-dev.csv", index=False)
+    _one_line_error(_evaluate, folder, pattern=rf"sts-dev\.csv: line 5: prediction '{re.escape(value)}' is not a sts "
+                                               rf"prediction \(from 0 to 5\); re-run the stage that wrote it")
+
+
 @pytest.mark.parametrize("value", ["x", "9"])
 def test_predictions_bad_label(tmp_path, value):
     def edit(f):

@@ -360,6 +360,36 @@ def test_submission_files_are_the_starter_codes_bytes(trained, tmp_path, capsys)
     assert code == 2 and err.startswith(f"error: {tmp_path / 'predictions'}: no predictions here")
 
 
+def test_submission_refuses_predictions_with_rows_missing(trained, tmp_path, capsys):
+    """Predictions missing rows of their split never become submission files, as the evaluate stage
+    refuses them (issue 33, case 4); the zip goes where --help says."""
+    results = tmp_path / "results"
+    shutil.copytree(trained / "data", results / "data")
+    shutil.copytree(trained / "experiments" / "bi" / "predictions", results / "experiments" / "bi" / "predictions")
+    folder = results / "experiments" / "bi" / "predictions"
+    frame = pd.read_csv(folder / "sts-test.csv", dtype=str, keep_default_na=False)
+    frame.iloc[:-5].to_csv(folder / "sts-test.csv", index=False)
+    out = tmp_path / "sub" / "predictions"
+    code, stdout, err = minbert_here(["submission", results / "experiments" / "bi", "--out", out], capsys)
+    assert code == 2 and stdout == ""
+    first = frame["id"].iloc[-5]
+    assert err.strip() == (f"error: {folder / 'sts-test.csv'}: no prediction for id '{first}' of "
+                           f"{results.resolve() / 'data' / 'sts-test.tsv'} (5 of {len(frame)} rows missing); re-run "
+                           f"the predict stage")
+    assert not out.exists() and not (tmp_path / "sub").exists()
+    # a predictions folder outside a results folder is checked against the one --results names
+    shutil.copytree(trained / "experiments" / "bi" / "predictions", tmp_path / "loose" / "predictions")
+    code, _, err = minbert_here(["submission", tmp_path / "loose" / "predictions", "--out", out], capsys)
+    assert code == 2 and "cannot be checked against its prepared split" in err and "--results" in err
+    code, stdout, err = minbert_here(["submission", tmp_path / "loose" / "predictions", "--out", out,
+                                      "--results", trained], capsys)
+    assert code == 0, err
+    assert stdout.splitlines()[-1] == str(tmp_path / "sub" / "cs224n_default_final_project_submission.zip")
+    code, stdout, _ = minbert_here(["submission", "--help"], capsys)
+    assert "cs224n_default_final_project_submission.zip" in " ".join(stdout.split())
+    assert "in the folder that holds --out" in " ".join(stdout.split())
+
+
 def test_upload_checks_the_folder_before_any_network(tmp_path, capsys):
     code, out, err = minbert_here(["upload", tmp_path, "someone/model"], capsys)
     assert code == 2 and err.strip() == (f"error: {tmp_path}: not an export folder (no minbert.json or README.md); run "
