@@ -390,6 +390,42 @@ def test_submission_refuses_predictions_with_rows_missing(trained, tmp_path, cap
     assert "in the folder that holds --out" in " ".join(stdout.split())
 
 
+def test_the_predict_stage_refuses_another_experiments_checkpoint(trained, tmp_path, capsys):
+    """A model.pt copied or moved from another experiment, or from another run of this one, is refused
+    by the predict stage, as `minbert predict` refuses a foreign model (issue 33, case 7)."""
+    results = tmp_path / "results"
+    shutil.copytree(trained, results)
+    params = trained.parent / "params.yaml"
+    model = results / "experiments" / "bi" / "finetune" / "model.pt"
+    own = model.read_bytes()
+    argv = ["--experiment", "bi", "--params", str(params), "--results", str(results)]
+
+    def predict_stage():
+        with pytest.raises(SystemExit) as e:
+            run(predict.main, argv)
+        return e.value.code, capsys.readouterr().err
+
+    shutil.copy(results / "experiments" / "cross" / "finetune" / "model.pt", model)
+    code, err = predict_stage()
+    assert code == 2 and err.strip() == (
+        f"error: {model}: the checkpoint was written by the finetune stage of experiment 'cross', not finetune of "
+        f"'bi' (copied or moved?); re-run its finetune stage (or put back the experiment's own model)")
+    assert not list((results / "experiments" / "bi" / "predictions").glob("*.csv"))
+    ckpt = torch.load(trained / "experiments" / "bi" / "finetune" / "model.pt", weights_only=True)
+    ckpt["fingerprint"] = "0" * 64                 # bi, but trained by another run (other settings or data)
+    torch.save(ckpt, model)
+    code, err = predict_stage()
+    assert code == 2 and err.startswith(f"error: {model}: the checkpoint is not the one finetune of 'bi' wrote last "
+                                        f"(its fingerprint 000000000000, the run record ")
+    model.write_bytes(own)
+    run_code = 0
+    try:
+        run(predict.main, argv + ["--force"])
+    except SystemExit as e:
+        run_code = e.code
+    assert run_code in (0, None), capsys.readouterr().err
+
+
 def test_upload_checks_the_folder_before_any_network(tmp_path, capsys):
     code, out, err = minbert_here(["upload", tmp_path, "someone/model"], capsys)
     assert code == 2 and err.strip() == (f"error: {tmp_path}: not an export folder (no minbert.json or README.md); run "
