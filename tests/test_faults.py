@@ -1148,3 +1148,30 @@ def test_an_input_inside_a_folder_the_stage_replaces_is_refused_before_anything_
         assert sorted(p.name for p in (results / "data").iterdir()) == before
     code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, dir=str(DEMO)), "--results", str(results)], capsys)
     assert code == 0, err
+
+
+def test_a_dev_file_that_overlaps_the_train_file_is_warned_about(tmp_path, capsys):
+    """The dev file a copy of the train file (or largely overlapping it): the log and summary.json say
+    how many rows are shared, and the report repeats it on every page (issue 33, case 3)."""
+    def copy_train(d):
+        (d / "sts-dev.csv").write_bytes((d / "sts-train.csv").read_bytes())
+        lines = (d / "ids-sst-train.csv").read_text().split("\n")
+        dev = (d / "ids-sst-dev.csv").read_text().split("\n")
+        (d / "ids-sst-dev.csv").write_text("\n".join(dev[:1] + [f"x{k}" + ln[ln.index("\t"):] if ln else ln
+                                                                for k, ln in enumerate(lines[1:41])] + dev[41:]))
+    raw = _demo_copy(tmp_path, copy_train)
+    results = tmp_path / "results"
+    code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, dir=str(raw)), "--results", str(results)], capsys)
+    assert code == 0, err
+    warnings = [ln for ln in err.splitlines() if "WARNING" in ln]
+    assert len(warnings) == 2, err
+    assert f"{raw / 'sts-dev.csv'}: 600 of 600 dev rows (100%) are also in the train file {raw / 'sts-train.csv'}" \
+        in warnings[1]
+    assert f"{raw / 'ids-sst-dev.csv'}: 40 of 200 dev rows (20%) are also in the train file" in warnings[0]
+    files = json.loads((results / "data" / "summary.json").read_text())["files"]
+    assert files["sts-dev.tsv"]["overlap_with_train"]["rows"] == 600 and files["sts-dev.tsv"]["overlap_with_train"]["warn"]
+    assert files["para-dev.tsv"]["overlap_with_train"] == {**files["para-dev.tsv"]["overlap_with_train"], "rows": 0,
+                                                           "warn": False}
+    # the demo files themselves share nothing worth a warning
+    code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, dir=str(DEMO)), "--results", str(results)], capsys)
+    assert code == 0 and "WARNING" not in err

@@ -31,6 +31,7 @@ class RunResults:
     metrics: dict | None = None                 # {"dev": {...}, "test": {...} | None}
     predictions: dict = field(default_factory=dict)   # (task, split) -> DataFrame
     histories: dict = field(default_factory=dict)     # training stage -> DataFrame
+    history_notes: list = field(default_factory=list)  # a history that is missing or cut short, said on the page
 
     def split_metrics(self, split: str) -> dict:
         return ((self.metrics or {}).get(split)) or {}
@@ -120,15 +121,41 @@ def load_history(path: Path) -> pd.DataFrame | None:
     return frame
 
 
+def history_note(path: Path, history: pd.DataFrame | None, trained: bool, stage: str, rerun: str) -> str | None:
+    """What the page says of a training history that is missing while its stage ran (`trained`), or
+    cut short (no line end at its end, or a last row with empty cells): never a silently missing
+    section or a row of dashes."""
+    if history is None:
+        if not trained:
+            return None
+        return (f"{path}: the training history is missing (deleted?), so the {stage} curves are not shown; "
+                f"run {rerun} to write it again")
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - 1))
+        ends = f.read(1) == b"\n"
+    last_empty = len(history) and history.iloc[-1].isna().any() and not history.iloc[:-1].isna().all().any()
+    if ends and not last_empty:
+        return None
+    return (f"{path}: the training history is cut short (its last line is incomplete: a full disk, an interrupted "
+            f"copy?); the {stage} curves and numbers below stop where it was cut, and its last row may be wrong; "
+            f"run {rerun} to write it whole")
+
+
 def load_run(layout: Layout, name: str, kind: str, pretrain: str | None = None) -> RunResults:
     experiment = kind == "experiment"
     metrics = layout.metrics(name) if experiment else layout.ensemble_metrics(name)
     predictions = layout.predictions(name) if experiment else layout.ensemble_predictions(name)
     run = RunResults(name=name, kind=kind, metrics=load_metrics(Path(metrics)))
     if pretrain is not None:                    # the shared pretraining this experiment starts from
-        history = load_history(Path(layout.pretrain_history(pretrain)))
+        path = Path(layout.pretrain_history(pretrain))
+        history = load_history(path)
         if history is not None:
             run.histories["pretrain"] = history
+        note = history_note(path, history, Path(layout.pretrain_model(pretrain)).exists(), "pretrain",
+                            f"python -m stages.pretrain --name {pretrain}")
+        run.history_notes += [note] if note else []
     for task in TASKS:
         for split in SPLITS:
             path = Path(prediction_file(predictions, task, split))
@@ -136,9 +163,14 @@ def load_run(layout: Layout, name: str, kind: str, pretrain: str | None = None) 
                 run.predictions[(task, split)] = load_predictions(path, task)
     if experiment:
         for stage in TRAINING_STAGES:
-            history = load_history(Path(layout.history(name, stage)))
+            path = Path(layout.history(name, stage))
+            history = load_history(path)
             if history is not None:
                 run.histories[stage] = history
+            trained = Path(layout.model(name, stage)).exists() or Path(layout.run_record(stage, name)).exists()
+            note = history_note(path, history, trained, stage.replace("_", " "),
+                                f"python -m stages.{stage} --experiment {name} --force")
+            run.history_notes += [note] if note else []
     return run
 
 
