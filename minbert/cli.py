@@ -270,7 +270,8 @@ def predict_command(a) -> None:
         raise MinBertError(f"{name}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
     fmt = input_format(name, text, a.format)
     frame, lines = read_rows(name, text, fmt)
-    model = load_model(a.model, device=a.device, batch_size=a.batch_size, bf16=a.bf16, threads=a.threads)
+    model = load_model(a.model, device=a.device, batch_size=a.batch_size, threads=a.threads,
+                       precision="bf16" if a.bf16 else a.precision)
     for t in a.task or []:
         model.has(t)
     tasks = columns_for(name, frame, a.task, model.tasks)
@@ -325,9 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, help="the input's format (default: by suffix; stdin: guessed)")
     p.add_argument("--out-format", choices=FORMATS[:3], help="the output's format (default: by --out's suffix, "
                                                                "else JSONL for JSONL input and TSV otherwise)")
-    p.add_argument("--batch-size", type=int, default=64, help="rows per batch (default: 64)")
+    p.add_argument("--batch-size", type=int, help="rows per batch (default: the experiment's predict stage's, "
+                                                  "else 64)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda when available")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (on a GPU with native bf16)")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp32"],
+                   help="default: the experiment's predict stage's setting, else auto (bf16 where it is native): "
+                        "the stage's batches and precision give its numbers")
+    p.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
     p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=predict_command)
