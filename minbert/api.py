@@ -2,9 +2,12 @@
 
     from minbert.api import load_model
     m = load_model("results/experiments/cross_encoder")     # or its model.pt, or an export folder
-    m.sentiment(["A gripping, funny film."])                 # prediction, class, prob_0..prob_4
+    m.sentiment(["A gripping, funny film."])                 # DataFrame: prediction, class, prob_0..prob_4
     m.paraphrase([("How do I learn Python?", "What is the best way to learn Python?")])   # prediction, class, prob_1
     m.similarity([("A man plays a guitar.", "A man is playing music.")])                 # prediction (0-5)
+
+Every method returns a pandas DataFrame with one row per input, in the input's order (`embed`: a
+numpy array); the columns are said in each method's docstring and in docs/sharing.md.
 
 The predictions go through the pipeline's own code (minbert.model.multitask: the checkpoint loader,
 tokenisation by the task's view, `predict_task`), so they equal the predict stage's on the same rows.
@@ -119,10 +122,13 @@ class Model:
                                f"ask for one of those, or train an experiment with {task} in finetune.tasks")
 
     def predict(self, task: str, frame: pd.DataFrame, progress: bool | None = False) -> pd.DataFrame:
-        """Predictions for `frame`'s rows (columns as the task's prepared split: `sentence`, or
-        `sentence1` and `sentence2`): the predict stage's columns `prediction` and `prob_*`, with
-        the class name of a classification or binary task. `progress`: a tqdm bar (None: only on
-        inputs of more than one step)."""
+        """Predictions for `frame`'s rows (a pandas DataFrame with the task's text columns: `sentence`,
+        or `sentence1` and `sentence2`; `id` optional). Returns a pandas DataFrame with one row per
+        input row, in the input's order (index 0..n-1): `prediction` (int class for sst, 0/1 for para
+        and cfimdb, float score clipped to 0-5 for sts), then for a classification or binary task
+        `class` (the class name, str) and its probabilities as floats (`prob_0` .. `prob_4` for
+        sst, `prob_1` for para and cfimdb), the predict stage's columns. `progress`: a tqdm bar (None:
+        only on inputs of more than 32 batches)."""
         from tqdm.auto import tqdm
 
         from minbert.core.runtime import autocast
@@ -158,11 +164,15 @@ class Model:
 
     # ------------------------------------------------------------ by task
     def sentiment(self, texts, task: str = "sst") -> pd.DataFrame:
-        """Sentiment of each text: `prediction` (0 very negative .. 4 very positive), `class`, prob_0..prob_4."""
+        """Sentiment of each text (a str or a list of str): a pandas DataFrame, one row per text in
+        order, with `prediction` (int, 0 very negative .. 4 very positive), `class` (str) and
+        `prob_0` .. `prob_4` (float, summing to 1)."""
         return self.predict(task, _single(texts))
 
     def paraphrase(self, pairs, task: str = "para") -> pd.DataFrame:
-        """Whether each pair is a paraphrase: `prediction` (0/1), `class`, `prob_1`."""
+        """Whether each pair (a list of (sentence1, sentence2) tuples) is a paraphrase: a pandas
+        DataFrame, one row per pair in order, with `prediction` (int 0/1), `class` (str: "not
+        paraphrase" / "paraphrase") and `prob_1` (float, the paraphrase probability)."""
         return self.predict(task, _pairs(pairs))
 
     def similarity(self, pairs, task: str = "sts") -> pd.DataFrame:
@@ -171,8 +181,8 @@ class Model:
         return self.predict(task, _pairs(pairs))
 
     def embed(self, texts) -> np.ndarray:
-        """Sentence embeddings (N, H) with the model's pooling: what its sentence-transformers
-        export (minbert.share.export) gives."""
+        """Sentence embeddings with the model's pooling, what its sentence-transformers export
+        (minbert.share.export) gives: a float32 numpy array of shape (number of texts, hidden size)."""
         import torch
 
         from minbert.core.runtime import autocast
