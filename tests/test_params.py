@@ -231,3 +231,16 @@ def test_deeply_nested_yaml_is_one_line(tmp_path, nested):
         load_params(p)
     assert str(e.value) == f"{p}: nested too deeply (hundreds of levels of mappings or lists); params nest a few " \
                            f"levels: fix the file"
+
+
+def test_deeply_nested_json_the_stages_read_is_one_line(tmp_path):
+    """The class of case 13 beyond params: a run record, metrics.json or job file nested thousands deep."""
+    from minbert.pipeline.job import Job
+    from minbert.report.data import read_json
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(MinBertError, match="nested too deeply"):
+        read_json(deep)
+    with pytest.raises(MinBertError, match=r"not a job file of this version \(RecursionError\)"):
+        Job.read(deep, "prepare", None)

@@ -112,7 +112,7 @@ class Job:
                       reads=description["reads"], recorded=description, **where)
         except MinBertError:
             raise
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError, RecursionError) as e:
             raise MinBertError(f"{path}: not a job file of this version ({type(e).__name__}); {redo}") from None
         if (job.stage, job.name) != (stage, name):
             got = job.id

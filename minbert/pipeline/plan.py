@@ -256,7 +256,7 @@ def _made_from(job: Job, description: dict) -> float | None:
         if canonical(recorded) != canonical(description):
             return None
         return dt.datetime.fromisoformat(info["started"]).timestamp() - 1.0
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, MinBertError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, MinBertError):
         return None
 
 

@@ -55,6 +55,9 @@ def read_json(path: Path):
     except json.JSONDecodeError as e:
         raise MinBertError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); re-run the stage "
                            f"that writes it") from None
+    except RecursionError:
+        raise MinBertError(f"{path}: nested too deeply to be a file a stage writes; re-run the stage that "
+                           f"writes it") from None
 
 
 def load_metrics(path: Path) -> dict | None:
