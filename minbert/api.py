@@ -188,7 +188,11 @@ class Model:
         from minbert.core.runtime import autocast
         from minbert.data.batches import to_device
 
-        texts = list(texts)
+        texts = [str(t) for t in texts]
+        longest = max(range(len(texts)), key=lambda k: len(texts[k]), default=None)
+        if longest is not None and len(texts[longest]) > MAX_TEXT_CHARS:
+            raise MinBertError(f"text {longest} has {len(texts[longest]):,} characters, more than {MAX_TEXT_CHARS:,} "
+                               f"(a broken line?); the model reads only its first few hundred word pieces: shorten it")
         out = []
         with torch.no_grad():
             for start in range(0, len(texts), self.batch_size):

@@ -244,3 +244,16 @@ def test_deeply_nested_json_the_stages_read_is_one_line(tmp_path):
         read_json(deep)
     with pytest.raises(MinBertError, match=r"not a job file of this version \(RecursionError\)"):
         Job.read(deep, "prepare", None)
+
+
+def test_a_correlation_loss_over_one_sts_row_is_refused_when_training_starts():
+    """The data side of case 6: STS cut to one row by the data itself (the settings allow more)."""
+    from minbert.params.schema import FinetuneParams
+    from minbert.train.experiment import refuse_one_pair_correlation
+
+    cfg = FinetuneParams(heads={"sts_loss": "pearson"})
+    with pytest.raises(MinBertError, match=r"^a: sts_loss 'pearson' correlates the sts scores of a batch, and the sts "
+                                           r"training data has 1 row"):
+        refuse_one_pair_correlation(cfg, {"sst": [0] * 5, "sts": [0]}, "a")
+    refuse_one_pair_correlation(cfg, {"sts": [0, 1]}, "a")
+    refuse_one_pair_correlation(FinetuneParams(), {"sts": [0]}, "a")
