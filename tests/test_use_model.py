@@ -425,6 +425,10 @@ def test_the_predict_stage_refuses_another_experiments_checkpoint(trained, tmp_p
         f"error: {model}: the checkpoint was written by the finetune stage of experiment 'cross', not finetune of "
         f"'bi' (copied or moved?); re-run its finetune stage (or put back the experiment's own model)")
     assert not list((results / "experiments" / "bi" / "predictions").glob("*.csv"))
+    with pytest.raises(SystemExit) as e:                 # the export stage reads it the same way
+        run(export.main, argv)
+    assert e.value.code == 2 and "written by the finetune stage of experiment 'cross', not finetune of 'bi'" in \
+        capsys.readouterr().err
     ckpt = torch.load(trained / "experiments" / "bi" / "finetune" / "model.pt", weights_only=True)
     ckpt["fingerprint"] = "0" * 64                 # bi, but trained by another run (other settings or data)
     torch.save(ckpt, model)

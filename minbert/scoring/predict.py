@@ -30,39 +30,12 @@ def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
     return out
 
 
-def check_checkpoint(ckpt: dict, path, experiment: str, stage: str, record_path=None) -> None:
-    """The checkpoint is the one this experiment's training stage wrote: its experiment and stage, and
-    the fingerprint of the training run whose record is at `record_path` (when both say one). A
-    model.pt copied or moved from another experiment, or from a run with other settings, is refused."""
-    import json
-
-    redo = f"re-run its {stage} stage (or put back the experiment's own model)"
-    for key, want in (("experiment", experiment), ("stage", stage)):
-        got = ckpt.get(key)
-        if got is not None and got != want:
-            raise MinBertError(f"{path}: the checkpoint was written by the {ckpt.get('stage', '?')} stage of "
-                               f"experiment '{ckpt.get('experiment', '?')}', not {stage} of '{experiment}' (copied or "
-                               f"moved?); {redo}")
-    if record_path is None or ckpt.get("fingerprint") is None:
-        return
-    try:
-        recorded = json.loads(Path(record_path).read_text(encoding="utf-8")).get("fingerprint")
-    except (OSError, ValueError, AttributeError):
-        return                       # no record to compare with (a stage run elsewhere): nothing to say
-    if recorded is not None and recorded != ckpt["fingerprint"]:
-        raise MinBertError(f"{path}: the checkpoint is not the one {stage} of '{experiment}' wrote last (its "
-                           f"fingerprint {ckpt['fingerprint'][:12]}, the run record {record_path} says "
-                           f"{recorded[:12]}: settings, data or code differ); {redo}")
-
-
 def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None,
                        expect: dict | None = None) -> dict:
     """Write <task>-<split>.csv for every trained task and each of its dev/test splits. `expect`:
-    the experiment, stage and run record the checkpoint must come from (`check_checkpoint`)."""
+    the experiment, stage and run record the checkpoint must come from (minbert.model.checkpoint.check_origin)."""
     runtime = start_runtime(s)
-    model, tokenizer, ckpt = load_checkpoint(checkpoint)
-    if expect is not None:
-        check_checkpoint(ckpt, checkpoint, **expect)
+    model, tokenizer, _ = load_checkpoint(checkpoint, expect=expect)
     model.to(runtime.device)
     data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=("dev", "test"), cache_dir=cache_dir)
     written = {}

@@ -346,7 +346,8 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
     from minbert.core.provenance import git_revision
     from minbert.model.checkpoint import load_checkpoint
 
-    model, tokenizer, ckpt = load_checkpoint(model_path)
+    model, tokenizer, ckpt = load_checkpoint(model_path, expect={"experiment": name, "stage": s.model_stage,
+                                                                 "record_path": training_record})
     try:
         record = json.loads(Path(training_record).read_text(encoding="utf-8"))
         training = record["description"]["settings"]

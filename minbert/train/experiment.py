@@ -114,12 +114,12 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
 
 
 def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir, options: FitOptions, *,
-                             cache_dir=None) -> FitResult:
+                             cache_dir=None, expect: dict | None = None) -> FitResult:
     """Head retraining: the fine-tuned encoder frozen, the heads of the retrained tasks
     re-initialised (added when the fine-tuned model lacks them) and trained; the other heads kept
     as they are, frozen. `options` as for `finetune_experiment`."""
     runtime, dist_info = start_training(s)
-    model, tokenizer, _ = load_checkpoint(finetuned)
+    model, tokenizer, _ = load_checkpoint(finetuned, expect=expect)   # `expect`: the fine-tuning it must come from
     cfg = s.train
     data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
                           cache_dir=cache_dir)
