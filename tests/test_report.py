@@ -981,7 +981,8 @@ def test_a_missing_or_cut_history_and_an_overlapping_dev_file_are_said_on_the_pa
         Path(layout.model(name, "finetune")).write_bytes(b"a model")
     Path(layout.history("b", "finetune")).write_text("epoch,phase,dev_sst_acc,dev_sst_loss\n1,all,0.41,1.52\n"
                                                      "2,all,0.45,1.4")                  # cut in its last line
-    Path(layout.history("c", "finetune")).write_text("epoch,phase,dev_sst_acc,dev_sst_loss\n1,all,0.41,1.52\n")
+    Path(layout.history("c", "finetune")).write_text("epoch,phase,dev_sst_acc,dev_sst_loss\n1,all,0.41,1.52\n"
+                                                     "2,all,,1.4\n")    # an undefined metric: no cut
     Path(layout.data).mkdir(parents=True)
     Path(layout.data_summary).write_text(json.dumps({"files": {
         "sts-dev.tsv": {"rows_read": 8, "rows_kept": 8, "rows_dropped": 0, "dropped_by_reason": {},
@@ -1001,3 +1002,8 @@ def test_a_missing_or_cut_history_and_an_overlapping_dev_file_are_said_on_the_pa
     assert f"{layout.history('b', 'finetune')}: the training history is cut short" in b
     c = " ".join(parse(Path(layout.experiment_report("c"))).text().split())
     assert "training history is" not in c
+    Path(layout.history("c", "finetune")).write_text("epoch,phase,dev_sst_acc,dev_sst_loss\n1,all,0.41,1.52\n"
+                                                     "2,all\n")         # cut at a field's end
+    render_reports(load_params(params_path), layout, progress=False)
+    c = " ".join(parse(Path(layout.experiment_report("c"))).text().split())
+    assert f"{layout.history('c', 'finetune')}: the training history is cut short" in c

@@ -126,24 +126,25 @@ def load_history(path: Path) -> pd.DataFrame | None:
 
 def history_note(path: Path, history: pd.DataFrame | None, trained: bool, stage: str, rerun: str) -> str | None:
     """What the page says of a training history that is missing while its stage ran (`trained`), or
-    cut short (no line end at its end, or a last row with empty cells): never a silently missing
-    section or a row of dashes."""
+    cut short (no line end at its end, a last line with fewer fields than the header, no rows):
+    never a silently missing section or a row of dashes."""
     if history is None:
         if not trained:
             return None
         return (f"{path}: the training history is missing (deleted?), so the {stage} curves are not shown; "
                 f"run {rerun} to write it again")
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        size = f.tell()
-        f.seek(max(0, size - 1))
-        ends = f.read(1) == b"\n"
-    last_empty = len(history) and history.iloc[-1].isna().any() and not history.iloc[:-1].isna().all().any()
-    if ends and not last_empty:
+    import csv
+
+    from minbert.core.io import read_input
+
+    lines = read_input(path, "training history").decode("utf-8", errors="replace").split("\n")
+    rows = [next(csv.reader([line])) for line in lines if line.strip()]
+    cut = lines[-1] != "" or len(rows) < 2 or len(rows[-1]) != len(rows[0])
+    if not cut:
         return None
-    return (f"{path}: the training history is cut short (its last line is incomplete: a full disk, an interrupted "
-            f"copy?); the {stage} curves and numbers below stop where it was cut, and its last row may be wrong; "
-            f"run {rerun} to write it whole")
+    return (f"{path}: the training history is cut short (its last line is incomplete or it has no rows: a full "
+            f"disk, an interrupted copy?); the {stage} curves and numbers below stop where it was cut, and its "
+            f"last row may be wrong; run {rerun} to write it whole")
 
 
 def load_run(layout: Layout, name: str, kind: str, pretrain: str | None = None) -> RunResults:
