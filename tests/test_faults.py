@@ -29,6 +29,7 @@ import yaml
 from conftest import REPO, child_env, default_signals
 
 from minbert.core.errors import MinBertError
+from minbert.core.layout import Layout
 from minbert.data.read import (
     MAX_FIELD_CHARS,
     load_splits,
@@ -1146,6 +1147,12 @@ def test_an_input_inside_a_folder_the_stage_replaces_is_refused_before_anything_
         _assert_one_error_line(err, r"^error: \S+: an input of prepare lies inside " + re.escape(str(results / "data"))
                                + r", which prepare deletes and writes anew; move the input out of ")
         assert sorted(p.name for p in (results / "data").iterdir()) == before
+    # the planner refuses too: an engine deletes a job's outputs before the job itself could check
+    from minbert.pipeline.plan import pipeline
+
+    with pytest.raises(MinBertError, match=r"an input of prepare lies inside .*, which prepare deletes"):
+        pipeline(_params(tmp_path, dir=str(results / "data")), Layout(str(results)))
+    assert sorted(p.name for p in (results / "data").iterdir()) == before
     code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, dir=str(DEMO)), "--results", str(results)], capsys)
     assert code == 0, err
 

@@ -31,12 +31,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minbert.core.errors import MinBertError
 from minbert.core.io import MANIFEST, clean_stale_temporaries, refuse_links, remove_owned, write_json
 from minbert.core.layout import Layout
 from minbert.core.provenance import fingerprint_of, git_revision
 from minbert.pipeline import finished
-from minbert.pipeline.job import Job
+from minbert.pipeline.job import Job, inside, refuse_inputs_inside_outputs
 from minbert.pipeline.lock import job_lock
 
 
@@ -75,20 +74,12 @@ def _remove(path: Path, results: Path) -> None:
     pipeline owns it whole); a folder elsewhere (the report's pages under --out) only as far as
     its manifest lists what the stage wrote there."""
     if path.is_dir() and not path.is_symlink():
-        if (path / MANIFEST).is_file() or not _inside(path, results):
+        if (path / MANIFEST).is_file() or not inside(path, results):
             remove_owned(path)
         else:
             shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-        return True
-    except ValueError:
-        return False
 
 
 class UpToDate(Exception):
@@ -140,19 +131,6 @@ def running(job: Job, network=None, extra_reads=(), main_process: bool = True, f
                 "fingerprint": run.fingerprint, "description": description,
             })
             finished.keep(job, run.fingerprint)
-
-
-def refuse_inputs_inside_outputs(job: Job, extra_reads=()) -> None:
-    """No input of the job (raw data, the NLI file, a model folder) is, or lies inside, a path the job
-    replaces (its outputs, its resumable state): the job would delete what it is about to read (raw
-    CSVs fetched into results/data). Checked before anything is removed."""
-    replaced = [Path(p) for p in [*job.outputs, Layout(job.results).state(job.stage, job.name)]]
-    for read in [*job.reads, *job.sources, *map(str, extra_reads)]:
-        for out in replaced:
-            if _inside(Path(read), out):
-                raise MinBertError(f"{read}: an input of {job.id} lies inside {out}, which {job.id} deletes and "
-                                   f"writes anew; move the input out of {out} and point the setting that names it "
-                                   f"(data.dir, data.nli_file, model) at the new place")
 
 
 def owned_paths(job: Job) -> list[str]:
