@@ -212,8 +212,9 @@ def scores(predictions: str | Path) -> dict:
             path = prediction_file(predictions, task, split)
             if path.is_file():
                 frame = read_predictions(path, task)
-                if labelled(frame, path):
-                    ests[task] = (task_estimate(task, Sample.of(frame)), len(frame))
+                estimate = task_estimate(task, Sample.of(frame)) if labelled(frame, path) else None
+                if estimate is not None:         # an undefined metric has no score on the card
+                    ests[task] = (estimate, len(frame))
         if ests:
             row = {t: (e.value, e.interval().low, e.interval().high, n) for t, (e, n) in ests.items()}
             for key, e in overall_estimates({t: e for t, (e, _) in ests.items()}).items():
