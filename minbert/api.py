@@ -2,9 +2,12 @@
 
     from minbert.api import load_model
     m = load_model("results/experiments/cross_encoder")     # or its model.pt, or an export folder
-    m.sentiment(["A gripping, funny film."])                 # prediction, class, prob_0..prob_4
+    m.sentiment(["A gripping, funny film."])                 # DataFrame: prediction, class, prob_0..prob_4
     m.paraphrase([("How do I learn Python?", "What is the best way to learn Python?")])   # prediction, class, prob_1
     m.similarity([("A man plays a guitar.", "A man is playing music.")])                 # prediction (0-5)
+
+Every method returns a pandas DataFrame with one row per input, in the input's order (`embed`: a
+numpy array); the columns are said in each method's docstring and in docs/sharing.md.
 
 The predictions go through the pipeline's own code (minbert.model.multitask: the checkpoint loader,
 tokenisation by the task's view, `predict_task`), so they equal the predict stage's on the same rows.
@@ -23,22 +26,35 @@ from minbert.core.layout import MODEL_FILE, TRAINING_STAGES, Layout
 from minbert.core.tasks import TASKS
 
 EXPORT_MANIFEST = "minbert.json"     # what marks an export folder (minbert.share.export)
-CHUNK_BATCHES = 32                   # batches predicted per progress-bar step on long inputs
+CHUNK_BATCHES = 32                   # an input of more batches than this shows a progress bar
+# the longest text predicted, as for the pipeline's data files (minbert.data.read.MAX_FIELD_CHARS): the
+# model reads at most max_length (<= 512) word pieces, and tokenising megabytes to keep a few would
+# cost seconds and gigabytes
+MAX_TEXT_CHARS = 131072
 
 
 # ---------------------------------------------------------------- finding the model
+
+def predict_settings(path: str | Path) -> dict:
+    """The settings the predict stage ran with for the experiment `path` is (its folder, or a model.pt
+    in it), from its run record: which model, the batch size, the precision setting; {} when there is
+    none (an export folder, a model.pt elsewhere)."""
+    p = Path(path)
+    folder = p.parent.parent if p.is_file() and p.parent.name in TRAINING_STAGES else p
+    # an experiment folder sits in <results>/experiments/, its predict record in <results>/runs/
+    record = Path(Layout(str(folder.parent.parent)).run_record("predict", folder.name))
+    try:
+        settings = json.loads(record.read_text(encoding="utf-8"))["description"]["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
 
 def model_file(path: str | Path) -> Path:
     """The checkpoint an experiment folder predicts with: the model its predict job used (its run
     record says which training stage), else retrain_heads/model.pt when present, else finetune/model.pt."""
     folder = Path(path)
-    candidates = []
-    # an experiment folder sits in <results>/experiments/, its predict record in <results>/runs/
-    record = Path(Layout(str(folder.parent.parent)).run_record("predict", folder.name))
-    try:
-        candidates.append(json.loads(record.read_text(encoding="utf-8"))["description"]["settings"]["model_stage"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    candidates = [predict_settings(folder)["model_stage"]] if "model_stage" in predict_settings(folder) else []
     candidates += list(reversed(TRAINING_STAGES))
     for stage in candidates:
         if (folder / stage / MODEL_FILE).is_file():
@@ -70,17 +86,31 @@ def load_multitask(path: str | Path):
 # ---------------------------------------------------------------- the model
 
 class Model:
-    """A trained multi-task model ready to predict (evaluation mode, on `device`)."""
+    """A trained multi-task model ready to predict (evaluation mode, on `device`).
 
-    def __init__(self, path: str | Path, device: str = "auto", batch_size: int = 64, bf16: bool = False,
-                 threads: int | None = None):
-        from minbert.core.runtime import pick_device, set_threads
+    By default it predicts as the experiment's predict stage did (its run record): the same batch
+    size and precision setting, so the same batches and numbers (`auto` is bf16 where bf16 is native,
+    as for the stage); an export folder or a lone model.pt: batches of 64 and `auto`. `batch_size`,
+    `precision` ("auto", "bf16", "fp32") or `bf16=True` set them."""
 
+    def __init__(self, path: str | Path, device: str = "auto", batch_size: int | None = None,
+                 bf16: bool | None = None, threads: int | None = None, precision: str | None = None):
+        from minbert.core.runtime import pick_device, resolve_precision, set_threads
+
+        for key, value in (("batch_size", batch_size), ("threads", threads)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                      or value < 1):
+                raise MinBertError(f"{key} {value!r}: expected a positive integer")
+        if precision not in (None, "auto", "bf16", "fp32"):
+            raise MinBertError(f"precision {precision!r}: expected auto, bf16 or fp32")
         set_threads(threads)
         self.model, self.tokenizer, self.source = load_multitask(path)
         self.device = pick_device(device)
         self.model.to(self.device).eval()
-        self.batch_size, self.bf16 = int(batch_size), bool(bf16)
+        stage = predict_settings(path)
+        precision = precision or ("bf16" if bf16 else "fp32" if bf16 is False else stage.get("precision", "auto"))
+        self.precision = resolve_precision(precision, self.device)
+        self.batch_size, self.bf16 = int(batch_size or stage.get("batch_size") or 64), self.precision == "bf16"
 
     @property
     def tasks(self) -> list[str]:
@@ -92,10 +122,13 @@ class Model:
                                f"ask for one of those, or train an experiment with {task} in finetune.tasks")
 
     def predict(self, task: str, frame: pd.DataFrame, progress: bool | None = False) -> pd.DataFrame:
-        """Predictions for `frame`'s rows (columns as the task's prepared split: `sentence`, or
-        `sentence1` and `sentence2`): the predict stage's columns `prediction` and `prob_*`, with
-        the class name of a classification or binary task. `progress`: a tqdm bar (None: only on
-        inputs of more than one step)."""
+        """Predictions for `frame`'s rows (a pandas DataFrame with the task's text columns: `sentence`,
+        or `sentence1` and `sentence2`; `id` optional). Returns a pandas DataFrame with one row per
+        input row, in the input's order (index 0..n-1): `prediction` (int class for sst, 0/1 for para
+        and cfimdb, float score clipped to 0-5 for sts), then for a classification or binary task
+        `class` (the class name, str) and its probabilities as floats (`prob_0` .. `prob_4` for
+        sst, `prob_1` for para and cfimdb), the predict stage's columns. `progress`: a tqdm bar (None:
+        only on inputs of more than 32 batches)."""
         from tqdm.auto import tqdm
 
         from minbert.core.runtime import autocast
@@ -105,51 +138,61 @@ class Model:
         self.has(task)
         spec = TASKS[task]
         frame = frame.reset_index(drop=True)
+        for c in spec.text_columns:
+            lengths = frame[c].astype(str).str.len()
+            if len(frame) and lengths.max() > MAX_TEXT_CHARS:
+                k = int(lengths.to_numpy().argmax())
+                raise MinBertError(f"{task}: row {k}, column '{c}' has {lengths.iloc[k]:,} characters, more than "
+                                   f"{MAX_TEXT_CHARS:,} (a broken line?); the model reads only its first few hundred "
+                                   f"word pieces: shorten it or split it into rows")
         if "id" not in frame.columns:
             frame = frame.assign(id=[str(i) for i in range(len(frame))])
-        step = self.batch_size * CHUNK_BATCHES
-        show = len(frame) > step if progress is None else progress
-        parts = []
+        show = len(frame) > self.batch_size * CHUNK_BATCHES if progress is None else progress
+        # the whole input at once, as the predict stage reads a split: the same length-sorted batches,
+        # so the same padding and the same numbers (in bf16 too)
+        data = build_task_data(task, frame, self.tokenizer, self.model.heads_cfg)
         with tqdm(total=len(frame), desc=task, unit="row", disable=not show, leave=False) as bar:
-            for start in range(0, len(frame), step):
-                chunk = frame.iloc[start:start + step]
-                data = build_task_data(task, chunk, self.tokenizer, self.model.heads_cfg)
-                res = predict_task(self.model, data, self.tokenizer, self.batch_size, self.device,
-                                   lambda: autocast(self.device, self.bf16))
-                part = pd.DataFrame({"prediction": res["prediction"]})
-                probs = np.asarray(res.get("probs", np.empty((len(chunk), 0))))
-                for k, col in enumerate(spec.prob_columns):
-                    part[col] = probs[:, k] if probs.ndim == 2 else probs
-                parts.append(part)
-                bar.update(len(chunk))
-        out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-            {"prediction": [], **{c: [] for c in spec.prob_columns}})
+            res = predict_task(self.model, data, self.tokenizer, self.batch_size, self.device,
+                               lambda: autocast(self.device, self.bf16), progress=bar.update)
+        out = pd.DataFrame({"prediction": res["prediction"]})
+        probs = np.asarray(res.get("probs", np.empty((len(frame), 0))))
+        for k, col in enumerate(spec.prob_columns):
+            out[col] = probs[:, k] if probs.ndim == 2 else probs
         if spec.classes:
             out.insert(1, "class", [spec.classes[int(k)] for k in out["prediction"]])
         return out
 
     # ------------------------------------------------------------ by task
     def sentiment(self, texts, task: str = "sst") -> pd.DataFrame:
-        """Sentiment of each text: `prediction` (0 very negative .. 4 very positive), `class`, prob_0..prob_4."""
+        """Sentiment of each text (a str or a list of str): a pandas DataFrame, one row per text in
+        order, with `prediction` (int, 0 very negative .. 4 very positive), `class` (str) and
+        `prob_0` .. `prob_4` (float, summing to 1)."""
         return self.predict(task, _single(texts))
 
     def paraphrase(self, pairs, task: str = "para") -> pd.DataFrame:
-        """Whether each pair is a paraphrase: `prediction` (0/1), `class`, `prob_1`."""
+        """Whether each pair (a list of (sentence1, sentence2) tuples) is a paraphrase: a pandas
+        DataFrame, one row per pair in order, with `prediction` (int 0/1), `class` (str: "not
+        paraphrase" / "paraphrase") and `prob_1` (float, the paraphrase probability)."""
         return self.predict(task, _pairs(pairs))
 
     def similarity(self, pairs, task: str = "sts") -> pd.DataFrame:
-        """The similarity of each pair on the STS scale 0-5: `prediction`."""
+        """The similarity of each pair on the STS scale, clipped to 0-5 as every file the pipeline writes
+        (minbert.model.outputs): a DataFrame with one row per pair and the column `prediction` (float)."""
         return self.predict(task, _pairs(pairs))
 
     def embed(self, texts) -> np.ndarray:
-        """Sentence embeddings (N, H) with the model's pooling: what its sentence-transformers
-        export (minbert.share.export) gives."""
+        """Sentence embeddings with the model's pooling, what its sentence-transformers export
+        (minbert.share.export) gives: a float32 numpy array of shape (number of texts, hidden size)."""
         import torch
 
         from minbert.core.runtime import autocast
         from minbert.data.batches import to_device
 
-        texts = list(texts)
+        texts = [str(t) for t in texts]
+        longest = max(range(len(texts)), key=lambda k: len(texts[k]), default=None)
+        if longest is not None and len(texts[longest]) > MAX_TEXT_CHARS:
+            raise MinBertError(f"text {longest} has {len(texts[longest]):,} characters, more than {MAX_TEXT_CHARS:,} "
+                               f"(a broken line?); the model reads only its first few hundred word pieces: shorten it")
         out = []
         with torch.no_grad():
             for start in range(0, len(texts), self.batch_size):
@@ -173,7 +216,8 @@ def _pairs(pairs) -> pd.DataFrame:
     return pd.DataFrame({"sentence1": [str(a) for a, _ in pairs], "sentence2": [str(b) for _, b in pairs]})
 
 
-def load_model(path: str | Path, device: str = "auto", batch_size: int = 64, bf16: bool = False,
-               threads: int | None = None) -> Model:
-    """Load a trained model once (an experiment folder, its model.pt, or an export folder)."""
-    return Model(path, device=device, batch_size=batch_size, bf16=bf16, threads=threads)
+def load_model(path: str | Path, device: str = "auto", batch_size: int | None = None, bf16: bool | None = None,
+               threads: int | None = None, precision: str | None = None) -> Model:
+    """Load a trained model once (an experiment folder, its model.pt, or an export folder); it
+    predicts as the experiment's predict stage did unless told otherwise (`Model`)."""
+    return Model(path, device=device, batch_size=batch_size, bf16=bf16, threads=threads, precision=precision)

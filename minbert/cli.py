@@ -2,6 +2,7 @@
 
     minbert predict MODEL [INPUT] [--task sst] [--out FILE]    # INPUT: .tsv/.csv/.jsonl/.txt, or stdin
     minbert submission SOURCE --out DIR                      # the CS224N starter's six prediction files + zip
+                                                             # (the zip beside DIR, the starter's name)
     minbert upload FOLDER REPO_ID                            # an export folder to the Hugging Face Hub
 
 MODEL is an experiment's folder (results/experiments/E), its model.pt, or an export folder
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from minbert.api import MAX_TEXT_CHARS
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import TASKS
 
@@ -48,19 +50,46 @@ def input_format(name: str, text: str, given: str | None) -> str:
     return "txt"
 
 
+def text_lines(text: str) -> list[str]:
+    """The lines of a text split at line feeds only (a CR before one is dropped): U+2028, a form feed
+    or a file separator inside a line are characters of its text, not line breaks as for
+    `str.splitlines`, and JSON allows them raw inside a string."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()                      # the newline that ends the last line
+    return [line.removesuffix("\r") for line in lines]
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
 def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
     """An input's rows (all columns as strings) and the line each starts on."""
     text = text.lstrip("\ufeff")
     if fmt == "txt":
-        lines = text.splitlines()
+        lines = text_lines(text)
         return pd.DataFrame({"sentence": lines}), list(range(1, len(lines) + 1))
     if fmt == "jsonl":
         records, where = [], []
-        for k, line in enumerate(text.splitlines(), 1):
+        for k, line in enumerate(text_lines(text), 1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(line, object_pairs_hook=_unique_keys)
+            except _DuplicateKey as e:
+                raise MinBertError(f"{name}:{k}: key '{e.args[0]}' appears twice in the object; keep one") from None
+            except RecursionError:
+                raise MinBertError(f"{name}:{k}: nested too deeply; write one flat object per line") from None
             except ValueError as e:
                 raise MinBertError(f"{name}:{k}: not a JSON object ({e.msg}); write one object per line, e.g. "
                                    f'{{"sentence": "..."}}') from None
@@ -77,6 +106,9 @@ def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
         if header is None:
             return pd.DataFrame(), []
         header = [h.strip() for h in header]
+        twice = next((h for k, h in enumerate(header) if h in header[:k]), None)
+        if twice is not None:
+            raise MinBertError(f"{name}:1: column '{twice}' appears twice in the header; keep one")
         rows, where, start = [], [], reader.line_num + 1
         for row in reader:
             if row == [] or row == [""]:
@@ -131,6 +163,12 @@ def check_texts(name: str, frame: pd.DataFrame, lines: list[int], tasks: list[st
         if bad.any():
             k = int(bad.to_numpy().argmax())
             raise MinBertError(f"{name}:{lines[k]}: empty text in column '{c}'; fill it or remove the row")
+        long = values.astype(str).str.len().gt(MAX_TEXT_CHARS)
+        if long.any():
+            k = int(long.to_numpy().argmax())
+            raise MinBertError(f"{name}:{lines[k]}: the text in column '{c}' has {len(str(values.iloc[k])):,} "
+                               f"characters, more than {MAX_TEXT_CHARS:,} (a broken line?); the model reads only its "
+                               f"first few hundred word pieces: shorten it or split it into rows")
     if len(frame) == 0:
         raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
 
@@ -168,22 +206,62 @@ def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
     if out in (None, "-"):
         sys.stdout.write(text)
         sys.stdout.flush()
-    else:
+        return
+    try:
         write_text(out, text)
+    except OSError as e:
+        raise MinBertError(f"{out}: cannot write the predictions ({e.strerror or e}); give --out a file in a "
+                           f"folder you can write") from None
+
+
+def check_out(out: str | None) -> None:
+    """--out names a file that can be written (checked before the model runs)."""
+    import os
+
+    if out in (None, "-"):
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise MinBertError(f"{out}: is a folder; give --out a file name (e.g. {path / 'predictions.tsv'})")
+    folder = next((p for p in [path.parent, *path.parent.parents] if p.exists()), Path("."))
+    if not folder.is_dir():
+        raise MinBertError(f"{out}: cannot write the predictions ({folder} is a file, not a folder); give --out a "
+                           f"file in a folder you can write")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise MinBertError(f"{out}: cannot write the predictions (no permission to write in {folder}); give --out "
+                           f"a file in a folder you can write")
 
 
 # ---------------------------------------------------------------- commands
+
+def read_stdin() -> bytes:
+    """stdin, in chunks (Ctrl-C stops it at once) and no more than any input file may be."""
+    from minbert.core.io import MAX_INPUT_BYTES, _human
+
+    chunks, total = [], 0
+    while chunk := sys.stdin.buffer.read(1 << 20):
+        total += len(chunk)
+        if total > MAX_INPUT_BYTES:
+            raise MinBertError(f"<stdin>: more than {_human(MAX_INPUT_BYTES)} of input, the most an input may be; "
+                               f"split it into several files")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
 
 def predict_command(a) -> None:
     from minbert.api import load_model
     from minbert.core.io import read_input
 
+    for flag, value in (("--batch-size", a.batch_size), ("--threads", a.threads)):
+        if value is not None and value < 1:
+            raise MinBertError(f"{flag} {value}: expected a positive number (e.g. {flag} 32)")
+    check_out(a.out)
     name = "<stdin>" if a.input in (None, "-") else a.input
     if name == "<stdin>":
         if sys.stdin is None or sys.stdin.isatty():
             raise MinBertError("no input: give a file (TSV, CSV, JSONL or TXT) or pipe text into stdin, "
                                "e.g. echo 'A gripping film.' | minbert predict MODEL")
-        raw = sys.stdin.buffer.read()
+        raw = read_stdin()
     else:
         raw = read_input(name, "input file")
     try:
@@ -192,7 +270,8 @@ def predict_command(a) -> None:
         raise MinBertError(f"{name}: not UTF-8 text (byte {e.start}); save the file as UTF-8") from None
     fmt = input_format(name, text, a.format)
     frame, lines = read_rows(name, text, fmt)
-    model = load_model(a.model, device=a.device, batch_size=a.batch_size, bf16=a.bf16, threads=a.threads)
+    model = load_model(a.model, device=a.device, batch_size=a.batch_size, threads=a.threads,
+                       precision="bf16" if a.bf16 else a.precision)
     for t in a.task or []:
         model.has(t)
     tasks = columns_for(name, frame, a.task, model.tasks)
@@ -211,7 +290,7 @@ def predict_command(a) -> None:
 def submission_command(a) -> None:
     from minbert.share.submission import write_submission
 
-    written = write_submission(a.source, a.out, zip_path=a.zip)
+    written = write_submission(a.source, a.out, zip_path=a.zip, results=a.results)
     for path in written:
         print(path)
 
@@ -222,12 +301,19 @@ def upload_command(a) -> None:
     print(upload(a.folder, a.repo_id, private=a.private, revision=a.revision))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors as the other errors: one line and status 2 (not the usage text before them)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {self.prog}: {message}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="minbert", description="Use a trained minBERT multi-task model.")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ap = _Parser(prog="minbert", description="Use a trained minBERT multi-task model.")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("predict", help="predict sentiment, paraphrase or similarity on new text",
                        description="Predict each row of a file (or stdin) with a trained model: a label with the "
-                                   "class probabilities, or a similarity score (0-5), per task.")
+                                   "class probabilities, or a similarity score (clipped to the label range 0-5), per task.")
     p.add_argument("model", metavar="MODEL",
                    help="an experiment's folder (results/experiments/E), its model.pt, or an export folder")
     p.add_argument("input", metavar="INPUT", nargs="?",
@@ -240,9 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, help="the input's format (default: by suffix; stdin: guessed)")
     p.add_argument("--out-format", choices=FORMATS[:3], help="the output's format (default: by --out's suffix, "
                                                                "else JSONL for JSONL input and TSV otherwise)")
-    p.add_argument("--batch-size", type=int, default=64, help="rows per batch (default: 64)")
+    p.add_argument("--batch-size", type=int, help="rows per batch (default: the experiment's predict stage's, "
+                                                  "else 64)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda when available")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (on a GPU with native bf16)")
+    p.add_argument("--precision", choices=["auto", "bf16", "fp32"],
+                   help="default: the experiment's predict stage's setting, else auto (bf16 where it is native): "
+                        "the stage's batches and precision give its numbers")
+    p.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
     p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=predict_command)
@@ -254,7 +344,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an experiment's or ensemble's folder (results/experiments/E, results/ensembles/N) or its "
                         "predictions folder")
     s.add_argument("--out", default="predictions", help="the folder for the six files (default: predictions)")
-    s.add_argument("--zip", help="the submission zip (default: <out>/../submission.zip)")
+    s.add_argument("--zip", help="the submission zip (default: cs224n_default_final_project_submission.zip, the "
+                                 "starter's name, in the folder that holds --out, as the starter's prepare_submit.py "
+                                 "writes it)")
+    s.add_argument("--results", help="the results folder whose prepared splits (data/<task>-<split>.tsv) the "
+                                     "predictions are checked against: every row present (default: the one SOURCE "
+                                     "lies in)")
     s.set_defaults(func=submission_command)
 
     u = sub.add_parser("upload", help="upload an export folder to the Hugging Face Hub (network, a token)",

@@ -33,14 +33,41 @@ def requirement(module: str) -> str:
     return name
 
 
+PROJECT = ("minbert", "stages", "workflow")
+_IMPORT_MACHINERY = ("importlib", "_frozen_importlib", "_frozen_importlib_external", "builtins")
+
+
+def failing_package(e: ImportError) -> str | None:
+    """The installed package an import failed in (the innermost module outside the project in the
+    traceback: scipy, not scikit-learn that imports it), or the module the import named; None when
+    the project's own code failed."""
+    found, tb = None, e.__traceback__
+    while tb is not None:
+        top = str(tb.tb_frame.f_globals.get("__name__", "")).partition(".")[0]
+        if top and top not in PROJECT and top not in _IMPORT_MACHINERY and top != "__main__":
+            found = top
+        tb = tb.tb_next
+    top = (e.name or "").partition(".")[0]
+    return found or (top if top and top not in PROJECT else None)
+
+
+def _broken_install(package: str, e: ImportError) -> None:
+    name = PIP_NAMES.get(package, package)
+    detail = (str(e).splitlines() or [type(e).__name__])[0]
+    print(f"error: the Python package '{name}' is installed but cannot be imported ({type(e).__name__}: {detail}); "
+          f"a broken or mismatched installation: reinstall it with `pip install --force-reinstall "
+          f"'{requirement(package)}'` (or `pip install -e .` in a fresh environment)", file=sys.stderr)
+    sys.exit(2)
+
+
 def _terminate(signum, frame):
     raise SystemExit(128 + signum)   # unwinds like an exception: temporaries are removed, state kept
 
 
 def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
-    """Call `main`; bad input (a MinBertError), a full disk, a missing package or an interruption
-    print one line (no traceback) and exit with 2, 2, 2 or 128 + the signal. SIGTERM (what Slurm and the engines send)
-    stops the stage as Ctrl-C does."""
+    """Call `main`; bad input (a MinBertError), a full disk or a file too large, a missing or broken
+    package, or an interruption print one line (no traceback) and exit with 2, 2, 2 or 128 + the
+    signal. SIGTERM (what Slurm and the engines send) stops the stage as Ctrl-C does."""
     from minbert.pipeline.runinfo import UpToDate
 
     signal.signal(signal.SIGTERM, _terminate)
@@ -57,17 +84,30 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
         sys.exit(130)
     except ModuleNotFoundError as e:
         top = (e.name or "").partition(".")[0]
-        if not top or top in ("minbert", "stages", "workflow"):
+        if not top or top in PROJECT:
             raise                      # the project's own module: a bug, not an installation problem
+        if "." in (e.name or "") and sys.modules.get(top) is not None:   # torch there, torch._C missing
+            _broken_install(top, e)
         print(f"error: the Python package '{PIP_NAMES.get(top, top)}' is not installed (import {e.name} failed); "
               f"install it with `pip install '{requirement(top)}'` (or `pip install -e .`, which installs everything "
               f"the pipeline needs)", file=sys.stderr)
         sys.exit(2)
+    except ImportError as e:
+        broken = failing_package(e)
+        if broken is None:
+            raise                      # raised by the project's own code: a bug
+        _broken_install(broken, e)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             where = e.filename or "the disk"
             print(f"error: no space left on {where}; free some space (or point --results elsewhere) and run "
                   f"again", file=sys.stderr)
+            sys.exit(2)
+        if e.errno == errno.EFBIG:
+            where = e.filename or "a file the stage writes"
+            print(f"error: {where}: file too large for its file system or for the file size limit (ulimit -f; "
+                  f"FAT32 holds at most 4 GiB per file); write to another file system (point --results "
+                  f"elsewhere) or raise the limit, and run again", file=sys.stderr)
             sys.exit(2)
         if e.errno in PATH_ERRORS and e.filename:
             print(f"error: cannot write {e.filename}: {e.strerror}; check the path (--results, --out) and its "

@@ -31,7 +31,8 @@ def main(argv=None):
     with running(call.job, s, [resolve_model(start)], main_process(), call.args.force) as r:
         options = FitOptions(Path(L.training(name, "finetune")), state_dir=Path(L.state("finetune", name)),
                              description=r.description, resume=not call.args.no_resume,
-                             checkpoint_extra={"experiment": name, "stage": "finetune"})
+                             checkpoint_extra={"experiment": name, "stage": "finetune",
+                                               "fingerprint": r.fingerprint})
         res = finetune_experiment(s, L.data, options, start_model=start, cache_dir=L.token_cache,
                                   teacher_dir=L.teacher(s.finetune.distill.teacher) if s.finetune.distill else None)
         r.fields.update(best_epoch=res.best_epoch, best_dev=res.best_dev, train_seconds=round(res.seconds, 1),

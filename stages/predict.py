@@ -21,8 +21,9 @@ def main(argv=None):
     s, L, name = PredictSettings(**call.job.settings), call.layout, call.name
     setup_logging()
     with running(call.job, s, force=call.args.force) as r:
+        expect = {"experiment": name, "stage": s.model_stage, "record_path": L.run_record(s.model_stage, name)}
         r.fields["files"] = predict_experiment(s, L.model(name, s.model_stage), L.data, L.predictions(name),
-                                               cache_dir=L.token_cache)
+                                               cache_dir=L.token_cache, expect=expect)
 
 
 if __name__ == "__main__":

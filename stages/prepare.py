@@ -9,6 +9,7 @@ Downsampling is not done here: each later stage applies its own.
 """
 from __future__ import annotations
 
+from minbert.core.runtime import setup_logging
 from minbert.data.prepare import format_summary, prepare
 from minbert.params.schema import DataParams
 from minbert.pipeline.runinfo import running
@@ -19,6 +20,7 @@ from ._cli import run
 
 def main(argv=None) -> None:
     call = stage_call("prepare", __doc__, argv)
+    setup_logging()
     with running(call.job, force=call.args.force) as r:
         summary = prepare(DataParams(**call.job.settings), call.layout.data)
         r.fields["rows_kept"] = sum(f["rows_kept"] for f in summary["files"].values())

@@ -24,8 +24,11 @@ def main(argv=None):
     setup_logging()
     with running(call.job, s, main_process=main_process(), force=call.args.force) as r:
         options = FitOptions(Path(L.training(name, "retrain_heads")), state_dir=Path(L.state("retrain_heads", name)),
-                             description=r.description, checkpoint_extra={"experiment": name})
-        res = retrain_heads_experiment(s, L.model(name, "finetune"), L.data, options, cache_dir=L.token_cache)
+                             description=r.description,
+                             checkpoint_extra={"experiment": name, "fingerprint": r.fingerprint})
+        expect = {"experiment": name, "stage": "finetune", "record_path": L.run_record("finetune", name)}
+        res = retrain_heads_experiment(s, L.model(name, "finetune"), L.data, options, cache_dir=L.token_cache,
+                                       expect=expect)
         r.fields.update(best_epoch=res.best_epoch, best_dev=res.best_dev, train_seconds=round(res.seconds, 1))
 
 

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> None:
     models = {m: L.model(m, stage) for m, stage in s.members.items()}
     setup_logging()
     with running(call.job, s, force=call.args.force) as r:
-        r.fields["rows"] = teach(s, models, L.data, L.teacher(call.name))
+        records = {m: L.run_record(stage, m) for m, stage in s.members.items()}
+        r.fields["rows"] = teach(s, models, L.data, L.teacher(call.name), records)
     print(f"teacher '{call.name}' ({len(s.members)} model(s)) wrote {L.teacher(call.name)}")
 
 

@@ -36,7 +36,7 @@ def write_predictions(folder, n=40, test_labels=False, seed=0, splits=None):
         p2 = np.where(r.random(n) < 0.7, y2, 1 - y2)
         para = pd.DataFrame({"id": [f"q{i}" for i in range(n)], "sentence1": "a", "sentence2": "b",
                              "label": y2 if lab else None, "prediction": p2, "prob_1": r.random(n)})
-        p3 = y3 + r.normal(0, 1, n)
+        p3 = np.clip(y3 + r.normal(0, 1, n), 0, 5)      # the model clips its scores to the label range
         sts = pd.DataFrame({"id": [f"t{i}" for i in range(n)], "sentence1": "a", "sentence2": "b",
                             "label": y3 if lab else None, "prediction": p3})
         for task, df in (("sst", sst), ("para", para), ("sts", sts)):

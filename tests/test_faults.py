@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import yaml
 from conftest import REPO, child_env, default_signals
 
 from minbert.core.errors import MinBertError
+from minbert.core.layout import Layout
 from minbert.data.read import (
     MAX_FIELD_CHARS,
     load_splits,
@@ -1054,6 +1056,20 @@ def test_predictions_out_of_range(tmp_path, value):
     _one_line_error(_evaluate, _predictions(tmp_path, edit=edit), pattern=r"sst-dev\.csv: (line|row) 5")
 
 
+@pytest.mark.parametrize("value", ["1e9", "-1.15", "5.01"])
+def test_similarity_predictions_outside_the_label_range_are_refused(tmp_path, value):
+    """The model clips its scores to 0-5 where it writes them (minbert.model.outputs); a score outside
+    was not written by the pipeline, and is never scored as it is (issue 33, case 9)."""
+    folder = tmp_path / "predictions"
+    folder.mkdir()
+    frame = pd.DataFrame({"id": [f"t{i}" for i in range(20)], "sentence1": "a", "sentence2": "b",
+                          "label": [i / 4 for i in range(20)], "prediction": [i / 4 for i in range(20)]}).astype(str)
+    frame.loc[3, "prediction"] = value
+    frame.to_csv(folder / "sts-dev.csv", index=False)
+    _one_line_error(_evaluate, folder, pattern=rf"sts-dev\.csv: line 5: prediction '{re.escape(value)}' is not a sts "
+                                               rf"prediction \(from 0 to 5\); re-run the stage that wrote it")
+
+
 @pytest.mark.parametrize("value", ["x", "9"])
 def test_predictions_bad_label(tmp_path, value):
     def edit(f):
@@ -1114,3 +1130,55 @@ def test_report_broken_history(tmp_path):
 
     path = _write(tmp_path / "history.csv", bytes(range(128, 256)))
     _one_line_error(load_history, path, pattern=r"history\.csv")
+
+
+def test_an_input_inside_a_folder_the_stage_replaces_is_refused_before_anything_is_deleted(tmp_path, capsys):
+    """Raw data fetched into results/data (data.dir, data.nli_file there, or a link to it): prepare
+    would delete it before reading it; refused, nothing deleted (issue 33, case 2)."""
+    results = tmp_path / "results"
+    shutil.copytree(DEMO, results / "data")
+    before = sorted(p.name for p in (results / "data").iterdir())
+    (tmp_path / "link").symlink_to(results / "data")
+    cases = [{"dir": str(results / "data")}, {"dir": str(tmp_path / "link")},
+             {"dir": str(DEMO), "nli_file": str(results / "data" / "nli-sample.jsonl")}]
+    for data in cases:
+        code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, **data), "--results", str(results)], capsys)
+        assert code == 2
+        _assert_one_error_line(err, r"^error: \S+: an input of prepare lies inside " + re.escape(str(results / "data"))
+                               + r", which prepare deletes and writes anew; move the input out of ")
+        assert sorted(p.name for p in (results / "data").iterdir()) == before
+    # the planner refuses too: an engine deletes a job's outputs before the job itself could check
+    from minbert.pipeline.plan import pipeline
+
+    with pytest.raises(MinBertError, match=r"an input of prepare lies inside .*, which prepare deletes"):
+        pipeline(_params(tmp_path, dir=str(results / "data")), Layout(str(results)))
+    assert sorted(p.name for p in (results / "data").iterdir()) == before
+    code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, dir=str(DEMO)), "--results", str(results)], capsys)
+    assert code == 0, err
+
+
+def test_a_dev_file_that_overlaps_the_train_file_is_warned_about(tmp_path, capsys):
+    """The dev file a copy of the train file (or largely overlapping it): the log and summary.json say
+    how many rows are shared, and the report repeats it on every page (issue 33, case 3)."""
+    def copy_train(d):
+        (d / "sts-dev.csv").write_bytes((d / "sts-train.csv").read_bytes())
+        lines = (d / "ids-sst-train.csv").read_text().split("\n")
+        dev = (d / "ids-sst-dev.csv").read_text().split("\n")
+        (d / "ids-sst-dev.csv").write_text("\n".join(dev[:1] + [f"x{k}" + ln[ln.index("\t"):] if ln else ln
+                                                                for k, ln in enumerate(lines[1:41])] + dev[41:]))
+    raw = _demo_copy(tmp_path, copy_train)
+    results = tmp_path / "results"
+    code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, dir=str(raw)), "--results", str(results)], capsys)
+    assert code == 0, err
+    warnings = [ln for ln in err.splitlines() if "WARNING" in ln]
+    assert len(warnings) == 2, err
+    assert f"{raw / 'sts-dev.csv'}: 600 of 600 dev rows (100%) are also in the train file {raw / 'sts-train.csv'}" \
+        in warnings[1]
+    assert f"{raw / 'ids-sst-dev.csv'}: 40 of 200 dev rows (20%) are also in the train file" in warnings[0]
+    files = json.loads((results / "data" / "summary.json").read_text())["files"]
+    assert files["sts-dev.tsv"]["overlap_with_train"]["rows"] == 600 and files["sts-dev.tsv"]["overlap_with_train"]["warn"]
+    assert files["para-dev.tsv"]["overlap_with_train"] == {**files["para-dev.tsv"]["overlap_with_train"], "rows": 0,
+                                                           "warn": False}
+    # the demo files themselves share nothing worth a warning
+    code, err = _cli(_prepare_main(), ["--params", _params(tmp_path, dir=str(DEMO)), "--results", str(results)], capsys)
+    assert code == 0 and "WARNING" not in err

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import subprocess
 import sys
@@ -634,6 +635,62 @@ def test_finetune_on_a_full_disk_says_no_space_in_one_line(small_disk, tmp_path,
     assert re.fullmatch(rf"error: no space left on {re.escape(str(results))}/state/finetune/e/\S+\.pt; free some "
                         rf"space \(or point --results elsewhere\) and run again", last), last
     assert not [p for p in results.rglob(".*.tmp")]
+
+
+def _file_size_limit(limit: int):
+    """A child process under RLIMIT_FSIZE, SIGXFSZ ignored: a write past the limit fails with EFBIG (as
+    a 4 GiB+ file on FAT32 does)."""
+    import resource
+    import signal
+
+    def limit_it():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return limit_it
+
+
+def test_a_file_too_large_is_one_line_naming_the_file(tmp_path, tiny_model_dir):
+    """EFBIG in prepare and finetune: the file named, not "the disk" (issue 33, case 12)."""
+    _training_params(tmp_path, tiny_model_dir, epochs=1)
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "stages.prepare", "--params", str(tmp_path / "params.yaml"), "--results", str(results)]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, preexec_fn=_file_size_limit(20_000))
+    assert r.returncode == 2
+    pattern = (rf"^error: {re.escape(str(results))}/\S+: file too large for its file system or for the file size "
+               rf"limit \(ulimit -f; FAT32 holds at most 4 GiB per file\); write to another file system")
+    assert re.search(pattern, _one_line(r.stderr, pattern)).group(0)
+    assert not (results / "data").exists() and not [p for p in results.rglob(".*.tmp")]
+    assert subprocess.run(cmd, cwd=REPO, capture_output=True, timeout=120).returncode == 0
+    r = subprocess.run([sys.executable, "-m", "stages.finetune", "--params", str(tmp_path / "params.yaml"),
+                        "--results", str(results), "--experiment", "e"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, preexec_fn=_file_size_limit(200_000))
+    assert r.returncode == 2
+    last = r.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in r.stderr and "unexpected pos" not in r.stderr, r.stderr[-3000:]
+    assert re.search(pattern, last), last
+    assert not (results / "experiments" / "e" / "finetune" / "model.pt").exists()
+    assert not [p for p in results.rglob(".*.tmp")]
+
+
+def test_an_installed_package_that_fails_to_import_is_one_line(tmp_path):
+    """An ImportError inside an installed package (a broken install), not a missing one (issue 33, case 15)."""
+    site = tmp_path / "site"
+    (site / "scipy").mkdir(parents=True)
+    (site / "scipy" / "__init__.py").write_text("from scipy._lib import _ccallback_c\n")
+    (site / "scipy" / "_lib.py").write_text("raise ImportError('libopenblas.so.0: cannot open shared object file')\n")
+    _params(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "stages.report", "--params", str(tmp_path / "params.yaml"), "--results",
+                        str(tmp_path / "results"), "--out", str(tmp_path / "reports")], cwd=REPO, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO}"})
+    assert r.returncode == 2
+    _one_line(r.stderr, r"^error: the Python package 'scipy' is installed but cannot be imported \(ImportError: "
+                        r"libopenblas.so.0: cannot open shared object file\); a broken or mismatched installation: "
+                        r"reinstall it with `pip install --force-reinstall 'scipy")
+    # a name the project's own code fails to import is a bug: its traceback stays
+    code = ("from stages._cli import run; "
+            "run(lambda _: exec('from minbert.core import no_such_name', {'__name__': 'minbert.x'}))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" in r.stderr and "no_such_name" in r.stderr
 
 
 @pytest.mark.parametrize("module,package", [("matplotlib", "matplotlib>=3.7"), ("scipy", "scipy>=1.10")])

@@ -121,8 +121,23 @@ def test_predictions_from_outputs():
     assert p["prediction"].tolist() == [1] and p["probs"].sum() == pytest.approx(1.0)
     p = predictions("para", HeadsParams(), torch.tensor([2.0, -2.0]))
     assert p["prediction"].tolist() == [1, 0] and p["probs"][0] == pytest.approx(1 / (1 + math.exp(-2)))
-    p = predictions("sts", HeadsParams(), torch.tensor([0.5, 1.5]))
-    assert p["prediction"].tolist() == pytest.approx([2.5, 7.5])       # the 0-1 target scaled to 0-5, unclipped
+    p = predictions("sts", HeadsParams(), torch.tensor([0.5, 1.5, -0.23]))
+    assert p["prediction"].tolist() == pytest.approx([2.5, 5.0, 0.0])  # the 0-1 target scaled to 0-5, clipped
+
+
+def test_similarity_scores_are_clipped_to_the_label_range_everywhere_they_are_written():
+    """A score outside 0-5 is clipped where the model makes it; an uncalibrated correlation-only head
+    (a scale of its own) is not; the evaluation refuses a file whose score lies outside (issue 33, case 9)."""
+    from minbert.model.outputs import regression_prediction
+
+    raw = torch.tensor([-0.23, 0.4, 1.002])
+    assert predictions("sts", HeadsParams(), raw)["prediction"].tolist() == pytest.approx([0.0, 2.0, 5.0])
+    assert regression_prediction("sts", HeadsParams(), raw).tolist() == pytest.approx([-1.15, 2.0, 5.01])
+    signed = HeadsParams(sts="cosine", cosine_target="-1_1")
+    assert predictions("sts", signed, torch.tensor([-1.2, 1.3]))["prediction"].tolist() == [0.0, 5.0]
+    corr = HeadsParams(sts_loss="pearson")
+    assert predictions("sts", corr, raw)["prediction"].tolist() == pytest.approx([-1.15, 2.0, 5.01])
+    assert predictions("sts", corr, raw, [2.0, 0.0])["prediction"].tolist() == pytest.approx([0.0, 4.0, 5.0])
 
 
 # ---------------------------------------------------------------- the model on the tiny encoder
@@ -296,7 +311,7 @@ def test_symmetric_pairs_read_both_orders(tiny, kind):
 
     ab, ba = raw(forward), raw(reference)
     assert not torch.allclose(ab, ba)                          # the order matters to these heads
-    expected = regression_prediction("sts", plain, (ab + ba) / 2)
+    expected = regression_prediction("sts", plain, (ab + ba) / 2).clamp(0, 5)    # scores clipped to the range
     np.testing.assert_allclose(both["prediction"], expected.numpy(), atol=1e-5)
     # the dev loss (minbert.train.loop.dev_metrics) is the task loss of these averaged outputs
     torch.testing.assert_close(both["output"], ((ab + ba) / 2).float())

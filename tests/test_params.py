@@ -188,3 +188,72 @@ def test_catalogue_errors(tmp_path):
     (tmp_path / "params.yaml").write_text("catalogue: full\n")
     with pytest.raises(MinBertError, match=r"full.yaml: unknown key 'reprt'"):
         load_params(tmp_path / "params.yaml")
+
+
+def test_booleans_are_not_numbers_and_seeds_are_distinct():
+    """`seed: yes` is not seed 1, `repeats: [5, 5]` not one seed (issue 33, case 10)."""
+    for changes in ({"experiments__a": {"seed": True}}, {"experiments__a": {"repeats": True}},
+                    {"experiments__a": {"repeats": [5, False]}}, {"base": {"finetune": {"epochs": True}}},
+                    {"experiments__a": {"finetune": {"downsample": {"caps": {"sts": True}}}}},
+                    {"data": {"seed": False}}):
+        msg = error_of(with_(**changes))
+        assert "true/false" in msg and "key '" in msg, msg
+    msg = error_of(with_(experiments__a={"repeats": [5, 6, 5]}))
+    assert msg.startswith("params.yaml: key 'experiments.a.repeats': seed 5 is listed twice")
+    assert "empty list" in error_of(with_(experiments__a={"repeats": []}))
+    # booleans where booleans belong still pass
+    validate_params(with_(experiments__a={"finetune": {"pcgrad": False}, "deterministic": True}))
+
+
+@pytest.mark.parametrize("loss", ["pearson", "mse+pearson"])
+def test_a_pearson_loss_needs_batches_of_two_sts_pairs(loss):
+    """A correlation over one pair is undefined: the loss would be constant (issue 33, case 6)."""
+    ft = {"heads": {"sts_loss": loss}, "tasks": ["sts"]}
+    msg = error_of(with_(experiments__a={"finetune": {**ft, "batch_size": 1}}))
+    assert msg.startswith("params.yaml: key 'experiments.a.finetune.batch_size': sts_loss") and "mse" in msg
+    msg = error_of(with_(experiments__a={"finetune": {**ft, "downsample": {"mode": "fixed", "size": 1}}}))
+    assert "key 'experiments.a.finetune.downsample'" in msg
+    msg = error_of(with_(experiments__a={"finetune": {**ft, "downsample": {"caps": {"sts": 1}}}}))
+    assert "key 'experiments.a.finetune.downsample'" in msg
+    msg = error_of(with_(experiments__a={"finetune": {"heads": {"sts_loss": loss}}, "retrain_heads": {
+        "enabled": True, "batch_size": 1, "tasks": ["sts"]}}))
+    assert "key 'experiments.a.retrain_heads.batch_size'" in msg
+    validate_params(with_(experiments__a={"finetune": {**ft, "batch_size": 2}}))
+    validate_params(with_(experiments__a={"finetune": {"heads": {"sts_loss": "mse"}, "batch_size": 1}}))
+
+
+@pytest.mark.parametrize("nested", ["[" * 600 + "]" * 600, "{a: " * 600 + "1" + "}" * 600], ids=["lists", "mappings"])
+def test_deeply_nested_yaml_is_one_line(tmp_path, nested):
+    """Hundreds of nesting levels: one line, not a RecursionError (issue 33, case 13)."""
+    p = tmp_path / "params.yaml"
+    p.write_text(f"base:\n  finetune:\n    task_weights: {nested}\n", encoding="utf-8")
+    with pytest.raises(MinBertError) as e:
+        load_params(p)
+    assert str(e.value) == f"{p}: nested too deeply (hundreds of levels of mappings or lists); params nest a few " \
+                           f"levels: fix the file"
+
+
+def test_deeply_nested_json_the_stages_read_is_one_line(tmp_path):
+    """The class of case 13 beyond params: a run record, metrics.json or job file nested thousands deep."""
+    from minbert.pipeline.job import Job
+    from minbert.report.data import read_json
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(MinBertError, match="nested too deeply"):
+        read_json(deep)
+    with pytest.raises(MinBertError, match=r"not a job file of this version \(RecursionError\)"):
+        Job.read(deep, "prepare", None)
+
+
+def test_a_correlation_loss_over_one_sts_row_is_refused_when_training_starts():
+    """The data side of case 6: STS cut to one row by the data itself (the settings allow more)."""
+    from minbert.params.schema import FinetuneParams
+    from minbert.train.experiment import refuse_one_pair_correlation
+
+    cfg = FinetuneParams(heads={"sts_loss": "pearson"})
+    with pytest.raises(MinBertError, match=r"^a: sts_loss 'pearson' correlates the sts scores of a batch, and the sts "
+                                           r"training data has 1 row"):
+        refuse_one_pair_correlation(cfg, {"sst": [0] * 5, "sts": [0]}, "a")
+    refuse_one_pair_correlation(cfg, {"sts": [0, 1]}, "a")
+    refuse_one_pair_correlation(FinetuneParams(), {"sts": [0]}, "a")

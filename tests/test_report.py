@@ -967,3 +967,43 @@ report:""")
     # a numeric axis is drawn on a log scale when its values grow by factors
     assert plots.log_spaced([3e-5, 1e-4, 3e-4]) and plots.log_spaced([1e-5, 1e-4, 1e-3])
     assert not plots.log_spaced([0.1, 0.2, 0.3]) and not plots.log_spaced([0.0, 0.1, 0.3]) and not plots.log_spaced([1, 5])
+
+
+def test_a_missing_or_cut_history_and_an_overlapping_dev_file_are_said_on_the_page(tmp_path):
+    """A deleted history.csv (the stage ran: its model is there) and one cut mid-line are said in the
+    curves section, not a missing section or dashes (issue 33, case 8); a dev file that shares its rows
+    with the train file is a warning at the top of every page (case 3)."""
+    params_path = tmp_path / "params.yaml"
+    params_path.write_text("experiments: {a: {}, b: {seed: 2}, c: {seed: 3}}\n")
+    layout = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
+    for name in ("a", "b", "c"):
+        Path(layout.training(name, "finetune")).mkdir(parents=True)
+        Path(layout.model(name, "finetune")).write_bytes(b"a model")
+    Path(layout.history("b", "finetune")).write_text("epoch,phase,dev_sst_acc,dev_sst_loss\n1,all,0.41,1.52\n"
+                                                     "2,all,0.45,1.4")                  # cut in its last line
+    Path(layout.history("c", "finetune")).write_text("epoch,phase,dev_sst_acc,dev_sst_loss\n1,all,0.41,1.52\n"
+                                                     "2,all,,1.4\n")    # an undefined metric: no cut
+    Path(layout.data).mkdir(parents=True)
+    Path(layout.data_summary).write_text(json.dumps({"files": {
+        "sts-dev.tsv": {"rows_read": 8, "rows_kept": 8, "rows_dropped": 0, "dropped_by_reason": {},
+                        "overlap_with_train": {"rows": 8, "of": 8, "share": 1.0, "warn": True, "source": "raw/sts-dev.csv",
+                                               "train": "raw/sts-train.csv"}},
+        "sst-dev.tsv": {"rows_read": 8, "rows_kept": 8, "rows_dropped": 0, "dropped_by_reason": {},
+                        "overlap_with_train": {"rows": 0, "of": 8, "share": 0.0, "warn": False}}}}))
+    render_reports(load_params(params_path), layout, progress=False)
+    overlap = "raw/sts-dev.csv: 8 of 8 dev rows (100%) are also in the train file raw/sts-train.csv"
+    for page_path in (layout.final_report, layout.experiment_report("a"), layout.experiment_report("c")):
+        text = " ".join(parse(Path(page_path)).text().split())
+        assert f"Warning. {overlap}" in text and "sst-dev" not in text.split("Warning.")[1][:200]
+    a = " ".join(parse(Path(layout.experiment_report("a"))).find(id="curves").parent.text().split())
+    assert f"{layout.history('a', 'finetune')}: the training history is missing (deleted?)" in a
+    assert "python -m stages.finetune --experiment a --force" in a
+    b = " ".join(parse(Path(layout.experiment_report("b"))).text().split())
+    assert f"{layout.history('b', 'finetune')}: the training history is cut short" in b
+    c = " ".join(parse(Path(layout.experiment_report("c"))).text().split())
+    assert "training history is" not in c
+    Path(layout.history("c", "finetune")).write_text("epoch,phase,dev_sst_acc,dev_sst_loss\n1,all,0.41,1.52\n"
+                                                     "2,all\n")         # cut at a field's end
+    render_reports(load_params(params_path), layout, progress=False)
+    c = " ".join(parse(Path(layout.experiment_report("c"))).text().split())
+    assert f"{layout.history('c', 'finetune')}: the training history is cut short" in c

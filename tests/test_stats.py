@@ -219,3 +219,24 @@ def test_same_ids_with_other_labels_are_not_paired():
     est = stats.task_estimates("para", {"a": a, "b": b})
     with pytest.raises(MinBertError, match="same ids and labels"):
         est["a"].minus(est["b"])
+
+
+def test_an_undefined_metric_has_no_estimate_and_the_export_card_leaves_it_out(tmp_path):
+    """Similarity scores all clipped to 0 (a tiny model): Pearson r is undefined, so no estimate,
+    and the export's scores leave the task (and the overall) out instead of failing."""
+    import pandas as pd
+
+    from minbert.scoring.stats import Sample, task_estimate
+    from minbert.share.export import scores
+
+    frame = pd.DataFrame({"id": [f"t{i}" for i in range(20)], "label": [i / 4 for i in range(20)],
+                          "prediction": [0.0] * 20})
+    assert task_estimate("sts", Sample.of(frame)) is None
+    folder = tmp_path / "predictions"
+    folder.mkdir()
+    frame.assign(sentence1="a", sentence2="b").to_csv(folder / "sts-dev.csv", index=False)
+    pd.DataFrame({"id": [f"s{i}" for i in range(20)], "sentence": "x", "label": [i % 5 for i in range(20)],
+                  "prediction": [(i + 1) % 5 for i in range(20)], **{f"prob_{k}": 0.2 for k in range(5)}}
+                 ).to_csv(folder / "sst-dev.csv", index=False)
+    got = scores(folder)
+    assert set(got["dev"]) == {"sst"}

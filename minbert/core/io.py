@@ -46,13 +46,15 @@ def atomic_path(path: str | os.PathLike):
 
 
 TEMP_SUFFIX = ".tmp"
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# a write that fails for lack of room: a full disk or quota, or a file over the size limit (RLIMIT_FSIZE,
+# a file system's largest file: 4 GiB on FAT32)
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _named(e: OSError, path: Path, tmp: Path | None = None) -> OSError:
-    """A full disk while writing `path` names `path` (a write reports no file name, and a file inside
-    the temporary folder gets its final name), so the stage can say where the space ran out."""
-    if e.errno in _DISK_FULL:
+    """A full disk or a file too large while writing `path` names `path` (a write reports no file name,
+    and a file inside the temporary folder gets its final name), so the stage can say where."""
+    if e.errno in _NO_ROOM:
         name = "" if e.filename is None else str(e.filename)
         if not name:
             e.filename = str(path)
@@ -176,8 +178,8 @@ class _Watched:
 
 
 def torch_save(obj, path) -> None:
-    """torch.save, atomically; a full disk is the OSError it is (ENOSPC, naming `path`), not torch's
-    `unexpected pos`."""
+    """torch.save, atomically; a full disk or a file too large is the OSError it is (ENOSPC, EFBIG,
+    naming `path`), not torch's `unexpected pos`."""
     import torch
 
     with atomic_path(path) as tmp:

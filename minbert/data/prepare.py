@@ -7,13 +7,17 @@ failure never leaves new files beside stale ones.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, write_json
 from minbert.core.tasks import LEADERBOARD_TASKS
+from minbert.data.overlap import OVERLAP_WARNING, overlap_warnings, overlap_with_train
 from minbert.data.read import RAW_SPLITS, raw_path, read_cs224n, read_nli, split_by_group, write_split
 from minbert.params import DataParams
+
+log = logging.getLogger(__name__)
 
 
 def prepared_tasks(data: DataParams) -> tuple[str, ...]:
@@ -42,6 +46,7 @@ def prepare(data: DataParams, out: str | Path) -> dict:
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)
         for task in prepared_tasks(data):
+            train = None
             for split in RAW_SPLITS:
                 src = raw_path(data_dir, task, split)
                 if not (src.exists() or src.is_symlink()):   # anything else: the reader says why
@@ -52,6 +57,13 @@ def prepare(data: DataParams, out: str | Path) -> dict:
                     raise MinBertError(f"{src}: no valid rows left after validation")
                 write_split(frame, tmp / f"{task}-{split}.tsv")
                 files[f"{task}-{split}.tsv"] = report.as_dict()
+                if split == "train":
+                    train = (frame, src)
+                elif train is not None:
+                    shared = overlap_with_train(task, train[0], frame)
+                    files[f"{task}-{split}.tsv"]["overlap_with_train"] = {
+                        "rows": shared, "of": len(frame), "share": round(shared / len(frame), 4),
+                        "warn": shared / len(frame) > OVERLAP_WARNING, "source": str(src), "train": str(train[1])}
         if data.nli_file is not None:
             src = Path(data.nli_file)
             frame, report = read_nli(src, on_bad_rows=data.on_bad_rows)
@@ -65,6 +77,8 @@ def prepare(data: DataParams, out: str | Path) -> dict:
         summary = {"data_dir": str(data_dir), "nli_file": data.nli_file, "on_bad_rows": data.on_bad_rows,
                    "files": files}
         write_json(tmp / "summary.json", summary)
+    for warning in overlap_warnings(summary):
+        log.warning(warning)
     return summary
 
 

@@ -65,8 +65,37 @@ def model_from_checkpoint(ckpt: dict, source: str = "checkpoint") -> tuple[Multi
     return model, Tokenizer.from_json(ckpt["tokenizer_json"], ckpt["max_length"], source)
 
 
-def load_checkpoint(path, map_location="cpu") -> tuple[MultitaskModel, Tokenizer, dict]:
-    """Load a model.pt written by `save_checkpoint`: (model, tokenizer, the checkpoint dict)."""
+def check_origin(ckpt: dict, path, experiment: str, stage: str, record_path=None) -> None:
+    """The checkpoint is the one `experiment`'s `stage` wrote: its experiment and stage (model.pt says
+    them), and the fingerprint of the training run whose record is at `record_path` (when both say
+    one). A model.pt copied or moved from another experiment, or from another run (other settings,
+    data or code), is refused before any stage reads it."""
+    import json
+
+    redo = f"re-run its {stage} stage (or put back the experiment's own model)"
+    for key, want in (("experiment", experiment), ("stage", stage)):
+        got = ckpt.get(key)
+        if got is not None and got != want:
+            raise MinBertError(f"{path}: the checkpoint was written by the {ckpt.get('stage', '?')} stage of "
+                               f"experiment '{ckpt.get('experiment', '?')}', not {stage} of '{experiment}' (copied or "
+                               f"moved?); {redo}")
+    if record_path is None or not isinstance(ckpt.get("fingerprint"), str):
+        return
+    try:
+        recorded = json.loads(Path(record_path).read_text(encoding="utf-8")).get("fingerprint")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return                       # no record to compare with (a stage run elsewhere): nothing to say
+    if isinstance(recorded, str) and recorded != ckpt["fingerprint"]:
+        raise MinBertError(f"{path}: the checkpoint is not the one {stage} of '{experiment}' wrote last (its "
+                           f"fingerprint {ckpt['fingerprint'][:12]}, the run record {record_path} says "
+                           f"{recorded[:12]}: settings, data or code differ); {redo}")
+
+
+def load_checkpoint(path, map_location="cpu", expect: dict | None = None) -> tuple[MultitaskModel, Tokenizer, dict]:
+    """Load a model.pt written by `save_checkpoint`: (model, tokenizer, the checkpoint dict).
+    `expect`: the experiment, stage and run record it must come from (`check_origin`)."""
     ckpt = read_checkpoint(path, map_location)
+    if expect is not None:
+        check_origin(ckpt, path, **expect)
     model, tokenizer = model_from_checkpoint(ckpt, str(path))
     return model, tokenizer, ckpt

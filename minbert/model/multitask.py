@@ -132,10 +132,10 @@ class MultitaskModel(nn.Module):
 
 @torch.no_grad()
 def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, batch_size: int, device,
-                 amp_context) -> dict:
+                 amp_context, progress=None) -> dict:
     """Run the model over a split in length order (less padding); returns outputs in input order,
     with `loss` when the split has labels. A symmetric pair task's output is the mean of the
-    outputs for (a, b) and (b, a)."""
+    outputs for (a, b) and (b, a). `progress(n)`: called with each batch's row count."""
     model.eval()
     order = np.argsort(data.lengths(), kind="stable")
     passes = [False, True] if data.symmetric else [False]
@@ -150,6 +150,8 @@ def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, ba
             with amp_context():
                 out_b = out_b + model(data.task, batch).float().cpu()
         outputs.append(out_b / len(passes))
+        if progress is not None:
+            progress(len(idx))
     out = torch.cat(outputs) if outputs else torch.empty(0)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))

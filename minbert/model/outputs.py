@@ -4,7 +4,9 @@ What `MultitaskModel.forward(task, batch)` returns depends on the task's kind (m
 - classification (sst): (B, C) logits -> the argmax class and the softmax probabilities;
 - binary (para, cfimdb): (B,) logit of the positive class -> 0/1 and its sigmoid;
 - regression (sts): (B,) score in the head's target space (`regression_target`), mapped back onto
-  the label scale by `regression_prediction`.
+  the label scale by `regression_prediction` and clipped to the label range (0-5) by `predictions`:
+  every file the pipeline writes (predictions, submission files, `minbert predict`) and every score
+  it computes reads these clipped values.
 The training losses (minbert.train.losses) train the heads towards these same targets.
 """
 from __future__ import annotations
@@ -33,11 +35,10 @@ def correlation_only(heads) -> bool:
 
 
 def regression_prediction(task: str, heads, output: Tensor, calibration=None) -> Tensor:
-    """The head's output mapped back onto the label scale by an affine map, never clipped.
+    """The head's output mapped back onto the label scale by an affine map (unclipped: `predictions`
+    clips it).
 
-    Pearson r is scored on these predictions, as the course's code scores the raw outputs:
-    clipping to the label range would change r (by 0.003-0.011 on MSE-trained heads), so an
-    output outside 0-5 stays outside. A head trained with the correlation loss alone predicts on
+    A head trained with the correlation loss alone predicts on
     a scale of its own: it is mapped by `calibration` = (scale, shift), an affine fit to the
     training labels made when training ends (minbert.train.loop), when there is one; an affine map
     keeps r."""
@@ -60,4 +61,13 @@ def predictions(task: str, heads, output: Tensor, calibration=None) -> dict[str,
     if kind == "binary":
         p1 = output.sigmoid()
         return {"prediction": (p1 > 0.5).long().numpy(), "probs": p1.numpy()}
-    return {"prediction": regression_prediction(task, heads, output, calibration).numpy()}
+    score = regression_prediction(task, heads, output, calibration)
+    if not (correlation_only(heads) and calibration is None):
+        # A score outside the label range is no score a label can have (-1.15, 5.01 on ordinary pairs):
+        # clipped here, where the model's scores are made, so the predictions files, the submission
+        # files, `minbert predict` and the evaluation all read the same values. Pearson r moves by
+        # a few thousandths on MSE-trained heads. A correlation-only head not yet calibrated predicts
+        # on a scale of its own, where clipping would be meaningless.
+        lo, hi = TASKS[task].label_range
+        score = score.clamp(lo, hi)
+    return {"prediction": score.numpy()}

@@ -61,6 +61,13 @@ def read_yaml(path: str | Path):
         raise MinBertError(f"{path}{where}: not valid YAML ({e.problem or e.context}); fix the syntax") from None
     except yaml.YAMLError as e:
         raise MinBertError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise MinBertError(too_deep(path)) from None
+
+
+def too_deep(where) -> str:
+    return (f"{where}: nested too deeply (hundreds of levels of mappings or lists); params nest a few levels: "
+            f"fix the file")
 
 
 def catalogue_file(params_path: str | Path, name: str) -> Path:
@@ -109,8 +116,11 @@ def parse_params(raw: Any, where: str = "params.yaml") -> Params:
 def validate_params(raw: Any, where: str = "params.yaml") -> LoadedParams:
     """Params from their YAML content: parsed, expanded (grids, seeds) and checked across sections;
     `raw` is left as it was."""
-    loaded = expand(parse_params(raw, where), raw, where)
-    check_params(loaded.params, loaded.experiments, loaded.groups, where)
+    try:
+        loaded = expand(parse_params(raw, where), raw, where)
+        check_params(loaded.params, loaded.experiments, loaded.groups, where)
+    except RecursionError:     # YAML that parses but nests deeper than merging and validation go
+        raise MinBertError(too_deep(where)) from None
     return loaded
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import re
+import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -59,8 +60,40 @@ Pooling = Literal["cls", "mean", "pooler"]
 LR_SCHEDULE = "after warm-up: `linear` or `cosine` decay to 0 at the last update, or `constant`"
 
 
+def _holds_bool(value) -> bool:
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_bool(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_bool(v) for v in value.values())
+    return False
+
+
+def _admits_bool(annotation) -> bool:
+    """Whether a field's type takes true/false anywhere (bool, Any, a nested model that checks its own)."""
+    if annotation is bool or annotation is Any or annotation is object:
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    if typing.get_origin(annotation) is Literal:
+        return any(isinstance(a, bool) for a in typing.get_args(annotation))
+    return any(_admits_bool(a) for a in typing.get_args(annotation) if not isinstance(a, (str, int, float)))
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value, info):
+        # YAML reads yes/no/on/off/true/false as booleans, and pydantic would take them as 1/0: a
+        # number (a seed, a size, a list of seeds) is never given as true/false
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        if field is not None and _holds_bool(value) and not _admits_bool(field.annotation):
+            raise ValueError("expected a number or text, not true/false (YAML reads yes, no, on, off as "
+                             "booleans); write the value itself")
+        return value
 
 
 # ---------------------------------------------------------------- data (prepare)
@@ -410,6 +443,18 @@ class ExperimentParams(Strict):
     predict_batch_size: int = Field(128, ge=1, description="batch size of the dev and test predictions")
     description: str = Field("", description="a sentence on the experiment, for the report and the model card")
     template: bool = Field(False, description="only the base of a study's grid: not run itself")
+
+    @field_validator("repeats")
+    @classmethod
+    def _distinct_seeds(cls, value):
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("an empty list of seeds; give a number of seeds or at least one seed")
+            twice = next((v for k, v in enumerate(value) if v in value[:k]), None)
+            if twice is not None:
+                raise ValueError(f"seed {twice} is listed twice; list each seed once (the same seed gives the same "
+                                 f"run again, not another sample)")
+        return value
 
 
 class EnsembleParams(Strict):

@@ -148,6 +148,21 @@ def check_papers(params: Params, runnable: set, where: str) -> None:
                                        f"experiment, ensemble or study{close(name, runnable | studies)}")
 
 
+def check_sts_batches(sts_loss: str, tasks, batch_size: int, downsample, key: str, where: str) -> None:
+    """A Pearson loss over batches of one STS pair: the correlation of one pair is undefined, so the
+    loss is a constant and STS never learns from it (nothing else would say so)."""
+    if sts_loss == "mse" or "sts" not in tasks:
+        return
+    rows = [n for n in (downsample.size if downsample.mode == "fixed" else None, downsample.caps.get("sts"))
+            if n is not None]
+    per_batch = min([batch_size, *rows])
+    if per_batch < 2:
+        what = f"{key}.batch_size" if per_batch == batch_size else f"{key}.downsample"
+        raise MinBertError(f"{where}: key '{what}': sts_loss '{sts_loss}' correlates the STS scores of a batch, "
+                           f"and a batch of {per_batch} pair has no correlation (the loss would be constant and STS "
+                           f"would not train); use batches of at least 2 STS pairs or sts_loss: mse")
+
+
 def check_combinations(params: Params, experiments: dict[str, ExperimentParams], where: str,
                        groups: dict | None = None) -> None:
     """Settings that validate one by one but cannot run together."""
@@ -173,6 +188,11 @@ def check_combinations(params: Params, experiments: dict[str, ExperimentParams],
                 raise_validation(err, FinetuneParams, where, prefix=f"pretrainings.{name}.finetune.")
     for name, exp in experiments.items():
         ft, key = exp.finetune, f"experiments.{name}"
+        check_sts_batches(ft.heads.sts_loss, ft.tasks, ft.batch_size, ft.downsample, f"{key}.finetune", where)
+        if exp.retrain_heads.enabled:
+            rh = exp.retrain_heads
+            check_sts_batches(ft.heads.sts_loss, rh.tasks or ft.tasks, rh.batch_size, rh.downsample,
+                              f"{key}.retrain_heads", where)
         if ft.pcgrad and len(ft.tasks) < 2:
             raise MinBertError(f"{where}: key '{key}.finetune.pcgrad': PCGrad needs at least "
                                f"two tasks (got {ft.tasks})")

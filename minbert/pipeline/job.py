@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
+from minbert.core.layout import Layout
 from minbert.core.provenance import path_hash
 
 JOB_FORMAT = "minbert-job-1"
@@ -112,10 +113,32 @@ class Job:
                       reads=description["reads"], recorded=description, **where)
         except MinBertError:
             raise
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError, RecursionError) as e:
             raise MinBertError(f"{path}: not a job file of this version ({type(e).__name__}); {redo}") from None
         if (job.stage, job.name) != (stage, name):
             got = job.id
             want = stage if name is None else f"{stage}@{name}"
             raise MinBertError(f"{path}: holds job {got}, not {want}; check --job")
         return job
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """`path` is `folder` or lies under it (links followed)."""
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def refuse_inputs_inside_outputs(job: Job, extra_reads=()) -> None:
+    """No input of the job (raw data, the NLI file, a model folder) is, or lies inside, a path the job
+    replaces (its outputs, its resumable state): the job would delete what it is about to read (raw
+    CSVs fetched into results/data). Checked before anything is removed."""
+    replaced = [Path(p) for p in [*job.outputs, Layout(job.results).state(job.stage, job.name)]]
+    for read in [*job.reads, *job.sources, *map(str, extra_reads)]:
+        for out in replaced:
+            if inside(Path(read), out):
+                raise MinBertError(f"{read}: an input of {job.id} lies inside {out}, which {job.id} deletes and "
+                                   f"writes anew; move the input out of {out} and point the setting that names it "
+                                   f"(data.dir, data.nli_file, model) at the new place")

@@ -26,7 +26,7 @@ from minbert.params.load import load_params
 from minbert.params.settings import pretrain_splits
 from minbert.params.validate import model_tasks, shared_tasks
 from minbert.pipeline.code import PARAMS_LOADER
-from minbert.pipeline.job import Job
+from minbert.pipeline.job import Job, refuse_inputs_inside_outputs
 from minbert.train import PRETRAINING_MODULES
 
 # ---------------------------------------------------------------- the jobs of a params file
@@ -111,7 +111,10 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
         out.add("export", name, _dump(s), [L.model(name, s.model_stage), L.run_record(s.model_stage, name)] +
                 _predictions(L.predictions(name), tasks) + _splits(L, tasks, ("train",)),
                 [L.export(name)], args=["--experiment", name])
-    return _link(list(out))
+    jobs = _link(list(out))
+    for job in jobs:    # an engine deletes a job's outputs before it runs: refuse before any engine starts
+        refuse_inputs_inside_outputs(job)
+    return jobs
 
 
 def _experiment_jobs(out: _Jobs, name: str, exp) -> None:
@@ -256,7 +259,7 @@ def _made_from(job: Job, description: dict) -> float | None:
         if canonical(recorded) != canonical(description):
             return None
         return dt.datetime.fromisoformat(info["started"]).timestamp() - 1.0
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, MinBertError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, MinBertError):
         return None
 
 

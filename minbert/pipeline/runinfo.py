@@ -35,7 +35,7 @@ from minbert.core.io import MANIFEST, clean_stale_temporaries, refuse_links, rem
 from minbert.core.layout import Layout
 from minbert.core.provenance import fingerprint_of, git_revision
 from minbert.pipeline import finished
-from minbert.pipeline.job import Job
+from minbert.pipeline.job import Job, inside, refuse_inputs_inside_outputs
 from minbert.pipeline.lock import job_lock
 
 
@@ -74,20 +74,12 @@ def _remove(path: Path, results: Path) -> None:
     pipeline owns it whole); a folder elsewhere (the report's pages under --out) only as far as
     its manifest lists what the stage wrote there."""
     if path.is_dir() and not path.is_symlink():
-        if (path / MANIFEST).is_file() or not _inside(path, results):
+        if (path / MANIFEST).is_file() or not inside(path, results):
             remove_owned(path)
         else:
             shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-        return True
-    except ValueError:
-        return False
 
 
 class UpToDate(Exception):
@@ -114,6 +106,7 @@ def running(job: Job, network=None, extra_reads=(), main_process: bool = True, f
     if main_process:
         for path in owned_paths(job):
             refuse_links(path, job.results)
+        refuse_inputs_inside_outputs(job, extra_reads)
     record = network_record(network) if network is not None else {"device": "cpu"}
     with lock:
         description = job.runtime_description(extra_reads)

@@ -31,6 +31,7 @@ class RunResults:
     metrics: dict | None = None                 # {"dev": {...}, "test": {...} | None}
     predictions: dict = field(default_factory=dict)   # (task, split) -> DataFrame
     histories: dict = field(default_factory=dict)     # training stage -> DataFrame
+    history_notes: list = field(default_factory=list)  # a history that is missing or cut short, said on the page
 
     def split_metrics(self, split: str) -> dict:
         return ((self.metrics or {}).get(split)) or {}
@@ -54,6 +55,9 @@ def read_json(path: Path):
     except json.JSONDecodeError as e:
         raise MinBertError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); re-run the stage "
                            f"that writes it") from None
+    except RecursionError:
+        raise MinBertError(f"{path}: nested too deeply to be a file a stage writes; re-run the stage that "
+                           f"writes it") from None
 
 
 def load_metrics(path: Path) -> dict | None:
@@ -120,15 +124,42 @@ def load_history(path: Path) -> pd.DataFrame | None:
     return frame
 
 
+def history_note(path: Path, history: pd.DataFrame | None, trained: bool, stage: str, rerun: str) -> str | None:
+    """What the page says of a training history that is missing while its stage ran (`trained`), or
+    cut short (no line end at its end, a last line with fewer fields than the header, no rows):
+    never a silently missing section or a row of dashes."""
+    if history is None:
+        if not trained:
+            return None
+        return (f"{path}: the training history is missing (deleted?), so the {stage} curves are not shown; "
+                f"run {rerun} to write it again")
+    import csv
+
+    from minbert.core.io import read_input
+
+    lines = read_input(path, "training history").decode("utf-8", errors="replace").split("\n")
+    rows = [next(csv.reader([line])) for line in lines if line.strip()]
+    cut = lines[-1] != "" or len(rows) < 2 or len(rows[-1]) != len(rows[0])
+    if not cut:
+        return None
+    return (f"{path}: the training history is cut short (its last line is incomplete or it has no rows: a full "
+            f"disk, an interrupted copy?); the {stage} curves and numbers below stop where it was cut, and its "
+            f"last row may be wrong; run {rerun} to write it whole")
+
+
 def load_run(layout: Layout, name: str, kind: str, pretrain: str | None = None) -> RunResults:
     experiment = kind == "experiment"
     metrics = layout.metrics(name) if experiment else layout.ensemble_metrics(name)
     predictions = layout.predictions(name) if experiment else layout.ensemble_predictions(name)
     run = RunResults(name=name, kind=kind, metrics=load_metrics(Path(metrics)))
     if pretrain is not None:                    # the shared pretraining this experiment starts from
-        history = load_history(Path(layout.pretrain_history(pretrain)))
+        path = Path(layout.pretrain_history(pretrain))
+        history = load_history(path)
         if history is not None:
             run.histories["pretrain"] = history
+        note = history_note(path, history, Path(layout.pretrain_model(pretrain)).exists(), "pretrain",
+                            f"python -m stages.pretrain --name {pretrain}")
+        run.history_notes += [note] if note else []
     for task in TASKS:
         for split in SPLITS:
             path = Path(prediction_file(predictions, task, split))
@@ -136,9 +167,14 @@ def load_run(layout: Layout, name: str, kind: str, pretrain: str | None = None) 
                 run.predictions[(task, split)] = load_predictions(path, task)
     if experiment:
         for stage in TRAINING_STAGES:
-            history = load_history(Path(layout.history(name, stage)))
+            path = Path(layout.history(name, stage))
+            history = load_history(path)
             if history is not None:
                 run.histories[stage] = history
+            trained = Path(layout.model(name, stage)).exists() or Path(layout.run_record(stage, name)).exists()
+            note = history_note(path, history, trained, stage.replace("_", " "),
+                                f"python -m stages.{stage} --experiment {name} --force")
+            run.history_notes += [note] if note else []
     return run
 
 

@@ -243,6 +243,7 @@ def final_context(data: ReportData, book: ScoreBook | None = None, analyses: dic
     best = best_experiment(data)
     return {
         "title": data.params.params.report.title,
+        "data_warnings": data_warnings(data),
         "scorecard": scorecard(papers, data),
         # a grid study's figure is its heatmap (two axes) or sweep plot (one axis), not the bar chart
         "studies": [{"table": t, "grid": grids.get(t.name), "paper": papers.get(t.name),
@@ -272,7 +273,8 @@ def experiment_context(data: ReportData, name: str, book: ScoreBook | None = Non
            "metrics_rows": metrics_rows(run, book), "score_columns": score_columns(run),
            "analysis": error_analysis(run, k, book, analyses), "worst_k": k,
            "runs": [i for i in data.run_infos if i.get("name") == name], "link_prefix": "",
-           "resamples": book.resamples, "confidence": book.confidence, "group": None, "siblings": []}
+           "resamples": book.resamples, "confidence": book.confidence, "group": None, "siblings": [],
+           "data_warnings": data_warnings(data), "history_notes": list(run.history_notes)}
     if run.kind == "experiment":
         exp = data.params.experiments[name]
         ctx["description"] = exp.description
@@ -303,6 +305,14 @@ def experiment_context(data: ReportData, name: str, book: ScoreBook | None = Non
 
 
 # ------------------------------------------------------------------ entry point
+
+def data_warnings(data: ReportData) -> list[str]:
+    """Prepared splits that share much of their text with their train split (summary.json): every
+    score on them is inflated, which each page says at its top."""
+    from minbert.data.overlap import overlap_warnings
+
+    return overlap_warnings({"files": {r.get("file"): r for r in data.data_summary}})
+
 
 def summary_metrics(data: ReportData) -> dict:
     """The headline of every experiment and ensemble: its overall score on dev and, where the test

@@ -41,7 +41,7 @@ def _numbers(df: pd.DataFrame, column: str, path: Path, what: str) -> pd.Series:
 def read_predictions(path: str | Path, task: str) -> pd.DataFrame:
     """One predictions CSV, checked: rows present, ids unique (text, never NaN), the task's columns
     present, predictions finite numbers and, for a classification or binary task, labels and
-    predictions among the task's labels; a regression label within its range."""
+    predictions among the task's labels; a regression label and prediction within its range."""
     from minbert.core.io import read_input
 
     path = Path(path)
@@ -66,8 +66,9 @@ def read_predictions(path: str | Path, task: str) -> pd.DataFrame:
     spec = TASKS[task]
     if spec.kind == "regression":
         lo, hi = spec.label_range
-        outside = df["label"].notna() & ~df["label"].between(lo, hi)
-        checks = [("label", outside)]
+        # predictions too: the model clips its scores to the range (minbert.model.outputs), so one
+        # outside it was not written by this pipeline and would be scored as it is
+        checks = [(c, df[c].notna() & ~df[c].between(lo, hi)) for c in ("label", "prediction")]
     else:
         allowed = list(spec.labels)
         checks = [(c, df[c].notna() & ~df[c].isin(allowed)) for c in ("label", "prediction")]

@@ -30,10 +30,12 @@ def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
     return out
 
 
-def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None) -> dict:
-    """Write <task>-<split>.csv for every trained task and each of its dev/test splits."""
+def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None,
+                       expect: dict | None = None) -> dict:
+    """Write <task>-<split>.csv for every trained task and each of its dev/test splits. `expect`:
+    the experiment, stage and run record the checkpoint must come from (minbert.model.checkpoint.check_origin)."""
     runtime = start_runtime(s)
-    model, tokenizer, _ = load_checkpoint(checkpoint)
+    model, tokenizer, _ = load_checkpoint(checkpoint, expect=expect)
     model.to(runtime.device)
     data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=("dev", "test"), cache_dir=cache_dir)
     written = {}

@@ -217,9 +217,10 @@ def task_estimates(task: str, samples: Mapping, resamples: int = RESAMPLES, seed
     return {k: out[k] for k in samples if k in out}
 
 
-def task_estimate(task: str, sample: Sample, resamples: int = RESAMPLES, seed: int = SEED) -> Estimate:
-    """One run's estimate of `task`'s metric (the same numbers `task_estimates` gives it)."""
-    return task_estimates(task, {"run": sample}, resamples, seed)["run"]
+def task_estimate(task: str, sample: Sample, resamples: int = RESAMPLES, seed: int = SEED) -> Estimate | None:
+    """One run's estimate of `task`'s metric (the same numbers `task_estimates` gives it); None when
+    the metric is undefined (constant predictions or labels, e.g. similarity scores all clipped to 0)."""
+    return task_estimates(task, {"run": sample}, resamples, seed).get("run")
 
 
 def paired_difference(task: str, frame_a, frame_b, resamples: int = RESAMPLES, seed: int = SEED) -> Estimate:

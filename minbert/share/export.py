@@ -212,8 +212,9 @@ def scores(predictions: str | Path) -> dict:
             path = prediction_file(predictions, task, split)
             if path.is_file():
                 frame = read_predictions(path, task)
-                if labelled(frame, path):
-                    ests[task] = (task_estimate(task, Sample.of(frame)), len(frame))
+                estimate = task_estimate(task, Sample.of(frame)) if labelled(frame, path) else None
+                if estimate is not None:         # an undefined metric has no score on the card
+                    ests[task] = (estimate, len(frame))
         if ests:
             row = {t: (e.value, e.interval().low, e.interval().high, n) for t, (e, n) in ests.items()}
             for key, e in overall_estimates({t: e for t, (e, _) in ests.items()}).items():
@@ -346,7 +347,8 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
     from minbert.core.provenance import git_revision
     from minbert.model.checkpoint import load_checkpoint
 
-    model, tokenizer, ckpt = load_checkpoint(model_path)
+    model, tokenizer, ckpt = load_checkpoint(model_path, expect={"experiment": name, "stage": s.model_stage,
+                                                                 "record_path": training_record})
     try:
         record = json.loads(Path(training_record).read_text(encoding="utf-8"))
         training = record["description"]["settings"]

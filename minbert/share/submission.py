@@ -55,13 +55,31 @@ def predictions_folder(source: str | Path) -> Path:
                        f"results/ensembles/N) after its predict or ensemble stage ran")
 
 
-def write_submission(source: str | Path, out_dir: str | Path = "predictions", zip_path: str | Path | None = None) -> list[str]:
-    """Write the six files into `out_dir` and the zip (default: beside `out_dir`, the starter's name);
-    returns the paths written."""
+def results_folder(folder: Path) -> Path:
+    """The results folder a predictions folder lies in (<results>/experiments/E/predictions or
+    <results>/ensembles/N/predictions), whose prepared splits the predictions are checked against."""
+    return folder.resolve().parent.parent.parent
+
+
+def zip_default(out_dir: str | Path) -> Path:
+    """Where the zip goes by default: the starter's name, in the folder that holds `out_dir` (as
+    prepare_submit.py zips predictions/ from the folder above it)."""
+    return Path(out_dir).absolute().parent / ZIP_NAME
+
+
+def write_submission(source: str | Path, out_dir: str | Path = "predictions", zip_path: str | Path | None = None,
+                     results: str | Path | None = None) -> list[str]:
+    """Write the six files into `out_dir` and the zip (default: `zip_default(out_dir)`); returns the
+    paths written (list of str). Each predictions file is first checked against the prepared split it
+    claims, as the evaluate stage checks it (every id of <results>/data/<task>-<split>.tsv once, no
+    other; `results`: the results folder, default the one the predictions lie in): a file with rows
+    missing never becomes a submission."""
     from minbert.core.io import atomic_path, write_text
-    from minbert.scoring.evaluate import prediction_file, read_predictions
+    from minbert.core.layout import Layout
+    from minbert.scoring.evaluate import check_against_split, prediction_file, read_predictions
 
     folder = predictions_folder(source)
+    layout = Layout(str(results) if results is not None else str(results_folder(folder)))
     texts = {}
     for task in HEADERS:
         for split in SPLITS:
@@ -70,13 +88,18 @@ def write_submission(source: str | Path, out_dir: str | Path = "predictions", zi
                 raise MinBertError(f"{path}: missing; the submission needs dev and test predictions of sst, para and "
                                    f"sts (train those tasks and prepare the test splits)")
             frame = read_predictions(path, task)
+            split_path = Path(layout.split(task, split))
+            if not split_path.is_file():
+                raise MinBertError(f"{path}: cannot be checked against its prepared split: {split_path} not found; "
+                                   f"give --results the results folder these predictions came from")
+            check_against_split(frame, path, task, split_path)
             texts[output_name(task, split)] = starter_text(task, frame["id"], frame["prediction"])
     out = Path(out_dir)
     written = []
     for name, text in texts.items():
         write_text(out / name, text)
         written.append(str(out / name))
-    zip_path = Path(zip_path) if zip_path else out.parent / ZIP_NAME
+    zip_path = Path(zip_path) if zip_path else zip_default(out)
     with atomic_path(zip_path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zz:
         for name, text in texts.items():       # a fixed date: the same predictions give the same zip
             zz.writestr(zipfile.ZipInfo(f"./predictions/{name}", date_time=(1980, 1, 1, 0, 0, 0)), text)

@@ -97,6 +97,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
             raise MinBertError(f"{name} distils from '{cfg.distill.teacher}': its teacher's outputs are needed (run "
                                f"the teach stage first)")
         attach_teacher(data["train"], teacher_dir, cfg.distill, distilled_tasks(cfg.distill, cfg.tasks, teacher_dir))
+    refuse_one_pair_correlation(cfg, data["train"], name)
     seed_everything(s.seed)  # the heads' initialisation and dropout depend on it
     model = MultitaskModel(encoder, cfg.heads, cfg.tasks)
     if cfg.freeze_encoder:
@@ -113,15 +114,16 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
 
 
 def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir, options: FitOptions, *,
-                             cache_dir=None) -> FitResult:
+                             cache_dir=None, expect: dict | None = None) -> FitResult:
     """Head retraining: the fine-tuned encoder frozen, the heads of the retrained tasks
     re-initialised (added when the fine-tuned model lacks them) and trained; the other heads kept
     as they are, frozen. `options` as for `finetune_experiment`."""
     runtime, dist_info = start_training(s)
-    model, tokenizer, _ = load_checkpoint(finetuned)
+    model, tokenizer, _ = load_checkpoint(finetuned, expect=expect)   # `expect`: the fine-tuning it must come from
     cfg = s.train
     data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
                           cache_dir=cache_dir)
+    refuse_one_pair_correlation(cfg, data["train"], options.checkpoint_extra.get("experiment") or "an experiment")
     seed_everything(s.seed + 1)
     model.add_tasks(cfg.tasks)
     model.reset_heads(cfg.tasks)
@@ -141,6 +143,18 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
         return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, options)
     finally:
         shutdown_distributed(dist_info)
+
+
+def refuse_one_pair_correlation(cfg, train: dict, name: str) -> None:
+    """A correlation loss over STS data of a single pair (what is left after downsampling) is a
+    constant: STS would not train (the params checks catch the settings; this, the data)."""
+    if cfg.heads.sts_loss == "mse":
+        return
+    for task, data in train.items():
+        if TASKS[task].kind == "regression" and len(data) < 2:
+            raise MinBertError(f"{name}: sts_loss '{cfg.heads.sts_loss}' correlates the {task} scores of a batch, "
+                               f"and the {task} training data has {len(data)} row after downsampling (no correlation: "
+                               f"{task} would not train); give it at least 2 rows or set sts_loss: mse")
 
 
 def model_for_pretraining(folder: str | Path) -> str:
