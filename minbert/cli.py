@@ -364,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from stages._cli import run
+    from minbert.entry import run
 
     args = build_parser().parse_args(argv)
     run(lambda _: args.func(args))

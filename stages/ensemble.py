@@ -11,7 +11,7 @@ from minbert.pipeline.stage import stage_call
 from minbert.scoring.ensemble import ensemble_folder
 from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_line
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

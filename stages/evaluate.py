@@ -9,7 +9,7 @@ from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_line
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,7 +13,7 @@ from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 from minbert.share.export import export_experiment
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv=None):

@@ -30,7 +30,7 @@ from minbert.core.errors import MinBertError
 from minbert.core.io import write_text
 from minbert.data.read import write_cs224n
 
-from ._cli import run
+from minbert.entry import run
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from minbert.pipeline.stage import main_process, stage_call
 from minbert.train.experiment import finetune_experiment, model_for_pretraining
 from minbert.train.training import FitOptions
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv=None):

@@ -13,7 +13,7 @@ from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 from minbert.scoring.predict import predict_experiment
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv=None):

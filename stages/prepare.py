@@ -15,7 +15,7 @@ from minbert.params.schema import DataParams
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv=None) -> None:

@@ -19,7 +19,7 @@ from minbert.pipeline.stage import main_process, stage_call
 from minbert.train import PRETRAINING_MODULES
 from minbert.train.pretrained import PretrainFiles
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

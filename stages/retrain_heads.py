@@ -15,7 +15,7 @@ from minbert.pipeline.stage import main_process, stage_call
 from minbert.train.experiment import retrain_heads_experiment
 from minbert.train.training import FitOptions
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv=None):

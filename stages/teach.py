@@ -14,7 +14,7 @@ from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 from minbert.train.distill import teach
 
-from ._cli import run
+from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -94,8 +94,8 @@ def _params(tmp_path, name="params.yaml", **data) -> str:
 
 
 def _cli(main, argv, capsys) -> tuple[int, str]:
-    """Run a stage CLI as its __main__ does (stages._cli.run); return (exit status, stderr)."""
-    from stages._cli import run
+    """Run a stage CLI as its __main__ does (minbert.entry.run); return (exit status, stderr)."""
+    from minbert.entry import run
 
     old = signal.getsignal(signal.SIGTERM)
     try:

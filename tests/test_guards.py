@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, child_env
 from scipy.stats import pearsonr
 from test_evaluate import write_predictions
 
@@ -372,7 +372,7 @@ def test_model_config_that_is_endless_or_oversized_is_one_line(tmp_path, tiny_mo
             os.mkfifo(config)
         else:
             config.symlink_to("/dev/zero")
-    code = ("import sys; from minbert.model.weights import load_encoder; from stages._cli import run; "
+    code = ("import sys; from minbert.model.weights import load_encoder; from minbert.entry import run; "
             "run(lambda argv: load_encoder(sys.argv[1]))")
     r, peak = _with_peak_rss([sys.executable, "-c", code, str(model)])
     assert r.returncode == 2
@@ -681,13 +681,13 @@ def test_an_installed_package_that_fails_to_import_is_one_line(tmp_path):
     _params(tmp_path)
     r = subprocess.run([sys.executable, "-m", "stages.report", "--params", str(tmp_path / "params.yaml"), "--results",
                         str(tmp_path / "results"), "--out", str(tmp_path / "reports")], cwd=REPO, capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO}"})
+                       text=True, timeout=120, env=child_env(f"{site}{os.pathsep}{REPO}"))
     assert r.returncode == 2
     _one_line(r.stderr, r"^error: the Python package 'scipy' is installed but cannot be imported \(ImportError: "
                         r"libopenblas.so.0: cannot open shared object file\); a broken or mismatched installation: "
                         r"reinstall it with `pip install --force-reinstall 'scipy")
     # a name the project's own code fails to import is a bug: its traceback stays
-    code = ("from stages._cli import run; "
+    code = ("from minbert.entry import run; "
             "run(lambda _: exec('from minbert.core import no_such_name', {'__name__': 'minbert.x'}))")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "Traceback" in r.stderr and "no_such_name" in r.stderr

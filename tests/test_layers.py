@@ -1,7 +1,7 @@
 """The package's layers: imports point down, and each job's code is what its stage runs.
 
 minbert's subpackages follow the data flow, one layer each (bottom first): core, params, data,
-model, train, scoring, share, pipeline, report, then the front doors (api, cli); the stages
+model, train, scoring, share, pipeline, report, then how every command ends (entry) and the front doors (api, cli); the stages
 (stages/) and the engines (workflow/) stand on top. A job's code (what its fingerprint covers) is
 the import closure of its stage module, so the layering is what keeps an edit from re-running jobs
 that never run the edited file.
@@ -17,7 +17,7 @@ from minbert.pipeline import code, plan
 from workflow import dag
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ["core", "params", "data", "model", "train", "scoring", "share", "pipeline", "report", "api", "cli"]
+LAYERS = ["core", "params", "data", "model", "train", "scoring", "share", "pipeline", "report", "entry", "api", "cli"]
 
 
 def _layer(module: str) -> str:

@@ -67,7 +67,7 @@ def test_prepare_real_data_drop_and_error(tmp_path, shared_data):
     ({"on_bad_rows": "skip"}, "data.on_bad_rows"),
 ])
 def test_prepare_bad_params(tmp_path, data, message, capsys):
-    from stages._cli import run
+    from minbert.entry import run
 
     with pytest.raises(SystemExit) as exit_:
         run(main, ["--params", _params(tmp_path, **data), "--results", str(tmp_path / "out")])

@@ -21,7 +21,7 @@ from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tes
 
 from minbert.data.read import read_split
 from stages import export, finetune, predict
-from stages._cli import run
+from minbert.entry import run
 
 # compares numbers between two ways of computing them: CI runs it again with bf16 as `auto`
 pytestmark = pytest.mark.numbers

@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from stages._cli import run
+    from minbert.entry import run
 
     run(main)
 

@@ -1,4 +1,4 @@
-"""How every stage CLI ends: one-line user errors and exit codes (arguments and jobs: minbert.pipeline.stage)."""
+"""How every command ends (the stages and `minbert`): one-line user errors and exit codes (arguments and jobs: minbert.pipeline.stage)."""
 from __future__ import annotations
 
 import errno
