@@ -25,6 +25,7 @@ try:
     # Every job file is rewritten here when it changed: it is each job's first input, so a changed
     # setting, input list or code file re-runs exactly the jobs it concerns.
     JOBS = dag.resolve(PARAMS, workflow.basedir)
+    dag.check_sources(JOBS, PARAMS, workflow.basedir)
 except dag.MinBertError as e:
     raise WorkflowError(str(e)) from None
 SNAKE = dag.SnakemakeDag(JOBS)

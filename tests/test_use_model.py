@@ -73,6 +73,11 @@ def minbert_here(args, capsys):
     return code, out, err
 
 
+# On a GPU the predict stage and the command are two processes whose kernels (cuBLAS's and the
+# attention's choice in each process) agree to the last bits only: seen 1.5e-5 relative on an H200
+RTOL = 1e-4 if torch.cuda.is_available() else 1e-5
+
+
 def stage_predictions(results, name, task):
     return pd.read_csv(results / "experiments" / name / "predictions" / f"{task}-dev.csv", dtype={"id": str})
 
@@ -80,11 +85,11 @@ def stage_predictions(results, name, task):
 def assert_same(task: str, ours: pd.DataFrame, theirs: pd.DataFrame):
     """The command's columns for `task` against the predict stage's file, row by row."""
     if task == "sts":
-        np.testing.assert_allclose(ours["sts_score"].astype(float), theirs["prediction"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ours["sts_score"].astype(float), theirs["prediction"], rtol=RTOL, atol=1e-5)
         return
     assert ours[f"{task}_label"].astype(int).tolist() == theirs["prediction"].tolist()
     for c in [c for c in theirs.columns if c.startswith("prob_")]:
-        np.testing.assert_allclose(ours[f"{task}_{c}"].astype(float), theirs[c], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ours[f"{task}_{c}"].astype(float), theirs[c], rtol=RTOL, atol=1e-6)
 
 
 def test_console_script_is_declared():
@@ -142,7 +147,7 @@ def test_stdin_text_and_the_python_api(trained):
     m = load_model(trained / "experiments" / "cross", device="cpu", batch_size=16)
     pairs = list(zip(sts["sentence1"], sts["sentence2"]))
     np.testing.assert_allclose(m.similarity(pairs)["prediction"], stage_predictions(trained, "cross", "sts")["prediction"],
-                               rtol=1e-5, atol=1e-5)
+                               rtol=RTOL, atol=1e-5)
     para = read_split(trained / "data" / "para-dev.tsv")
     got = m.paraphrase(list(zip(para["sentence1"], para["sentence2"])))
     assert got["prediction"].tolist() == stage_predictions(trained, "cross", "para")["prediction"].tolist()

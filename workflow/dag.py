@@ -83,6 +83,21 @@ def resolve(params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[
     return all_jobs
 
 
+def check_sources(all_jobs: list[Job], params_path: str | Path, repo: Path = REPO) -> None:
+    """Every source a job reads (raw data, the NLI file, a model folder: what no job makes) is there;
+    a one-line error naming the first missing one otherwise. Snakemake would silently skip a job
+    whose inputs are missing while its outputs exist (prepare's, from another data folder), and run
+    what follows on them."""
+    with _in(repo):
+        for job in all_jobs:
+            missing = [s for s in job.sources if not os.path.exists(s)]
+            if missing:
+                raise MinBertError(
+                    f"{missing[0]}: not found, and {job.id} reads it ({len(missing)} such path(s); set in "
+                    f"{params_path}: data.dir, data.nli_file or a model); point the params at it (python -m "
+                    f"stages.fetch_data fetches the CS224N files) and run again")
+
+
 def stage_resources(stage: str, gpus: int = 1) -> dict:
     """A stage's Snakemake resources (threads apart): GPUs only for the network stages and only when
     `gpus` > 0."""
