@@ -74,8 +74,10 @@ def minbert_here(args, capsys):
 
 
 # On a GPU the predict stage and the command are two processes whose kernels (cuBLAS's and the
-# attention's choice in each process) agree to the last bits only: seen 1.5e-5 relative on an H200
-RTOL = 1e-4 if torch.cuda.is_available() else 1e-5
+# attention's choice in each process) agree to the last bit of the precision they run in only: bf16
+# keeps 8 bits (2^-8 = 3.9e-3 relative), and an H200 showed 5.7e-4 on a similarity score. On a CPU
+# the same batches give the same numbers to float32's rounding.
+RTOL, ATOL, PROB_ATOL = (4e-3, 1e-4, 1e-4) if torch.cuda.is_available() else (1e-5, 1e-5, 1e-6)
 
 
 def stage_predictions(results, name, task):
@@ -85,11 +87,11 @@ def stage_predictions(results, name, task):
 def assert_same(task: str, ours: pd.DataFrame, theirs: pd.DataFrame):
     """The command's columns for `task` against the predict stage's file, row by row."""
     if task == "sts":
-        np.testing.assert_allclose(ours["sts_score"].astype(float), theirs["prediction"], rtol=RTOL, atol=1e-5)
+        np.testing.assert_allclose(ours["sts_score"].astype(float), theirs["prediction"], rtol=RTOL, atol=ATOL)
         return
     assert ours[f"{task}_label"].astype(int).tolist() == theirs["prediction"].tolist()
     for c in [c for c in theirs.columns if c.startswith("prob_")]:
-        np.testing.assert_allclose(ours[f"{task}_{c}"].astype(float), theirs[c], rtol=RTOL, atol=1e-6)
+        np.testing.assert_allclose(ours[f"{task}_{c}"].astype(float), theirs[c], rtol=RTOL, atol=PROB_ATOL)
 
 
 def test_console_script_is_declared():
@@ -147,7 +149,7 @@ def test_stdin_text_and_the_python_api(trained):
     m = load_model(trained / "experiments" / "cross", device="cpu", batch_size=16)
     pairs = list(zip(sts["sentence1"], sts["sentence2"]))
     np.testing.assert_allclose(m.similarity(pairs)["prediction"], stage_predictions(trained, "cross", "sts")["prediction"],
-                               rtol=RTOL, atol=1e-5)
+                               rtol=RTOL, atol=ATOL)
     para = read_split(trained / "data" / "para-dev.tsv")
     got = m.paraphrase(list(zip(para["sentence1"], para["sentence2"])))
     assert got["prediction"].tolist() == stage_predictions(trained, "cross", "para")["prediction"].tolist()
