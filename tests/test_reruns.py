@@ -438,7 +438,9 @@ def test_dvc_experiments_and_revisions_compare(dvc_repo):
             # one metrics file: the report's summary of every experiment's headline scores
             assert set(data["metrics"]) == {"results/metrics.json"}
             summary = data["metrics"]["results/metrics.json"]["data"]
-            assert set(summary) == {"a", "b", "c", "d", "ab"} and summary["c"]["dev"] > 0
+            # (an experiment whose score is undefined is left out: the tiny model's similarity scores
+            # can all clip to 0, a constant whose correlation is undefined)
+            assert "c" in summary and set(summary) <= {"a", "b", "c", "d", "ab"} and summary["c"]["dev"] > 0
             assert "params.yaml" in data["params"]
         # the two experiments side by side: the params they set and the scores that moved, at a glance
         table = run([DVC, "exp", "show", "--only-changed", "--csv", "--hide-workspace"], dvc_repo)
@@ -446,13 +448,14 @@ def test_dvc_experiments_and_revisions_compare(dvc_repo):
         fixed = {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
         changed = [c for c in header if c not in fixed]
         # DVC adds a hash column per dependency that moved: here only experiment c's own chain, and
-        # the run records, which the report reads as one folder
+        # the folders of run records the report reads; about twenty columns in all
         deps = [c for c in changed if c.startswith(("results/", "reports/", "data/"))]
-        assert all(re.search(r"/c(/|\.json$)", c) or c in ("results/jobs/report.json", "results/runs")
-                   for c in deps), header
+        assert all(re.search(r"/c(/|\.json$)", c) or c == "results/jobs/report.json"
+                   or re.fullmatch(r"results/runs(/[a-z_]+)?", c) for c in deps), " | ".join(header)
+        assert len(header) <= 25, f"{len(header)} columns: " + " | ".join(header)
         # the rest: the two keys the experiments set and, where they moved, c's headline scores
         assert set(changed) - set(deps) - {"c.dev", "c.test"} == {"experiments.c.seed", "experiments.c.finetune.lr"}, \
-            header
+            " | ".join(header)
         shown_c = [exp["revs"][0]["data"]["params"]["params.yaml"]["data"]["experiments"]["c"] for exp in exps]
         assert 6 in {c.get("seed") for c in shown_c}
         assert 2e-4 in {c.get("finetune", {}).get("lr") for c in shown_c}
