@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 from minbert.core.io import write_json
+from minbert.entry import run
 from minbert.params.settings import EnsembleSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 from minbert.scoring.ensemble import ensemble_folder
 from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_line
-
-from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 from minbert.core.io import write_json
+from minbert.entry import run
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_line
-
-from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

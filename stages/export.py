@@ -8,12 +8,11 @@ minbert.share.export). Uploading is separate: `minbert upload results/exports/E 
 """
 from __future__ import annotations
 
+from minbert.entry import run
 from minbert.params.settings import ExportSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 from minbert.share.export import export_experiment
-
-from minbert.entry import run
 
 
 def main(argv=None):

@@ -12,14 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from minbert.core.runtime import setup_logging
+from minbert.entry import run
 from minbert.model.weights import resolve_model
 from minbert.params.settings import FinetuneSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import main_process, stage_call
 from minbert.train.experiment import finetune_experiment, model_for_pretraining
 from minbert.train.training import FitOptions
-
-from minbert.entry import run
 
 
 def main(argv=None):

@@ -8,12 +8,11 @@ finetune/model.pt); writes results/experiments/E/predictions/<task>-<split>.csv.
 from __future__ import annotations
 
 from minbert.core.runtime import setup_logging
+from minbert.entry import run
 from minbert.params.settings import PredictSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 from minbert.scoring.predict import predict_experiment
-
-from minbert.entry import run
 
 
 def main(argv=None):

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from minbert.core.runtime import setup_logging
 from minbert.data.prepare import format_summary, prepare
+from minbert.entry import run
 from minbert.params.schema import DataParams
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
-
-from minbert.entry import run
 
 
 def main(argv=None) -> None:

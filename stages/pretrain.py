@@ -12,14 +12,13 @@ from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import setup_logging
+from minbert.entry import run
 from minbert.model.weights import resolve_model
 from minbert.params.settings import PretrainSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import main_process, stage_call
 from minbert.train import PRETRAINING_MODULES
 from minbert.train.pretrained import PretrainFiles
-
-from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,10 +5,9 @@ model's error analysis, how the results were produced) and reports/experiments/<
 """
 from __future__ import annotations
 
+from minbert.entry import run
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
-
-from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,13 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from minbert.core.runtime import setup_logging
+from minbert.entry import run
 from minbert.params.settings import RetrainSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import main_process, stage_call
 from minbert.train.experiment import retrain_heads_experiment
 from minbert.train.training import FitOptions
-
-from minbert.entry import run
 
 
 def main(argv=None):

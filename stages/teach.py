@@ -9,12 +9,11 @@ the teacher's class probabilities (sst, para) or score (sts), averaged over its 
 from __future__ import annotations
 
 from minbert.core.runtime import setup_logging
+from minbert.entry import run
 from minbert.params.settings import TeachSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 from minbert.train.distill import teach
-
-from minbert.entry import run
 
 
 def main(argv: list[str] | None = None) -> None:

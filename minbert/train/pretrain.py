@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -343,15 +342,6 @@ def _loss_summary(history: list[dict], before: float) -> dict:
 
 
 # ---------------------------------------------------------------- a pretraining job
-
-def refuse_torchrun() -> None:
-    """Pretraining runs in one process: MLM and NLI have no data-parallel loop, and under torchrun
-    every rank would train a duplicate and write the same model folder."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        raise MinBertError(f"pretraining runs in one process, not under torchrun ({world} processes); start it with "
-                           f"python -m stages.pretrain (torchrun is for the finetune stage)")
-
 
 def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, description: dict | None = None,
              name: str = "") -> dict:
