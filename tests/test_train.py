@@ -373,9 +373,9 @@ def test_smart_tasks_limits_the_regulariser_to_the_named_tasks(tiny_model_dir, p
     calls = []
     original = objectives.smart_adversarial_loss
 
-    def spy(forward, embeds, out, kind, **kw):
+    def spy(forward, embeds, out, kind, *args, **kw):
         calls.append(kind)
-        return original(forward, embeds, out, kind, **kw)
+        return original(forward, embeds, out, kind, *args, **kw)
 
     monkeypatch.setattr(objectives, "smart_adversarial_loss", spy)
     base = {"schedule": "simultaneous", "epochs": 1, "max_steps_per_epoch": 2}
