@@ -33,6 +33,7 @@ Nothing under results/ is a symlink: the stages refuse to write through one
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 TRAINING_STAGES = ("finetune", "retrain_heads")
@@ -176,6 +177,7 @@ class Layout:
         return f"{self.experiment_reports}/{name}.html"
 
 
-def prediction_file(folder: str, task: str, split: str) -> str:
-    """A predictions file inside a predictions folder (an experiment's or an ensemble's)."""
+def prediction_file(folder: str | os.PathLike, task: str, split: str) -> str:
+    """A predictions file inside a predictions folder (an experiment's or an ensemble's), as the
+    pipeline names paths (a string; `Path(...)` of it where a file is opened)."""
     return f"{str(folder).rstrip('/')}/{task}-{split}.csv"

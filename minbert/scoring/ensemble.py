@@ -19,9 +19,9 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path
-from minbert.core.layout import PREDICTED_SPLITS
+from minbert.core.layout import PREDICTED_SPLITS, prediction_file
 from minbert.core.tasks import TASKS
-from minbert.scoring.evaluate import prediction_file, read_predictions
+from minbert.scoring.evaluate import read_predictions
 
 
 def mode_smallest(votes: np.ndarray) -> np.ndarray:
@@ -64,7 +64,7 @@ def combine(task: str, frames: list[pd.DataFrame], classification: str = "mode",
 
 
 def _member_frame(folder: Path, member: str, task: str, split: str) -> pd.DataFrame | None:
-    path = prediction_file(folder, task, split)
+    path = Path(prediction_file(folder, task, split))
     return read_predictions(path, task) if path.exists() or path.is_symlink() else None
 
 

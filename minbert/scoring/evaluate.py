@@ -15,15 +15,11 @@ import numpy as np
 import pandas as pd
 
 from minbert.core.errors import MinBertError
-from minbert.core.layout import prediction_file as _prediction_file
+from minbert.core.layout import prediction_file
 from minbert.core.metrics import metric_undefined, summarise, task_metric
 from minbert.core.tasks import TASKS
 
 log = logging.getLogger(__name__)
-
-
-def prediction_file(folder: str | Path, task: str, split: str) -> Path:
-    return Path(_prediction_file(str(folder), task, split))
 
 
 def _numbers(df: pd.DataFrame, column: str, path: Path, what: str) -> pd.Series:
@@ -141,7 +137,7 @@ def score_split(folder: str | Path, split: str, tasks=None, layout=None) -> dict
     counts: dict = {}
     undefined: dict = {}          # metric key -> why it is undefined
     for task in (TASKS if tasks is None else tasks):
-        path = prediction_file(folder, task, split)
+        path = Path(prediction_file(folder, task, split))
         if not (path.exists() or path.is_symlink()):
             if tasks is None:
                 continue
@@ -174,7 +170,7 @@ def evaluate_folder(folder: str | Path, expected: dict[str, list[str]] | None = 
     folder = Path(folder)
     if not folder.is_dir():
         raise MinBertError(f"{folder}: predictions folder not found; run the predict stage first")
-    if expected is None and not any(prediction_file(folder, t, "dev").is_file() for t in TASKS):
+    if expected is None and not any(Path(prediction_file(folder, t, "dev")).is_file() for t in TASKS):
         raise MinBertError(f"{folder}: no dev predictions (expected files like sst-dev.csv)")
     tasks = (lambda split: None) if expected is None else (lambda split: expected.get(split, []))
     dev = score_split(folder, "dev", tasks("dev"), layout)

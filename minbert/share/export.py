@@ -202,14 +202,15 @@ def _fmt(x: float) -> str:
 def scores(predictions: str | Path) -> dict:
     """{split: {task: (value, low, high, n)}, "overall": ...} with 95% percentile bootstrap
     intervals (minbert.scoring.stats, as the report computes them) for every labelled split."""
-    from minbert.scoring.evaluate import labelled, prediction_file, read_predictions
+    from minbert.core.layout import prediction_file
+    from minbert.scoring.evaluate import labelled, read_predictions
     from minbert.scoring.stats import Sample, overall_estimates, task_estimate
 
     out: dict = {}
     for split in ("dev", "test"):
         ests = {}
         for task in TASKS:
-            path = prediction_file(predictions, task, split)
+            path = Path(prediction_file(predictions, task, split))
             if path.is_file():
                 frame = read_predictions(path, task)
                 estimate = task_estimate(task, Sample.of(frame)) if labelled(frame, path) else None

@@ -75,15 +75,15 @@ def write_submission(source: str | Path, out_dir: str | Path = "predictions", zi
     other; `results`: the results folder, default the one the predictions lie in): a file with rows
     missing never becomes a submission."""
     from minbert.core.io import atomic_path, write_text
-    from minbert.core.layout import Layout
-    from minbert.scoring.evaluate import check_against_split, prediction_file, read_predictions
+    from minbert.core.layout import Layout, prediction_file
+    from minbert.scoring.evaluate import check_against_split, read_predictions
 
     folder = predictions_folder(source)
     layout = Layout(str(results) if results is not None else str(results_folder(folder)))
     texts = {}
     for task in HEADERS:
         for split in SPLITS:
-            path = prediction_file(folder, task, split)
+            path = Path(prediction_file(folder, task, split))
             if not path.is_file():
                 raise MinBertError(f"{path}: missing; the submission needs dev and test predictions of sst, para and "
                                    f"sts (train those tasks and prepare the test splits)")
