@@ -13,8 +13,8 @@ import yaml
 from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
 from minbert.data.read import read_split
-from stages import finetune, predict, retrain_heads
 from minbert.entry import run
+from stages import finetune, predict, retrain_heads
 
 FT = {"epochs": 1, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 3,
       "downsample": {"mode": "fixed", "size": 24}}

@@ -20,8 +20,8 @@ from conftest import child_env
 from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
 from minbert.data.read import read_split
-from stages import export, finetune, predict
 from minbert.entry import run
+from stages import export, finetune, predict
 
 # compares numbers between two ways of computing them: CI runs it again with bf16 as `auto`
 pytestmark = pytest.mark.numbers

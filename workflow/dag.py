@@ -109,12 +109,14 @@ def stage_resources(stage: str, gpus: int = 1) -> dict:
     return res
 
 
-def stage_threads(stage: str, gpus: int, jobs_per_gpu: int, cores: int | None) -> int:
+def stage_threads(stage: str, gpus: int, jobs_per_gpu: int, cores: int | None, local: bool = True) -> int:
     """A stage's threads. A job that runs the network on a GPU of this machine needs a few CPU
     threads, not the 8 it takes on a CPU: the machine's cores are shared by the jobs its GPUs hold
-    at once (`jobs_per_gpu` per GPU), so that many run side by side."""
+    at once (`jobs_per_gpu` per GPU), so that many run side by side. Jobs sent to a cluster
+    (`local` false) ask for the stage's own threads: the submitting machine's GPUs say nothing of
+    the nodes'."""
     threads = STAGE_RESOURCES[stage]["threads"]
-    if "gpu" not in stage_resources(stage, gpus):
+    if not local or "gpu" not in stage_resources(stage, gpus):
         return threads
     from workflow.gpu_slot import visible_gpus
 

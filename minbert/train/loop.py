@@ -126,7 +126,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
         if tr.captured is not None:
             lr = tr.captured.step(state, plan, batches, labels)
         else:
-            lr = train_step(tr, state, plan, batches, labels)
+            lr = train_step(tr, state, plan, batches, labels, pcgrad_order(tr, batches))
         n_examples += sum(len(y) for y in labels) * tr.dist.world
         if (k + 1) % CHECK_EVERY == 0:
             check_finite(tr, state)
@@ -145,8 +145,17 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
     return row
 
 
+def pcgrad_order(tr: Training, batches: list) -> list[list[int]] | None:
+    """PCGrad's random order for this update, drawn on the host before the step (None without it)."""
+    if not (tr.cfg.pcgrad and len(batches) > 1):
+        return None
+    from minbert.train.regularisers import pcgrad_orders
+
+    return pcgrad_orders(len(batches), tr.generators["pcgrad"])
+
+
 def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[str, dict]],
-               labels: list[np.ndarray]) -> float:
+               labels: list[np.ndarray], orders: list[list[int]] | None = None) -> float:
     """One update from host batches [(task, batch)] and their labels as the host has them: forward,
     backward (PCGrad when asked), the all-reduce under torchrun, clip, step. The host reads no value
     the device computed (no sync): labels stay on the host, losses and outputs go to the run's
@@ -156,11 +165,8 @@ def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[
     tr.optimizer.zero_grad(set_to_none=True)
     totals.flag.zero_()
     pcgrad = cfg.pcgrad and len(batches) > 1
-    orders = None
-    if pcgrad:   # PCGrad's random order, drawn on the host before the step
-        from minbert.train.regularisers import pcgrad_orders
-
-        orders = pcgrad_orders(len(batches), tr.generators["pcgrad"])
+    if pcgrad and orders is None:
+        orders = pcgrad_order(tr, batches)
     pc_losses = []
     for (task, host_batch), y in zip(batches, labels):
         batch = to_device(host_batch, tr.device)
