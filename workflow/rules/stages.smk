@@ -48,7 +48,8 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
             wildcard_constraints: name=name_pattern
             params:
                 cmd=lambda wc, s=stage_name: SNAKE.job(s, wc).cmd,
-            threads: dag.stage_threads(stage_name, GPUS, JOBS_PER_GPU, workflow.cores, workflow.local_exec)
+            threads: dag.stage_threads(stage_name, GPUS, JOBS_PER_GPU, workflow.cores,
+                                     workflow.local_exec and not workflow.remote_exec)
             resources: **dag.stage_resources(stage_name, GPUS)
             conda: "../envs/minbert.yaml"
             shell: shell_cmd
