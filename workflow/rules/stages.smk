@@ -19,6 +19,9 @@ RULE_STAGE = {rule_name: stage_name for rule_name, stage_name, _, _ in SNAKE.gro
 # one line per job (`message:`); `--config messages=false` prints Snakemake's whole job blocks
 # instead (rule, wildcards, threads, resources: what a cluster submission will ask for)
 MESSAGES = str(config.get("messages", True)).lower() not in ("false", "0", "no")
+# jobs that run on this machine share its GPUs' cores (dag.stage_threads); a job sent to a cluster,
+# or run inside a cluster allocation, takes the stage's own threads
+ON_THIS_MACHINE = workflow.local_exec and not workflow.remote_exec
 
 
 for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG order
@@ -48,8 +51,7 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
             wildcard_constraints: name=name_pattern
             params:
                 cmd=lambda wc, s=stage_name: SNAKE.job(s, wc).cmd,
-            threads: dag.stage_threads(stage_name, GPUS, JOBS_PER_GPU, workflow.cores,
-                                     workflow.local_exec and not workflow.remote_exec)
+            threads: dag.stage_threads(stage_name, GPUS, JOBS_PER_GPU, workflow.cores, ON_THIS_MACHINE)
             resources: **dag.stage_resources(stage_name, GPUS)
             conda: "../envs/minbert.yaml"
             shell: shell_cmd
