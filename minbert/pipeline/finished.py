@@ -20,6 +20,7 @@ from pathlib import Path
 
 from minbert.core.io import write_json
 from minbert.core.layout import Layout
+from minbert.pipeline.job import inside
 
 log = logging.getLogger(__name__)
 MANIFEST = "finished.json"
@@ -31,7 +32,7 @@ def keep(job, fingerprint: str) -> bool:
     cannot hard-link them, or for outputs outside the results folder (the report's pages, which a
     folder of the user's may hold): nothing is kept then."""
     folder = Path(Layout(job.results).finished(job.stage, job.name))
-    if not all(_inside(Path(out), Path(job.results)) for out in job.outputs):
+    if not all(inside(Path(out), Path(job.results)) for out in job.outputs):
         return False
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -52,10 +53,11 @@ def keep(job, fingerprint: str) -> bool:
 
 
 def keep_dates(job) -> int:
-    """Give each output file that came out byte for byte as the job's last finished run wrote it
-    the date it had then; returns how many. An engine that judges by date (Snakemake without its
-    own record of the run, e.g. after DVC made the outputs) then runs nothing downstream of a job
-    whose outputs did not change, as one that judges by content does."""
+    """Give each output that came out byte for byte as the job's last finished run wrote it the date
+    it had then (a folder: each such file, and the folder itself when all of it is the same);
+    returns how many outputs were wholly the same. An engine that judges by date (Snakemake without
+    its own record of the run, e.g. after DVC made the outputs) then runs nothing downstream of a
+    job whose outputs did not change, as one that judges by content does."""
     folder = Path(Layout(job.results).finished(job.stage, job.name))
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
@@ -64,37 +66,31 @@ def keep_dates(job) -> int:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("outputs"), list):
         return 0
     earlier = dict(zip(manifest["outputs"], (folder / str(i) for i in range(len(manifest["outputs"])))))
-    kept = 0
-    for out in job.outputs:
-        if out in earlier:
-            kept += _keep_dates(Path(out), earlier[out])
-    return kept
+    return sum(_keep_dates(Path(out), earlier[out]) for out in job.outputs if out in earlier)
 
 
-def _keep_dates(out: Path, old: Path) -> int:
-    if out.is_symlink() or old.is_symlink():
-        return 0
-    if out.is_dir() and old.is_dir():
-        n = sum(_keep_dates(out / p.name, p) for p in old.iterdir())
-        if n and sorted(p.name for p in out.iterdir()) == sorted(p.name for p in old.iterdir()) and \
-                all(_same_bytes(out / p.name, p) for p in old.iterdir()):
-            st = old.stat()
-            os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
-        return n
-    if _same_bytes(out, old):
+def _keep_dates(out: Path, old: Path) -> bool:
+    """`out` takes `old`'s dates where its bytes are the same (a folder: file by file, then the
+    folder when all of it is); True when the whole of it is the same."""
+    if out.is_symlink() or old.is_symlink() or not out.exists():
+        return False
+    if out.is_dir() or old.is_dir():
+        if not (out.is_dir() and old.is_dir()):
+            return False
+        names = sorted(p.name for p in old.iterdir())
+        same = [_keep_dates(out / n, old / n) for n in names]      # every file, not only up to a change
+        whole = names == sorted(p.name for p in out.iterdir()) and all(same)
+    else:
+        whole = _same_bytes(out, old)
+    if whole:
         st = old.stat()
         os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
-        return 1
-    return 0
+    return whole
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
-    """Two files with the same content (a folder: the same names, each the same)."""
+    """Two files with the same content."""
     try:
-        if a.is_dir() or b.is_dir():
-            return a.is_dir() and b.is_dir() and \
-                sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir()) and \
-                all(_same_bytes(a / p.name, p) for p in b.iterdir())
         if os.path.samefile(a, b):
             return True
         if a.stat().st_size != b.stat().st_size:
@@ -128,14 +124,6 @@ def restore(job, fingerprint: str) -> bool:
         if not _same(Path(out), k):
             _put_back(k, Path(out))
     return True
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-        return True
-    except ValueError:
-        return False
 
 
 def _link_tree(src: Path, dest: Path) -> None:
