@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -18,6 +19,22 @@ def child_env(first: str | os.PathLike = REPO, **extra: str) -> dict:
     inherited = os.environ.get("PYTHONPATH")
     path = str(first) + (os.pathsep + inherited if inherited else "")
     return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+# a log record as minbert.core.runtime.setup_logging writes it: a stage may log a warning before its
+# error line on one machine and not on another (bf16 emulated on a CPU without native bf16)
+LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \S+ (DEBUG|INFO|WARNING) ")
+
+
+def error_line(stderr: str) -> str:
+    """The one error line of a command's stderr: every other line must be a log record (no
+    traceback, no second error, no stray output). Tests compare this line, never the whole stderr,
+    so a machine's warnings do not fail them."""
+    lines = [x for x in stderr.splitlines() if x.strip()]
+    errors = [x for x in lines if x.startswith("error: ")]
+    others = [x for x in lines if not x.startswith("error: ") and not LOG_RECORD.match(x)]
+    assert len(errors) == 1 and not others and "Traceback" not in stderr, stderr
+    return errors[0]
 
 
 def shared_data_dir() -> Path | None:
