@@ -35,14 +35,39 @@ MAX_TEXT_CHARS = 131072
 
 # ---------------------------------------------------------------- finding the model
 
+def experiment_folder(path: str | Path) -> Path | None:
+    """The experiment folder a model path belongs to: the folder itself, or the one that holds a
+    model.pt in a training stage's folder; None for a lone model.pt or an export folder."""
+    p = Path(path)
+    if p.is_file():
+        return p.parent.parent if p.parent.name in TRAINING_STAGES else None
+    return None if (p / EXPORT_MANIFEST).is_file() else p
+
+
+def _predict_record(path: str | Path) -> Path | None:
+    folder = experiment_folder(path)
+    # an experiment folder sits in <results>/experiments/, its predict record in <results>/runs/
+    return None if folder is None else Path(Layout(str(folder.parent.parent)).run_record("predict", folder.name))
+
+
+def model_sources(path: str | Path) -> tuple[list[Path], list[Path]]:
+    """What loading the model at `path` reads, as (files, folders): an experiment's or an export's
+    folder, or a lone model.pt, and the predict run record it takes its settings from. A command
+    writes nothing there (minbert.core.outputs.refuse_over_inputs)."""
+    p = Path(path)
+    folder = experiment_folder(p)
+    folders = [folder] if folder is not None else [p] if p.is_dir() else []
+    record = _predict_record(p)
+    return [p] + ([record] if record is not None else []), folders
+
+
 def predict_settings(path: str | Path) -> dict:
     """The settings the predict stage ran with for the experiment `path` is (its folder, or a model.pt
     in it), from its run record: which model, the batch size, the precision setting; {} when there is
     none (an export folder, a model.pt elsewhere)."""
-    p = Path(path)
-    folder = p.parent.parent if p.is_file() and p.parent.name in TRAINING_STAGES else p
-    # an experiment folder sits in <results>/experiments/, its predict record in <results>/runs/
-    record = Path(Layout(str(folder.parent.parent)).run_record("predict", folder.name))
+    record = _predict_record(path)
+    if record is None:
+        return {}
     try:
         settings = json.loads(record.read_text(encoding="utf-8"))["description"]["settings"]
     except (OSError, ValueError, KeyError, TypeError):

@@ -214,22 +214,17 @@ def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
                            f"folder you can write") from None
 
 
-def check_out(out: str | None) -> None:
-    """--out names a file that can be written (checked before the model runs)."""
-    import os
+def check_out(out: str | None, input_name: str, model: str) -> None:
+    """--out names a file that can be written, and none that the command reads (the input, the model
+    or anything in its folder); checked before the model runs."""
+    from minbert.api import model_sources
+    from minbert.core.outputs import refuse_over_inputs, writable_output
 
     if out in (None, "-"):
         return
-    path = Path(out)
-    if path.is_dir():
-        raise MinBertError(f"{out}: is a folder; give --out a file name (e.g. {path / 'predictions.tsv'})")
-    folder = next((p for p in [path.parent, *path.parent.parents] if p.exists()), Path("."))
-    if not folder.is_dir():
-        raise MinBertError(f"{out}: cannot write the predictions ({folder} is a file, not a folder); give --out a "
-                           f"file in a folder you can write")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise MinBertError(f"{out}: cannot write the predictions (no permission to write in {folder}); give --out "
-                           f"a file in a folder you can write")
+    writable_output(out, "predictions", "--out", "predictions.tsv")
+    files, folders = model_sources(model)
+    refuse_over_inputs(out, "--out", files=files + ([] if input_name == "<stdin>" else [input_name]), folders=folders)
 
 
 # ---------------------------------------------------------------- commands
@@ -255,8 +250,8 @@ def predict_command(a) -> None:
     for flag, value in (("--batch-size", a.batch_size), ("--threads", a.threads)):
         if value is not None and value < 1:
             raise MinBertError(f"{flag} {value}: expected a positive number (e.g. {flag} 32)")
-    check_out(a.out)
     name = "<stdin>" if a.input in (None, "-") else a.input
+    check_out(a.out, name, a.model)
     if name == "<stdin>":
         if sys.stdin is None or sys.stdin.isatty():
             raise MinBertError("no input: give a file (TSV, CSV, JSONL or TXT) or pipe text into stdin, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import stat
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,21 @@ def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
     folder = tmp_path_factory.mktemp("tiny-bert")
     save_hf_folder(folder, BertModel(cfg), tokenizer_folder=minilm_dir)
     return folder
+
+
+@pytest.fixture(autouse=True)
+def dev_null_intact():
+    """After every test, the machine's /dev/null is still the null device: an output written over it
+    (a test run as root) would break every program on the machine. Put back, then failed."""
+    yield
+    st = os.lstat("/dev/null") if os.path.lexists("/dev/null") else None
+    if st is not None and stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
+        return
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        os.mknod("/dev/.null.restored", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.chmod("/dev/.null.restored", 0o666)
+        os.replace("/dev/.null.restored", "/dev/null")
+    pytest.fail("/dev/null is no longer the null device (character device 1, 3); a test wrote over it")
 
 
 def default_signals() -> None:
