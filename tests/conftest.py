@@ -82,19 +82,66 @@ def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def lone_model(tmp_path_factory, tiny_model_dir) -> Path:
+    """An untrained tiny multi-task model.pt with the sst, para and sts heads, outside any results
+    folder: for what `minbert predict` and the API do with their input and output, not its numbers."""
+    from minbert.model.checkpoint import save_checkpoint
+    from minbert.model.multitask import MultitaskModel
+    from minbert.model.tokenizer import Tokenizer
+    from minbert.model.weights import load_encoder
+    from minbert.params.schema import HeadsParams
+
+    encoder, _, _ = load_encoder(tiny_model_dir)
+    path = tmp_path_factory.mktemp("lone") / "model.pt"
+    save_checkpoint(path, MultitaskModel(encoder, HeadsParams(), ["sst", "para", "sts"]), Tokenizer(tiny_model_dir, 32))
+    return path
+
+
+# the machine's device paths an output may name, as they are when the tests start: a test that wrote
+# over one (run as root) would break every program on the machine that writes there
+DEVICE_PATHS = ("/dev/null", "/dev/stdout", "/dev/stderr")
+
+
+def _device_state(path: str):
+    """What a device path is: (file type, device numbers, link target); None when absent."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    link = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
+    return stat.S_IFMT(st.st_mode), st.st_rdev if stat.S_ISCHR(st.st_mode) else None, link
+
+
+DEVICES_AT_START = {path: _device_state(path) for path in DEVICE_PATHS}
+
+
+def _restore(path: str, state) -> None:
+    """Put back a device path as it was (as root): made beside it, then renamed over its replacement."""
+    kind, rdev, link = state
+    spare = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.restored")
+    if os.path.lexists(spare):
+        os.unlink(spare)
+    if link is not None:
+        os.symlink(link, spare)
+    else:
+        os.mknod(spare, kind | 0o666, rdev)
+        os.chmod(spare, 0o666)
+    os.replace(spare, path)
+
+
 @pytest.fixture(autouse=True)
-def dev_null_intact():
-    """After every test, the machine's /dev/null is still the null device: an output written over it
-    (a test run as root) would break every program on the machine. Put back, then failed."""
+def devices_intact():
+    """After every test, /dev/null, /dev/stdout and /dev/stderr are what they were when the tests
+    started (the null device, the links to the process's streams); one a test replaced is put back
+    (where the tests run as root) and the test fails."""
     yield
-    st = os.lstat("/dev/null") if os.path.lexists("/dev/null") else None
-    if st is not None and stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
-        return
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        os.mknod("/dev/.null.restored", stat.S_IFCHR | 0o666, os.makedev(1, 3))
-        os.chmod("/dev/.null.restored", 0o666)
-        os.replace("/dev/.null.restored", "/dev/null")
-    pytest.fail("/dev/null is no longer the null device (character device 1, 3); a test wrote over it")
+    broken = [p for p, state in DEVICES_AT_START.items() if state is not None and _device_state(p) != state]
+    for path in broken:
+        if os.geteuid() == 0:
+            _restore(path, DEVICES_AT_START[path])
+    if broken:
+        pytest.fail(f"{', '.join(broken)} replaced (put back where the tests run as root): a test wrote over it")
 
 
 def default_signals() -> None:

@@ -7,7 +7,8 @@ command writes over a file it reads. Every command that writes a path the user n
 
 /dev/null itself is written only where the tests run as root (where the bug would have replaced it);
 a private character device made with mknod stands for it there, a FIFO and a symlink everywhere.
-conftest's `dev_null_intact` checks after every test that the machine's /dev/null is still the device."""
+conftest's `devices_intact` checks after every test that the machine's /dev/null, /dev/stdout and
+/dev/stderr are what they were."""
 from __future__ import annotations
 
 import io
@@ -151,21 +152,6 @@ def test_a_socket_a_symlink_loop_and_a_folder_are_refused(tmp_path):
 
 
 # ---------------------------------------------------------------- minbert predict --out
-
-@pytest.fixture(scope="module")
-def lone_model(tmp_path_factory, tiny_model_dir) -> Path:
-    """An untrained tiny multi-task model.pt (what the command reads does not matter here)."""
-    from minbert.model.checkpoint import save_checkpoint
-    from minbert.model.multitask import MultitaskModel
-    from minbert.model.tokenizer import Tokenizer
-    from minbert.model.weights import load_encoder
-    from minbert.params.schema import HeadsParams
-
-    encoder, _, _ = load_encoder(tiny_model_dir)
-    path = tmp_path_factory.mktemp("lone") / "model.pt"
-    save_checkpoint(path, MultitaskModel(encoder, HeadsParams(), ["sst", "para", "sts"]), Tokenizer(tiny_model_dir, 32))
-    return path
-
 
 def minbert(args, capsys) -> tuple[int, str, str]:
     from minbert import cli
