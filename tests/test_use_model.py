@@ -460,14 +460,17 @@ def test_upload_checks_the_folder_before_any_network(tmp_path, capsys):
 
 def test_lines_split_at_line_feeds_only(trained, tmp_path, capsys):
     """U+2028, a form feed or a file separator inside a line are text, not line breaks; CRLF is read;
-    raw U+2028 inside a JSON string is valid JSONL (issue 33, case 5)."""
+    raw U+2028 inside a JSON string is valid JSONL (issue 33, case 5). A blank line is a row (without
+    text: refused, tests/test_predict_inputs.py)."""
     from minbert.cli import read_rows
 
     frame, lines = read_rows("f", "one\u2028two\nthree\x0cfour\r\nfive\x1csix\n", "txt")
     assert frame["sentence"].tolist() == ["one\u2028two", "three\x0cfour", "five\x1csix"] and lines == [1, 2, 3]
-    jsonl = '{"sentence": "a\u2028b"}\r\n{"sentence": "c\\u001cd"}\n\n{"sentence": "e\u0085f\u2029"}\n'
+    jsonl = '{"sentence": "a\u2028b"}\r\n{"sentence": "c\\u001cd"}\n{"sentence": "e\u0085f\u2029"}\n'
     frame, lines = read_rows("f", jsonl, "jsonl")
-    assert frame["sentence"].tolist() == ["a\u2028b", "c\x1cd", "e\u0085f\u2029"] and lines == [1, 2, 4]
+    assert frame["sentence"].tolist() == ["a\u2028b", "c\x1cd", "e\u0085f\u2029"] and lines == [1, 2, 3]
+    frame, lines = read_rows("f", jsonl.replace("\r\n", "\r\n\n"), "jsonl")
+    assert frame["sentence"].isna().tolist() == [False, True, False, False] and lines == [1, 2, 3, 4]
     for name, text in (("in.txt", "one\u2028two\nthree\x0cfour\r\nfive\x1csix\n"), ("in.jsonl", jsonl)):
         (tmp_path / name).write_text(text, encoding="utf-8", newline="")
         code, out, err = minbert_here(["predict", trained / "experiments" / "bi", tmp_path / name, "-q",
@@ -523,7 +526,8 @@ def test_the_api_refuses_bad_batch_sizes_and_huge_texts(trained):
     with pytest.raises(Exception, match=r"^batch_size 0: expected a positive integer$"):
         load_model(trained / "experiments" / "bi", device="cpu", batch_size=0)
     m = load_model(trained / "experiments" / "bi", device="cpu")
-    with pytest.raises(Exception, match=r"^sst: row 1, column 'sentence' has 131,073 characters, more than 131,072"):
+    with pytest.raises(Exception, match=r"^sst: row 1: the text in column 'sentence' has 131,073 characters, more "
+                                        r"than 131,072"):
         m.sentiment(["fine", "x" * (MAX_TEXT_CHARS + 1)])
 
 
