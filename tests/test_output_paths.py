@@ -344,6 +344,11 @@ def test_the_report_out_folder_refuses_what_it_would_replace(tmp_path, capsys):
         assert code == 2
         assert error_line(err) == f"error: --out: {out} is {kind}; give a folder (it is created when missing)"
     assert page.read_text() == "mine"
+    inside = tmp_path / "results" / "experiments" / "a"     # among the outputs it reads: refused, nothing written
+    code, err = _report(tmp_path, inside, capsys)
+    assert code == 2 and re.fullmatch(rf"error: {re.escape(str(inside))}: (lies inside|is the folder) \S+, which the "
+                                      rf"command reads; give --out a path outside it", error_line(err)), err
+    assert not inside.exists()
 
 
 def test_fetch_data_out_that_is_not_a_folder_and_files_in_it_that_are_links(tmp_path, monkeypatch):

@@ -108,3 +108,20 @@ def refuse_over_inputs(out: str | os.PathLike, flag: str, files=(), folders=()) 
         if real == inside or inside in real.parents:
             where = f"is the folder {folder}" if real == inside else f"lies inside {folder}"
             raise MinBertError(f"{out}: {where}, which the command reads; give {flag} a path outside it")
+
+
+def folders_read(paths, root: str | os.PathLike) -> list[Path]:
+    """The folders under `root` (the results folder, which the pipeline owns) that hold what a job
+    reads: each read that is a folder, and every folder between `root` and each read. An output
+    named inside one of them would land among a stage's outputs, which the pipeline deletes whole."""
+    root = Path(os.path.realpath(root))
+    found = set()
+    for path in map(Path, paths):
+        real = Path(os.path.realpath(path))
+        if root not in real.parents:
+            continue
+        chain = [real] if real.is_dir() else []
+        chain += [p for p in real.parents if root in p.parents]
+        found.update(chain)
+    return sorted(found)
+
