@@ -57,7 +57,7 @@ def model_sources(path: str | Path) -> tuple[list[Path], list[Path]]:
     folder = experiment_folder(p)
     folders = [folder] if folder is not None else [p] if p.is_dir() else []
     record = _predict_record(p)
-    return [p] + ([record] if record is not None else []), folders
+    return ([p] if not p.is_dir() else []) + ([record] if record is not None else []), folders
 
 
 def predict_settings(path: str | Path) -> dict:
