@@ -7,7 +7,9 @@
     m.similarity([("A man plays a guitar.", "A man is playing music.")])                 # prediction (0-5)
 
 Every method returns a pandas DataFrame with one row per input, in the input's order (`embed`: a
-numpy array); the columns are said in each method's docstring and in docs/sharing.md.
+numpy array); the columns are said in each method's docstring and in docs/sharing.md. An empty input
+gives an empty frame; bad input is refused as `minbert predict` refuses it, with the same one-line
+message (minbert.scoring.inputs), naming the task and the row.
 
 The predictions go through the pipeline's own code (minbert.model.multitask: the checkpoint loader,
 tokenisation by the task's view, `predict_task`), so they equal the predict stage's on the same rows.
@@ -24,25 +26,47 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.layout import MODEL_FILE, TRAINING_STAGES, Layout
 from minbert.core.tasks import TASKS
+from minbert.scoring.inputs import MAX_TEXT_CHARS, SINGLE, Origin, check_texts, tasks_for, text_columns  # noqa: F401
 
 EXPORT_MANIFEST = "minbert.json"     # what marks an export folder (minbert.share.export)
 CHUNK_BATCHES = 32                   # an input of more batches than this shows a progress bar
-# the longest text predicted, as for the pipeline's data files (minbert.data.read.MAX_FIELD_CHARS): the
-# model reads at most max_length (<= 512) word pieces, and tokenising megabytes to keep a few would
-# cost seconds and gigabytes
-MAX_TEXT_CHARS = 131072
 
 
 # ---------------------------------------------------------------- finding the model
+
+def experiment_folder(path: str | Path) -> Path | None:
+    """The experiment folder a model path belongs to: the folder itself, or the one that holds a
+    model.pt in a training stage's folder; None for a lone model.pt or an export folder."""
+    p = Path(path)
+    if p.is_file():
+        return p.parent.parent if p.parent.name in TRAINING_STAGES else None
+    return None if (p / EXPORT_MANIFEST).is_file() else p
+
+
+def _predict_record(path: str | Path) -> Path | None:
+    folder = experiment_folder(path)
+    # an experiment folder sits in <results>/experiments/, its predict record in <results>/runs/
+    return None if folder is None else Path(Layout(str(folder.parent.parent)).run_record("predict", folder.name))
+
+
+def model_sources(path: str | Path) -> tuple[list[Path], list[Path]]:
+    """What loading the model at `path` reads, as (files, folders): an experiment's or an export's
+    folder, or a lone model.pt, and the predict run record it takes its settings from. A command
+    writes nothing there (minbert.core.outputs.refuse_over_inputs)."""
+    p = Path(path)
+    folder = experiment_folder(p)
+    folders = [folder] if folder is not None else [p] if p.is_dir() else []
+    record = _predict_record(p)
+    return ([p] if not p.is_dir() else []) + ([record] if record is not None else []), folders
+
 
 def predict_settings(path: str | Path) -> dict:
     """The settings the predict stage ran with for the experiment `path` is (its folder, or a model.pt
     in it), from its run record: which model, the batch size, the precision setting; {} when there is
     none (an export folder, a model.pt elsewhere)."""
-    p = Path(path)
-    folder = p.parent.parent if p.is_file() and p.parent.name in TRAINING_STAGES else p
-    # an experiment folder sits in <results>/experiments/, its predict record in <results>/runs/
-    record = Path(Layout(str(folder.parent.parent)).run_record("predict", folder.name))
+    record = _predict_record(path)
+    if record is None:
+        return {}
     try:
         settings = json.loads(record.read_text(encoding="utf-8"))["description"]["settings"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -127,24 +151,30 @@ class Model:
         input row, in the input's order (index 0..n-1): `prediction` (int class for sst, 0/1 for para
         and cfimdb, float score clipped to 0-5 for sts), then for a classification or binary task
         `class` (the class name, str) and its probabilities as floats (`prob_0` .. `prob_4` for
-        sst, `prob_1` for para and cfimdb), the predict stage's columns. `progress`: a tqdm bar (None:
-        only on inputs of more than 32 batches)."""
+        sst, `prob_1` for para and cfimdb), the predict stage's columns; no rows for no rows. The
+        input is checked as `minbert predict` checks a file (minbert.scoring.inputs), with the same
+        messages, rows numbered from 0. `progress`: a tqdm bar (None: only on inputs of more than 32
+        batches)."""
+        import torch
         from tqdm.auto import tqdm
 
         from minbert.core.runtime import autocast
         from minbert.data.batches import build_task_data
         from minbert.model.multitask import predict_task
+        from minbert.model.outputs import predictions
 
         self.has(task)
-        spec = TASKS[task]
+        if not isinstance(frame, pd.DataFrame):
+            raise MinBertError(f"{task}: expected a pandas DataFrame with the task's columns, not "
+                               f"{type(frame).__name__} (or call sentiment, paraphrase or similarity with a list)")
         frame = frame.reset_index(drop=True)
-        for c in spec.text_columns:
-            lengths = frame[c].astype(str).str.len()
-            if len(frame) and lengths.max() > MAX_TEXT_CHARS:
-                k = int(lengths.to_numpy().argmax())
-                raise MinBertError(f"{task}: row {k}, column '{c}' has {lengths.iloc[k]:,} characters, more than "
-                                   f"{MAX_TEXT_CHARS:,} (a broken line?); the model reads only its first few hundred "
-                                   f"word pieces: shorten it or split it into rows")
+        tasks_for(Origin(task), frame.columns, [task], self.tasks)
+        check_texts(Origin(task), frame, text_columns([task]))
+        spec = TASKS[task]
+        if frame.empty:            # no rows: the columns, with the dtypes rows would have
+            outputs = torch.empty((0, len(spec.classes)) if spec.kind == "classification" else (0,))
+            return _result_frame(spec, predictions(task, self.model.heads_cfg, outputs,
+                                                   self.model.calibration.get(task)))
         if "id" not in frame.columns:
             frame = frame.assign(id=[str(i) for i in range(len(frame))])
         show = len(frame) > self.batch_size * CHUNK_BATCHES if progress is None else progress
@@ -154,31 +184,25 @@ class Model:
         with tqdm(total=len(frame), desc=task, unit="row", disable=not show, leave=False) as bar:
             res = predict_task(self.model, data, self.tokenizer, self.batch_size, self.device,
                                lambda: autocast(self.device, self.bf16), progress=bar.update)
-        out = pd.DataFrame({"prediction": res["prediction"]})
-        probs = np.asarray(res.get("probs", np.empty((len(frame), 0))))
-        for k, col in enumerate(spec.prob_columns):
-            out[col] = probs[:, k] if probs.ndim == 2 else probs
-        if spec.classes:
-            out.insert(1, "class", [spec.classes[int(k)] for k in out["prediction"]])
-        return out
+        return _result_frame(spec, res)
 
     # ------------------------------------------------------------ by task
     def sentiment(self, texts, task: str = "sst") -> pd.DataFrame:
         """Sentiment of each text (a str or a list of str): a pandas DataFrame, one row per text in
         order, with `prediction` (int, 0 very negative .. 4 very positive), `class` (str) and
         `prob_0` .. `prob_4` (float, summing to 1)."""
-        return self.predict(task, _single(texts))
+        return self.predict(task, _single(texts, task))
 
     def paraphrase(self, pairs, task: str = "para") -> pd.DataFrame:
         """Whether each pair (a list of (sentence1, sentence2) tuples) is a paraphrase: a pandas
         DataFrame, one row per pair in order, with `prediction` (int 0/1), `class` (str: "not
         paraphrase" / "paraphrase") and `prob_1` (float, the paraphrase probability)."""
-        return self.predict(task, _pairs(pairs))
+        return self.predict(task, _pairs(pairs, task))
 
     def similarity(self, pairs, task: str = "sts") -> pd.DataFrame:
         """The similarity of each pair on the STS scale, clipped to 0-5 as every file the pipeline writes
         (minbert.model.outputs): a DataFrame with one row per pair and the column `prediction` (float)."""
-        return self.predict(task, _pairs(pairs))
+        return self.predict(task, _pairs(pairs, task))
 
     def embed(self, texts) -> np.ndarray:
         """Sentence embeddings with the model's pooling, what its sentence-transformers export
@@ -188,11 +212,9 @@ class Model:
         from minbert.core.runtime import autocast
         from minbert.data.batches import to_device
 
-        texts = [str(t) for t in texts]
-        longest = max(range(len(texts)), key=lambda k: len(texts[k]), default=None)
-        if longest is not None and len(texts[longest]) > MAX_TEXT_CHARS:
-            raise MinBertError(f"text {longest} has {len(texts[longest]):,} characters, more than {MAX_TEXT_CHARS:,} "
-                               f"(a broken line?); the model reads only its first few hundred word pieces: shorten it")
+        frame = _single(texts, "embed")
+        check_texts(Origin("embed"), frame, SINGLE)
+        texts = frame["sentence"].tolist()
         out = []
         with torch.no_grad():
             for start in range(0, len(texts), self.batch_size):
@@ -203,17 +225,43 @@ class Model:
         return torch.cat(out).numpy() if out else np.empty((0, self.model.encoder.config.hidden_size), np.float32)
 
 
-def _single(texts) -> pd.DataFrame:
+def _single(texts, task: str) -> pd.DataFrame:
+    """A text or a list of texts as a frame of the column `sentence`, the values as given (checked by
+    `predict`: None, a number, a blank string is refused, never turned into text)."""
     if isinstance(texts, str):
         texts = [texts]
-    return pd.DataFrame({"sentence": [str(t) for t in texts]})
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise MinBertError(f"{task}: expected a text or a list of texts, not {type(texts).__name__}") from None
+    return pd.DataFrame({"sentence": pd.Series(texts, dtype=object)})
 
 
-def _pairs(pairs) -> pd.DataFrame:
-    pairs = list(pairs)
-    if pairs and isinstance(pairs[0], str):
-        raise MinBertError("give sentence pairs as (sentence1, sentence2) tuples, not single strings")
-    return pd.DataFrame({"sentence1": [str(a) for a, _ in pairs], "sentence2": [str(b) for _, b in pairs]})
+def _pairs(pairs, task: str) -> pd.DataFrame:
+    """A list of (sentence1, sentence2) pairs as a frame of those columns, the values as given."""
+    try:
+        pairs = list(pairs)
+    except TypeError:
+        raise MinBertError(f"{task}: expected a list of (sentence1, sentence2) pairs, not "
+                           f"{type(pairs).__name__}") from None
+    for k, pair in enumerate(pairs):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            got = f"a {type(pair).__name__}" if not isinstance(pair, (tuple, list)) else f"{len(pair)} items"
+            raise MinBertError(f"{task}: row {k}: expected a pair (sentence1, sentence2), got {got}; give sentence "
+                               f"pairs as (sentence1, sentence2) tuples")
+    return pd.DataFrame({"sentence1": pd.Series([a for a, _ in pairs], dtype=object),
+                         "sentence2": pd.Series([b for _, b in pairs], dtype=object)})
+
+
+def _result_frame(spec, res: dict) -> pd.DataFrame:
+    """The predict stage's columns from a task's predictions: prediction, class, prob_k."""
+    out = pd.DataFrame({"prediction": res["prediction"]})
+    probs = np.asarray(res.get("probs", np.empty((len(out), 0))))
+    for k, col in enumerate(spec.prob_columns):
+        out[col] = probs[:, k] if probs.ndim == 2 else probs
+    if spec.classes:
+        out.insert(1, "class", pd.Series([spec.classes[int(k)] for k in out["prediction"]], dtype=object))
+    return out
 
 
 def load_model(path: str | Path, device: str = "auto", batch_size: int | None = None, bf16: bool | None = None,

@@ -14,6 +14,7 @@ line and what to do, and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -23,13 +24,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from minbert.api import MAX_TEXT_CHARS
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import TASKS
+from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, first_repeat, tasks_for, text_columns
 
 FORMATS = ("tsv", "csv", "jsonl", "txt")
 SUFFIXES = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt"}
-SINGLE, PAIR = ["sentence"], ["sentence1", "sentence2"]
 
 
 # ---------------------------------------------------------------- reading new text
@@ -74,7 +74,9 @@ def _unique_keys(pairs):
 
 
 def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
-    """An input's rows (all columns as strings) and the line each starts on."""
+    """An input's rows and the line each starts on: every line after a header (every line of a
+    .txt) is a row, a blank one too, whose empty text `check_texts` then refuses, naming the line,
+    whatever the format. Values are strings, but a JSONL text as JSON has it (a number is no text)."""
     text = text.lstrip("\ufeff")
     if fmt == "txt":
         lines = text_lines(text)
@@ -82,7 +84,9 @@ def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
     if fmt == "jsonl":
         records, where = [], []
         for k, line in enumerate(text_lines(text), 1):
-            if not line.strip():
+            if not line.strip():       # a blank line: a row without text, refused as in every format
+                records.append({})
+                where.append(k)
                 continue
             try:
                 rec = json.loads(line, object_pairs_hook=_unique_keys)
@@ -95,10 +99,27 @@ def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
                                    f'{{"sentence": "..."}}') from None
             if not isinstance(rec, dict):
                 raise MinBertError(f"{name}:{k}: expected a JSON object, found {type(rec).__name__}")
-            records.append({key: (v if v is None else str(v)) for key, v in rec.items()})
+            # texts as they are (a number is no sentence: minbert.scoring.inputs says so), the rest as strings
+            records.append({key: v if v is None or key in SINGLE + PAIR else str(v) for key, v in rec.items()})
             where.append(k)
         return pd.DataFrame.from_records(records), where
-    # TSV is read unquoted, as the prepared splits and the CS224N files are (no field holds a tab)
+    # TSV is read unquoted, as the prepared splits and the CS224N files are (no field holds a tab);
+    # a field of any length is read, so a text too long is refused as in every format (check_texts)
+    with _any_field_size():
+        return _read_table(name, text, fmt)
+
+
+@contextlib.contextmanager
+def _any_field_size():
+    """The csv module reads a field of any length (its default limit is 131,072 characters)."""
+    before = csv.field_size_limit(2**31 - 1)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)
+
+
+def _read_table(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",",
                         quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL)
     try:
@@ -106,14 +127,13 @@ def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
         if header is None:
             return pd.DataFrame(), []
         header = [h.strip() for h in header]
-        twice = next((h for k, h in enumerate(header) if h in header[:k]), None)
+        twice = first_repeat(header)
         if twice is not None:
             raise MinBertError(f"{name}:1: column '{twice}' appears twice in the header; keep one")
         rows, where, start = [], [], reader.line_num + 1
         for row in reader:
-            if row == [] or row == [""]:
-                start = reader.line_num + 1
-                continue
+            if row == []:              # a blank line: a row without text, refused as in every format
+                row = [""] * len(header)
             if len(row) != len(header):
                 raise MinBertError(f"{name}:{start}: {len(row)} fields where the header has {len(header)} "
                                    f"({', '.join(header)}); quote fields that hold the separator")
@@ -123,54 +143,6 @@ def read_rows(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]]:
     except csv.Error as e:
         raise MinBertError(f"{name}:{reader.line_num}: cannot be read as {fmt.upper()} ({e}); check its quoting") from None
     return pd.DataFrame(rows, columns=header), where
-
-
-def columns_for(name: str, frame: pd.DataFrame, tasks: list[str] | None, model_tasks: list[str]) -> list[str]:
-    """The tasks to predict for an input with these columns: those asked, or every task of the
-    model that the columns fit; a one-line error when they do not fit."""
-    cols = set(frame.columns)
-    pair = set(PAIR) <= cols
-    single = "sentence" in cols
-    if tasks:
-        for t in tasks:
-            if TASKS[t].pair and not pair:
-                missing = [c for c in PAIR if c not in cols]
-                raise MinBertError(f"{name}:1: {t} reads sentence pairs but the input has no column "
-                                   f"{' or '.join(repr(c) for c in missing)} (columns: {', '.join(frame.columns) or 'none'}); "
-                                   f"name the columns sentence1 and sentence2")
-            if not TASKS[t].pair and not single:
-                hint = (f"{t} reads one sentence per row, but this is a pair file (sentence1, sentence2); "
-                        f"give a 'sentence' column, or ask for a pair task (para, sts)") if pair else \
-                    f"no column 'sentence' (columns: {', '.join(frame.columns) or 'none'}); name the text column sentence"
-                raise MinBertError(f"{name}:1: {hint}")
-        return list(tasks)
-    fitting = [t for t in model_tasks if (pair if TASKS[t].pair else single)]
-    if not fitting:
-        kinds = "sentence pairs (sentence1, sentence2)" if any(TASKS[t].pair for t in model_tasks) else ""
-        ones = "one sentence (sentence)" if any(not TASKS[t].pair for t in model_tasks) else ""
-        raise MinBertError(f"{name}:1: the model's tasks ({', '.join(model_tasks)}) read "
-                           f"{' or '.join(x for x in (ones, kinds) if x)}; the input's columns are "
-                           f"{', '.join(frame.columns) or 'none'}: name them so, or pass --task")
-    return fitting
-
-
-def check_texts(name: str, frame: pd.DataFrame, lines: list[int], tasks: list[str]) -> None:
-    """Every text the tasks read is present and not blank."""
-    needed = [c for c in SINGLE + PAIR if any(c in (PAIR if TASKS[t].pair else SINGLE) for t in tasks)]
-    for c in needed:
-        values = frame[c]
-        bad = values.isna() | values.astype(str).str.strip().eq("")
-        if bad.any():
-            k = int(bad.to_numpy().argmax())
-            raise MinBertError(f"{name}:{lines[k]}: empty text in column '{c}'; fill it or remove the row")
-        long = values.astype(str).str.len().gt(MAX_TEXT_CHARS)
-        if long.any():
-            k = int(long.to_numpy().argmax())
-            raise MinBertError(f"{name}:{lines[k]}: the text in column '{c}' has {len(str(values.iloc[k])):,} "
-                               f"characters, more than {MAX_TEXT_CHARS:,} (a broken line?); the model reads only its "
-                               f"first few hundred word pieces: shorten it or split it into rows")
-    if len(frame) == 0:
-        raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
 
 
 # ---------------------------------------------------------------- output
@@ -214,22 +186,17 @@ def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
                            f"folder you can write") from None
 
 
-def check_out(out: str | None) -> None:
-    """--out names a file that can be written (checked before the model runs)."""
-    import os
+def check_out(out: str | None, input_name: str, model: str) -> None:
+    """--out names a file that can be written, and none that the command reads (the input, the model
+    or anything in its folder); checked before the model runs."""
+    from minbert.api import model_sources
+    from minbert.core.outputs import refuse_over_inputs, writable_output
 
     if out in (None, "-"):
         return
-    path = Path(out)
-    if path.is_dir():
-        raise MinBertError(f"{out}: is a folder; give --out a file name (e.g. {path / 'predictions.tsv'})")
-    folder = next((p for p in [path.parent, *path.parent.parents] if p.exists()), Path("."))
-    if not folder.is_dir():
-        raise MinBertError(f"{out}: cannot write the predictions ({folder} is a file, not a folder); give --out a "
-                           f"file in a folder you can write")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise MinBertError(f"{out}: cannot write the predictions (no permission to write in {folder}); give --out "
-                           f"a file in a folder you can write")
+    writable_output(out, "predictions", "--out", "predictions.tsv")
+    files, folders = model_sources(model)
+    refuse_over_inputs(out, "--out", files=files + ([] if input_name == "<stdin>" else [input_name]), folders=folders)
 
 
 # ---------------------------------------------------------------- commands
@@ -255,8 +222,8 @@ def predict_command(a) -> None:
     for flag, value in (("--batch-size", a.batch_size), ("--threads", a.threads)):
         if value is not None and value < 1:
             raise MinBertError(f"{flag} {value}: expected a positive number (e.g. {flag} 32)")
-    check_out(a.out)
     name = "<stdin>" if a.input in (None, "-") else a.input
+    check_out(a.out, name, a.model)
     if name == "<stdin>":
         if sys.stdin is None or sys.stdin.isatty():
             raise MinBertError("no input: give a file (TSV, CSV, JSONL or TXT) or pipe text into stdin, "
@@ -274,8 +241,11 @@ def predict_command(a) -> None:
                        precision="bf16" if a.bf16 else a.precision)
     for t in a.task or []:
         model.has(t)
-    tasks = columns_for(name, frame, a.task, model.tasks)
-    check_texts(name, frame, lines, tasks)
+    origin = Origin(name, lines)
+    tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
+    check_texts(origin, frame, text_columns(tasks))
+    if len(frame) == 0:
+        raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
     keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
     parts = [frame[keep].reset_index(drop=True)]
     for t in tasks:
@@ -360,13 +330,25 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--private", action="store_true")
     u.add_argument("--revision", help="a branch of the repository (default: main)")
     u.set_defaults(func=upload_command)
+    ap.commands = {"predict": p, "submission": s, "upload": u}
     return ap
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, a command's options anywhere among its arguments (`minbert predict MODEL
+    --task sst pairs.csv` as `minbert predict --task sst MODEL pairs.csv`), as a user expects of any
+    command; argparse alone takes options only before or after the positional arguments of a
+    command with an optional one."""
+    ap = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = ap.commands.get(argv[0]) if argv else None
+    return command.parse_intermixed_args(argv[1:]) if command is not None else ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     from minbert.entry import run
 
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     run(lambda _: args.func(args))
 
 

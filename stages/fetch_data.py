@@ -28,6 +28,7 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import write_text
+from minbert.core.outputs import writable_folder
 from minbert.data.read import write_cs224n
 from minbert.entry import run
 
@@ -183,8 +184,7 @@ def main(argv=None) -> None:
         raise MinBertError(f"--datasets: unknown dataset '{unknown[0] if unknown else ''}' "
                            f"(choose from {', '.join(SOURCES)})")
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise MinBertError(f"--out: {out} is a file; give a folder (it is created when missing)")
+    writable_folder(out, "--out")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except (PermissionError, NotADirectoryError, FileExistsError) as e:

@@ -13,9 +13,13 @@ from minbert.pipeline.stage import stage_call
 def main(argv: list[str] | None = None) -> None:
     call = stage_call("report", __doc__, argv, reports="out", arguments=lambda p: p.add_argument(
         "--out", default="reports", help="where the HTML goes (default: reports)"))
+    from minbert.core.outputs import folders_read, refuse_over_inputs, refuse_replacing, writable_folder
     from minbert.params.load import validate_params
     from minbert.report import render_reports  # here, so a missing plotting package is one line (run)
 
+    writable_folder(call.layout.reports, "--out")
+    refuse_over_inputs(call.layout.reports, "--out", call.job.reads, folders_read(call.job.reads, call.layout.results))
+    refuse_replacing([call.layout.final_report, call.layout.experiment_reports], "--out")
     with running(call.job, force=call.args.force):
         # the report shows every section of the params: its settings are the params file's content
         written = render_reports(validate_params(call.job.settings), call.layout)

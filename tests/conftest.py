@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
+import stat
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,22 @@ def child_env(first: str | os.PathLike = REPO, **extra: str) -> dict:
     inherited = os.environ.get("PYTHONPATH")
     path = str(first) + (os.pathsep + inherited if inherited else "")
     return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+# a log record as minbert.core.runtime.setup_logging writes it: a stage may log a warning before its
+# error line on one machine and not on another (bf16 emulated on a CPU without native bf16)
+LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \S+ (DEBUG|INFO|WARNING) ")
+
+
+def error_line(stderr: str) -> str:
+    """The one error line of a command's stderr: every other line must be a log record (no
+    traceback, no second error, no stray output). Tests compare this line, never the whole stderr,
+    so a machine's warnings do not fail them."""
+    lines = [x for x in stderr.splitlines() if x.strip()]
+    errors = [x for x in lines if x.startswith("error: ")]
+    others = [x for x in lines if not x.startswith("error: ") and not LOG_RECORD.match(x)]
+    assert len(errors) == 1 and not others and "Traceback" not in stderr, stderr
+    return errors[0]
 
 
 def shared_data_dir() -> Path | None:
@@ -62,6 +80,68 @@ def tiny_model_dir(tmp_path_factory, minilm_dir) -> Path:
     folder = tmp_path_factory.mktemp("tiny-bert")
     save_hf_folder(folder, BertModel(cfg), tokenizer_folder=minilm_dir)
     return folder
+
+
+@pytest.fixture(scope="session")
+def lone_model(tmp_path_factory, tiny_model_dir) -> Path:
+    """An untrained tiny multi-task model.pt with the sst, para and sts heads, outside any results
+    folder: for what `minbert predict` and the API do with their input and output, not its numbers."""
+    from minbert.model.checkpoint import save_checkpoint
+    from minbert.model.multitask import MultitaskModel
+    from minbert.model.tokenizer import Tokenizer
+    from minbert.model.weights import load_encoder
+    from minbert.params.schema import HeadsParams
+
+    encoder, _, _ = load_encoder(tiny_model_dir)
+    path = tmp_path_factory.mktemp("lone") / "model.pt"
+    save_checkpoint(path, MultitaskModel(encoder, HeadsParams(), ["sst", "para", "sts"]), Tokenizer(tiny_model_dir, 32))
+    return path
+
+
+# the machine's device paths an output may name, as they are when the tests start: a test that wrote
+# over one (run as root) would break every program on the machine that writes there
+DEVICE_PATHS = ("/dev/null", "/dev/stdout", "/dev/stderr")
+
+
+def _device_state(path: str):
+    """What a device path is: (file type, device numbers, link target); None when absent."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    link = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
+    return stat.S_IFMT(st.st_mode), st.st_rdev if stat.S_ISCHR(st.st_mode) else None, link
+
+
+DEVICES_AT_START = {path: _device_state(path) for path in DEVICE_PATHS}
+
+
+def _restore(path: str, state) -> None:
+    """Put back a device path as it was (as root): made beside it, then renamed over its replacement."""
+    kind, rdev, link = state
+    spare = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.restored")
+    if os.path.lexists(spare):
+        os.unlink(spare)
+    if link is not None:
+        os.symlink(link, spare)
+    else:
+        os.mknod(spare, kind | 0o666, rdev)
+        os.chmod(spare, 0o666)
+    os.replace(spare, path)
+
+
+@pytest.fixture(autouse=True)
+def devices_intact():
+    """After every test, /dev/null, /dev/stdout and /dev/stderr are what they were when the tests
+    started (the null device, the links to the process's streams); one a test replaced is put back
+    (where the tests run as root) and the test fails."""
+    yield
+    broken = [p for p, state in DEVICES_AT_START.items() if state is not None and _device_state(p) != state]
+    for path in broken:
+        if os.geteuid() == 0:
+            _restore(path, DEVICES_AT_START[path])
+    if broken:
+        pytest.fail(f"{', '.join(broken)} replaced (put back where the tests run as root): a test wrote over it")
 
 
 def default_signals() -> None:

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO, child_env, default_signals
+from conftest import REPO, child_env, default_signals, error_line
 
 from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
@@ -110,10 +110,8 @@ def _cli(main, argv, capsys) -> tuple[int, str]:
 
 
 def _assert_one_error_line(err: str, pattern: str) -> None:
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    assert re.search(pattern, lines[0]), lines[0]
+    line = error_line(err)
+    assert re.search(pattern, line), line
 
 
 def _no_temporaries(folder: Path) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, child_env
+from conftest import REPO, child_env, error_line
 from scipy.stats import pearsonr
 from test_evaluate import write_predictions
 
@@ -42,10 +42,9 @@ EVERY_FILE = {"dev": ["sst", "para", "sts"], "test": ["sst", "para", "sts"]}
 
 
 def _one_line(stderr: str, pattern: str) -> str:
-    lines = [x for x in stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr
-    assert re.search(pattern, lines[0]), lines[0]
-    return lines[0]
+    line = error_line(stderr)
+    assert re.search(pattern, line), line
+    return line
 
 
 # ================================================================ predictions against their split

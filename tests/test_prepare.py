@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import yaml
+from conftest import error_line
 
 from minbert.data.read import load_splits
 from stages.prepare import main
@@ -72,7 +73,7 @@ def test_prepare_bad_params(tmp_path, data, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         run(main, ["--params", _params(tmp_path, **data), "--results", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and message in err and err.startswith("error: "), err
+    assert exit_.value.code == 2 and message in error_line(err), err
 
 
 def test_prepare_missing_file(tmp_path, repo_root):

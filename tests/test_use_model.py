@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import child_env
+from conftest import child_env, error_line
 from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
 from minbert.data.read import read_split
@@ -208,8 +208,7 @@ def test_bad_input_is_one_line_naming_file_and_line(trained, tmp_path, case, cap
         args, expect = ["predict", exp, f], f"{f}:3: 3 fields where the header has 2"
     code, out, err = minbert_here(args, capsys)
     assert code == 2, (code, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: " + expect), err
+    assert error_line(err).startswith("error: " + expect), err
     assert out == ""
 
 
@@ -378,7 +377,7 @@ def test_submission_files_are_the_starter_codes_bytes(trained, tmp_path, capsys)
     assert zip_path.read_bytes() == first                # the same predictions, the same zip
 
     code, _, err = minbert_here(["submission", tmp_path / "predictions"], capsys)
-    assert code == 2 and err.startswith(f"error: {tmp_path / 'predictions'}: no predictions here")
+    assert code == 2 and error_line(err).startswith(f"error: {tmp_path / 'predictions'}: no predictions here")
 
 
 def test_submission_refuses_predictions_with_rows_missing(trained, tmp_path, capsys):
@@ -394,7 +393,7 @@ def test_submission_refuses_predictions_with_rows_missing(trained, tmp_path, cap
     code, stdout, err = minbert_here(["submission", results / "experiments" / "bi", "--out", out], capsys)
     assert code == 2 and stdout == ""
     first = frame["id"].iloc[-5]
-    assert err.strip() == (f"error: {folder / 'sts-test.csv'}: no prediction for id '{first}' of "
+    assert error_line(err) == (f"error: {folder / 'sts-test.csv'}: no prediction for id '{first}' of "
                            f"{results.resolve() / 'data' / 'sts-test.tsv'} (5 of {len(frame)} rows missing); re-run "
                            f"the predict stage")
     assert not out.exists() and not (tmp_path / "sub").exists()
@@ -428,7 +427,7 @@ def test_the_predict_stage_refuses_another_experiments_checkpoint(trained, tmp_p
 
     shutil.copy(results / "experiments" / "cross" / "finetune" / "model.pt", model)
     code, err = predict_stage()
-    assert code == 2 and err.strip() == (
+    assert code == 2 and error_line(err) == (
         f"error: {model}: the checkpoint was written by the finetune stage of experiment 'cross', not finetune of "
         f"'bi' (copied or moved?); re-run its finetune stage (or put back the experiment's own model)")
     assert not list((results / "experiments" / "bi" / "predictions").glob("*.csv"))
@@ -440,7 +439,7 @@ def test_the_predict_stage_refuses_another_experiments_checkpoint(trained, tmp_p
     ckpt["fingerprint"] = "0" * 64                 # bi, but trained by another run (other settings or data)
     torch.save(ckpt, model)
     code, err = predict_stage()
-    assert code == 2 and err.startswith(f"error: {model}: the checkpoint is not the one finetune of 'bi' wrote last "
+    assert code == 2 and error_line(err).startswith(f"error: {model}: the checkpoint is not the one finetune of 'bi' wrote last "
                                         f"(its fingerprint 000000000000, the run record ")
     model.write_bytes(own)
     run_code = 0
@@ -453,7 +452,7 @@ def test_the_predict_stage_refuses_another_experiments_checkpoint(trained, tmp_p
 
 def test_upload_checks_the_folder_before_any_network(tmp_path, capsys):
     code, out, err = minbert_here(["upload", tmp_path, "someone/model"], capsys)
-    assert code == 2 and err.strip() == (f"error: {tmp_path}: not an export folder (no minbert.json or README.md); run "
+    assert code == 2 and error_line(err) == (f"error: {tmp_path}: not an export folder (no minbert.json or README.md); run "
                                          f"the export stage (snakemake --cores all results/exports/<experiment>)")
 
 
@@ -461,14 +460,17 @@ def test_upload_checks_the_folder_before_any_network(tmp_path, capsys):
 
 def test_lines_split_at_line_feeds_only(trained, tmp_path, capsys):
     """U+2028, a form feed or a file separator inside a line are text, not line breaks; CRLF is read;
-    raw U+2028 inside a JSON string is valid JSONL (issue 33, case 5)."""
+    raw U+2028 inside a JSON string is valid JSONL (issue 33, case 5). A blank line is a row (without
+    text: refused, tests/test_predict_inputs.py)."""
     from minbert.cli import read_rows
 
     frame, lines = read_rows("f", "one\u2028two\nthree\x0cfour\r\nfive\x1csix\n", "txt")
     assert frame["sentence"].tolist() == ["one\u2028two", "three\x0cfour", "five\x1csix"] and lines == [1, 2, 3]
-    jsonl = '{"sentence": "a\u2028b"}\r\n{"sentence": "c\\u001cd"}\n\n{"sentence": "e\u0085f\u2029"}\n'
+    jsonl = '{"sentence": "a\u2028b"}\r\n{"sentence": "c\\u001cd"}\n{"sentence": "e\u0085f\u2029"}\n'
     frame, lines = read_rows("f", jsonl, "jsonl")
-    assert frame["sentence"].tolist() == ["a\u2028b", "c\x1cd", "e\u0085f\u2029"] and lines == [1, 2, 4]
+    assert frame["sentence"].tolist() == ["a\u2028b", "c\x1cd", "e\u0085f\u2029"] and lines == [1, 2, 3]
+    frame, lines = read_rows("f", jsonl.replace("\r\n", "\r\n\n"), "jsonl")
+    assert frame["sentence"].isna().tolist() == [False, True, False, False] and lines == [1, 2, 3, 4]
     for name, text in (("in.txt", "one\u2028two\nthree\x0cfour\r\nfive\x1csix\n"), ("in.jsonl", jsonl)):
         (tmp_path / name).write_text(text, encoding="utf-8", newline="")
         code, out, err = minbert_here(["predict", trained / "experiments" / "bi", tmp_path / name, "-q",
@@ -514,9 +516,8 @@ def test_bad_arguments_and_headers_are_one_line(trained, tmp_path, case, capsys)
         args += ["--out", f / "out.tsv"]
     code, out, err = minbert_here(args, capsys)
     assert code == 2, (code, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: " + expect), err
-    assert "Traceback" not in err and out == ""
+    assert error_line(err).startswith("error: " + expect), err
+    assert out == ""
 
 
 def test_the_api_refuses_bad_batch_sizes_and_huge_texts(trained):
@@ -525,7 +526,8 @@ def test_the_api_refuses_bad_batch_sizes_and_huge_texts(trained):
     with pytest.raises(Exception, match=r"^batch_size 0: expected a positive integer$"):
         load_model(trained / "experiments" / "bi", device="cpu", batch_size=0)
     m = load_model(trained / "experiments" / "bi", device="cpu")
-    with pytest.raises(Exception, match=r"^sst: row 1, column 'sentence' has 131,073 characters, more than 131,072"):
+    with pytest.raises(Exception, match=r"^sst: row 1: the text in column 'sentence' has 131,073 characters, more "
+                                        r"than 131,072"):
         m.sentiment(["fine", "x" * (MAX_TEXT_CHARS + 1)])
 
 
@@ -546,7 +548,7 @@ def test_a_50_mb_line_is_refused_quickly_in_little_memory(trained, tmp_path, whe
     seconds = time.perf_counter() - t0
     assert r.returncode == 2, r.stderr[-2000:]
     name = "<stdin>" if where == "stdin" else str(tmp_path / "big.txt")
-    assert r.stderr.strip() == (f"error: {name}:2: the text in column 'sentence' has 50,000,000 characters, more "
+    assert error_line(r.stderr) == (f"error: {name}:2: the text in column 'sentence' has 50,000,000 characters, more "
                                 f"than 131,072 (a broken line?); the model reads only its first few hundred word "
                                 f"pieces: shorten it or split it into rows")
     assert seconds < 30

@@ -1,5 +1,8 @@
 """Atomic file output: every artifact is written to a temporary file and renamed into place,
 so an interrupted stage never leaves a half-written output behind; a full disk names the output.
+An output path that is not a regular file is never replaced (`output_target`): a symlink is written
+through (its target gets the content, the link stays), a FIFO or a character device (/dev/null, a
+terminal, /dev/stdout) is opened and written, anything else is refused in one line.
 `read_input` (and `open_input` for readers that take a file) reads an input file, checked to be a
 regular file of bounded size, or says in one line why it cannot be read. A folder a stage shares
 with others (the report's pages under --out) gets a manifest of what the stage wrote there
@@ -12,6 +15,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,12 +24,17 @@ from pathlib import Path
 def atomic_path(path: str | os.PathLike):
     """Yield a temporary path beside `path`; on success rename it onto `path`, else delete it.
 
-    Works for files and for directories (the caller creates what it likes at the yielded path).
+    Works for files and for directories (the caller creates what it likes at the yielded path; a
+    folder replaces a folder, a file never does). Where `path` is not a regular file, what happens is
+    `output_target`'s: a symlink's target is written instead, a FIFO or a character device gets the
+    content written into it once complete (the temporary then lies in the system's temporary folder).
     """
-    path = Path(path)
+    how, path = output_target(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+        if how == REPLACE:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX,
+                                   dir=path.parent if how == REPLACE else None)
     except OSError as e:
         raise _named(e, path) from None
     os.close(fd)
@@ -33,9 +42,14 @@ def atomic_path(path: str | os.PathLike):
     tmp = Path(tmp)
     try:
         yield tmp
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        if how != REPLACE:
+            _write_into(path, how, tmp)
+        else:
+            if path.is_dir() and not path.is_symlink():
+                if not tmp.is_dir():       # a file never replaces a folder (a user's, named by mistake)
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+                shutil.rmtree(path)
+            os.replace(tmp, path)
     except OSError as e:
         raise _named(e, path, tmp)
     finally:
@@ -43,6 +57,79 @@ def atomic_path(path: str | os.PathLike):
             shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists():
             tmp.unlink()
+
+
+# ---------------------------------------------------------------- outputs that are not regular files
+
+REPLACE, STREAM, STDOUT, STDERR = "replace", "stream", "stdout", "stderr"
+_WRITABLE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"))
+_REFUSED_KINDS = ((stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def output_target(path: str | os.PathLike) -> tuple[str, Path]:
+    """How an output named `path` is written, so that what the path names is never replaced:
+    (REPLACE, P): a temporary renamed onto P, where P is `path` (new, a regular file or a folder) or
+    the file a symlink points to (written through; the link stays; a dangling link gets its target
+    created); (STREAM, path): a FIFO or a character device (/dev/null, a terminal) is opened and
+    written, as a shell's `>` does; (STDOUT | STDERR, path): a link to this process's own stdout or
+    stderr (/dev/stdout, /proc/self/fd/1) is written there. A block device, a socket or a symlink
+    loop is a one-line MinBertError."""
+    from minbert.core.errors import MinBertError
+
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except OSError:             # absent, or a path the write itself will refuse (under a file, no permission)
+        return REPLACE, path
+    link = stat.S_ISLNK(st.st_mode)
+    if link:
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise MinBertError(f"{path}: symlink loop; point the link at a file or remove it") from None
+            return REPLACE, Path(os.path.realpath(path))
+        for fd, how in ((1, STDOUT), (2, STDERR)):
+            with contextlib.suppress(OSError):
+                if os.path.samestat(st, os.fstat(fd)):
+                    return how, path
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return REPLACE, Path(os.path.realpath(path)) if link else path
+    if any(test(st.st_mode) for test, _ in _WRITABLE_KINDS):
+        return STREAM, path
+    kind = next((k for test, k in _REFUSED_KINDS if test(st.st_mode)), "not a regular file")
+    through = f" (through the symlink to {os.readlink(path)})" if link else ""
+    raise MinBertError(f"{path}: is {kind}{through}; an output goes to a regular file, a FIFO or a character "
+                       f"device such as /dev/null: give another path")
+
+
+def _write_into(path: Path, how: str, tmp: Path) -> None:
+    """Write the finished temporary `tmp` into a FIFO, a character device or a standard stream; a
+    folder cannot go there."""
+    from minbert.core.errors import MinBertError
+
+    if tmp.is_dir():
+        raise MinBertError(f"{path}: is not a folder (a {'FIFO or character device' if how == STREAM else how}); "
+                           f"give a folder")
+    if how == STREAM:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    else:
+        (sys.stdout if how == STDOUT else sys.stderr).flush()
+        fd = 1 if how == STDOUT else 2
+    try:
+        if how == STREAM and not any(test(os.fstat(fd).st_mode) for test, _ in _WRITABLE_KINDS):
+            raise MinBertError(f"{path}: changed into a regular file while the output was written; run again")
+        with open(tmp, "rb") as f:
+            while chunk := f.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        raise MinBertError(f"{path}: its reader closed it before the output was written whole; keep the reader "
+                           f"open until the end (or write to a file)") from None
+    finally:
+        if how == STREAM:
+            os.close(fd)
 
 
 TEMP_SUFFIX = ".tmp"

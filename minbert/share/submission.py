@@ -76,10 +76,19 @@ def write_submission(source: str | Path, out_dir: str | Path = "predictions", zi
     missing never becomes a submission."""
     from minbert.core.io import atomic_path, write_text
     from minbert.core.layout import Layout, prediction_file
+    from minbert.core.outputs import refuse_over_inputs, writable_folder, writable_output
     from minbert.scoring.evaluate import check_against_split, read_predictions
 
     folder = predictions_folder(source)
     layout = Layout(str(results) if results is not None else str(results_folder(folder)))
+    out = Path(out_dir)
+    zip_path = Path(zip_path) if zip_path else zip_default(out)
+    writable_folder(out, "--out")
+    writable_output(zip_path, "submission zip", "--zip", ZIP_NAME)
+    reads = [Path(layout.split(task, split)) for task in HEADERS for split in SPLITS]
+    refuse_over_inputs(out, "--out", folders=[folder])
+    for path, flag in [(out / output_name(t, s), "--out") for t in HEADERS for s in SPLITS] + [(zip_path, "--zip")]:
+        refuse_over_inputs(path, flag, files=reads, folders=[folder])      # a link in --out included
     texts = {}
     for task in HEADERS:
         for split in SPLITS:
@@ -94,12 +103,10 @@ def write_submission(source: str | Path, out_dir: str | Path = "predictions", zi
                                    f"give --results the results folder these predictions came from")
             check_against_split(frame, path, task, split_path)
             texts[output_name(task, split)] = starter_text(task, frame["id"], frame["prediction"])
-    out = Path(out_dir)
     written = []
     for name, text in texts.items():
         write_text(out / name, text)
         written.append(str(out / name))
-    zip_path = Path(zip_path) if zip_path else zip_default(out)
     with atomic_path(zip_path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zz:
         for name, text in texts.items():       # a fixed date: the same predictions give the same zip
             zz.writestr(zipfile.ZipInfo(f"./predictions/{name}", date_time=(1980, 1, 1, 0, 0, 0)), text)
