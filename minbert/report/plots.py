@@ -17,7 +17,9 @@ from matplotlib.ticker import NullFormatter, NullLocator
 
 from minbert.core.metrics import pearson
 from minbert.core.tasks import TASKS
-from minbert.report.tables import Grid, Table, fmt_metric
+from minbert.report.formats import fmt_metric
+from minbert.report.grids import Grid
+from minbert.report.tables import Table
 
 STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
          "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
