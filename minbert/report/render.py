@@ -205,6 +205,16 @@ def final_context(data: ReportData, book: ScoreBook, best: BestModel | None, ana
     }
 
 
+def curves_caption(stage: str, history, pretrain: str | None) -> str:
+    """What a history's figure shows; a one-epoch history is one point per curve, its value written."""
+    after = "after each epoch"
+    if history["epoch"].nunique() == 1:
+        after = "after its one epoch: one point per curve, with its value (a curve needs two epochs or more)"
+    if stage == "pretrain":
+        return f"Further pretraining {pretrain} (shared with the experiments that use it): loss {after}."
+    return f"Per task: the metric (top) and the loss (bottom) on the training and dev data {after}."
+
+
 def experiment_context(data: ReportData, name: str, book: ScoreBook, analyses: dict | None = None) -> dict:
     run = data.runs[name]
     k = data.params.params.report.worst_k
@@ -221,10 +231,7 @@ def experiment_context(data: ReportData, name: str, book: ScoreBook, analyses: d
         ctx["members"] = []
         order = {"pretrain": 0, "finetune": 1, "retrain_heads": 2}
         ctx["curves"] = [{"stage": stage, "plot": plots.training_curves(h), "history": h,
-                          "caption": (f"Further pretraining {exp.pretrain} (shared with the experiments "
-                                      f"that use it): loss after each epoch." if stage == "pretrain" else
-                                      "Per task: the metric (top) and the loss (bottom) on the training "
-                                      "and dev data after each epoch.")}
+                          "caption": curves_caption(stage, h, exp.pretrain)}
                          for stage, h in sorted(run.histories.items(), key=lambda kv: order.get(kv[0], 9))]
         ctx["used_in"] = [n for n, e in data.params.params.ensembles.items() if name in e.members]
         for group, seeds in data.params.groups.items():
