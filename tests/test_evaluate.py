@@ -107,3 +107,64 @@ def test_stage_cli_writes_metrics_and_rejects_unknown_experiment(tmp_path, repo_
     assert m["dev"]["para_acc"] == pytest.approx(truth["dev"]["para_acc"])
     r = run("--experiment", "exp_b")
     assert r.returncode == 2 and "unknown experiment 'exp_b' (did you mean 'exp_a'?)" in r.stderr
+
+
+def _edit_csv(path, edit):
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    edited = edit(frame)
+    if isinstance(edited, bytes):
+        path.write_bytes(edited)
+    else:
+        edited.to_csv(path, index=False)
+
+
+def _set(column, row, value):
+    def edit(frame):
+        frame.loc[row, column] = value
+        return frame
+    return edit
+
+
+# (file, edit, the one-line error): every check of the one predictions reader
+BAD_PREDICTIONS = {
+    "no text column": ("sst-dev.csv", lambda f: f.drop(columns=["sentence"]),
+                       r"sst-dev\.csv: missing column\(s\) sentence \(expected id, sentence, label, prediction, \.\.\.\)"),
+    "no rows": ("sst-dev.csv", lambda f: f.head(0), r"sst-dev\.csv: the file has no rows"),
+    "not UTF-8": ("sst-dev.csv", lambda f: b"id,sentence,label,prediction\ns1,\xff,1,1\n", r"sst-dev\.csv: not UTF-8 text"),
+    "id twice": ("para-dev.csv", _set("id", 3, "q0"), r"para-dev\.csv: id 'q0' appears twice"),
+    "empty prediction": ("sts-dev.csv", _set("prediction", 4, ""), r"sts-dev\.csv: line 6: the prediction is empty"),
+    "infinite prediction": ("sst-dev.csv", _set("prediction", 2, "inf"),
+                            r"sst-dev\.csv: line 4: prediction 'inf' is not a finite number"),
+    "label not a class": ("sst-dev.csv", _set("label", 1, "7"),
+                          r"sst-dev\.csv: line 3: label '7' is not a sst label \(one of \[0, 1, 2, 3, 4\]\)"),
+    "score outside 0-5": ("sts-dev.csv", _set("prediction", 0, "5.5"),
+                          r"sts-dev\.csv: line 2: prediction '5\.5' is not a sts prediction \(from 0 to 5\)"),
+    "probability not a number": ("sst-dev.csv", _set("prob_2", 5, "high"),
+                                 r"sst-dev\.csv: line 7: prob_2 'high' is not a finite number"),
+    "partly labelled": ("para-dev.csv", _set("label", 2, ""), r"para-dev\.csv: row 4 has no label while others do"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PREDICTIONS))
+def test_evaluate_and_the_report_read_predictions_with_the_same_checks(tmp_path, case):
+    """One predictions reader (minbert.scoring.predictions): the evaluate stage and the report refuse
+    the same bad file with the same one-line error, whichever of them checked it first before."""
+    from minbert.core.layout import Layout
+    from minbert.params import load_params
+    from minbert.report.data import load_report_data
+
+    name, edit, message = BAD_PREDICTIONS[case]
+    layout = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
+    folder = tmp_path / "results" / "experiments" / "a" / "predictions"
+    write_predictions(folder)
+    (tmp_path / "params.yaml").write_text("experiments: {a: {}}\n")
+    params = load_params(tmp_path / "params.yaml")
+    evaluate_folder(folder)
+    load_report_data(params, layout)                  # the files as the predict stage writes them are read
+    _edit_csv(folder / name, edit)
+    errors = []
+    for read in (lambda: evaluate_folder(folder), lambda: load_report_data(params, layout)):
+        with pytest.raises(MinBertError, match=message) as caught:
+            read()
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and len(errors[0].splitlines()) == 1

@@ -222,7 +222,9 @@ def test_report_says_undefined_and_never_picks_it_as_best(tmp_path):
     from minbert.params import load_params
     from minbert.report.data import load_report_data
     from minbert.report.render import render_reports
-    from minbert.report.tables import best_experiment, fmt_metric
+    from minbert.report.best import best_model
+    from minbert.report.formats import fmt_metric
+    from minbert.report.scores import ScoreBook
 
     params = _params(tmp_path, "experiments:\n  good: {}\n  flat: {seed: 2}\n"
                                "studies: [{name: s, title: S, experiments: [good, flat]}]\n")
@@ -238,7 +240,7 @@ def test_report_says_undefined_and_never_picks_it_as_best(tmp_path):
     data = load_report_data(load_params(params), layout)
     value = data.runs["flat"].split_metrics("dev")["sts_pearson"]
     assert isinstance(value, Undefined) and "constant" in value.reason and fmt_metric(value) == "undefined"
-    assert best_experiment(data) == "good"
+    assert best_model(data, ScoreBook(data)).name == "good"
     render_reports(load_params(params), layout, progress=False)
     page = Path(layout.experiment_report("flat")).read_text(encoding="utf-8")
     assert "undefined" in page

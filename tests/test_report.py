@@ -22,8 +22,10 @@ from minbert.core.layout import Layout
 from minbert.core.tasks import TASKS
 from minbert.params import load_params
 from minbert.report.data import load_report_data
-from minbert.report.render import fmt_std, render_reports
-from minbert.report.tables import METRIC_COLUMNS, best_experiment, fmt_delta, fmt_interval, fmt_metric
+from minbert.report.best import best_model
+from minbert.report.formats import fmt_delta, fmt_interval, fmt_metric, fmt_std
+from minbert.report.render import render_reports
+from minbert.report.scores import METRIC_COLUMNS, ScoreBook
 from minbert.scoring import stats
 from minbert.scoring.evaluate import evaluate_folder
 
@@ -517,9 +519,11 @@ def test_experiment_page_scores_carry_intervals(rendered):
 def test_best_model_is_the_best_experiment_and_its_analysis_is_in_final(rendered):
     layout = rendered["layout"]
     data = load_report_data(load_params(rendered["params"]), layout)
-    overall = {n: _metrics(layout, n)["dev"].get("overall") for n in data.params.experiments}
+    seeds = data.params.groups["rr"]
+    overall = {n: _metrics(layout, n)["dev"].get("overall") for n in data.params.experiments if n not in seeds}
+    overall["rr"] = float(np.mean([_metrics(layout, n)["dev"]["overall"] for n in seeds]))
     expected_best = max((n for n in overall if overall[n] is not None), key=overall.get)
-    assert best_experiment(data) == expected_best
+    assert best_model(data, ScoreBook(data)).name == expected_best
     final = rendered["final"]
     assert expected_best in final.find("h2", id="best").text()
     for section in ("sst-analysis", "para-analysis", "sts-analysis"):
@@ -621,7 +625,7 @@ def test_report_job_reads_every_seed_and_ensemble(rendered):
 
 
 def test_mismatched_ids_and_stale_metrics_are_reported_not_hidden(rendered, tmp_path):
-    from minbert.report.tables import ScoreBook, study_tables
+    from minbert.report.tables import study_tables
 
     layout = rendered["layout"]
     broken = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
@@ -720,10 +724,70 @@ def test_best_model_without_overall_uses_the_mean_of_its_task_scores(tmp_path):
     Path(layout.ensemble("e")).mkdir(parents=True)                      # an ensemble never counts
     Path(layout.ensemble_metrics("e")).write_text(json.dumps({"dev": {"sst_acc": 0.99}}))
     data = load_report_data(load_params(params_path), layout)
-    assert best_experiment(data) == "b"                                  # (0.5 + 0.8) / 2 > 0.6
+    assert best_model(data, ScoreBook(data)).name == "b"                 # (0.5 + 0.8) / 2 > 0.6
     render_reports(load_params(params_path), layout, progress=False)
-    callout = parse(Path(layout.final_report)).find("div", **{"class": "callout"}).text()
+    callout = parse(Path(layout.final_report)).find("div", **{"class": "callout best-model"}).text()
     assert "b" in callout and "mean of its task scores 0.650" in callout
+
+
+BEST_PARAMS = """\
+experiments:
+  weak: {description: "one seed of a weaker setup"}
+  lucky: {description: "three seeds, one of them lucky", repeats: [1, 2, 3]}
+ensembles:
+  seeds: {members: [lucky], classification: mean_prob, similarity: mean}
+studies: [{name: s, title: S, experiments: [weak, lucky]}]
+report: {worst_k: 3}
+"""
+# lucky.seed1 scores far above its siblings: the best of the three seeds on dev is luck, not the setup
+BEST_QUALITY = {"weak": (0.6, 1.0), "single": (0.68, 0.8), "lucky.seed1": (0.8, 0.5), "lucky.seed2": (0.55, 1.2),
+                "lucky.seed3": (0.56, 1.15), "seeds": (0.65, 0.9)}
+
+
+def test_best_model_is_a_repeated_experiment_by_its_seeds_mean_and_shows_a_typical_seed(tmp_path):
+    """The best model compares a repeated experiment by the mean of its seeds (never its luckiest
+    seed), says what it compared and how sure the choice is, and its error analysis shows the seed
+    closest to the mean, saying so."""
+    params_path, layout = build_inputs(tmp_path, BEST_PARAMS, BEST_QUALITY)
+    seeds = ["lucky.seed1", "lucky.seed2", "lucky.seed3"]
+    overall = {n: _metrics(layout, n)["dev"]["overall"] for n in [*seeds, "weak", "single"]}
+    mean = float(np.mean([overall[s] for s in seeds]))
+    assert overall["lucky.seed1"] > overall["single"] > mean > overall["weak"]    # the luckiest seed beats all
+    typical = min(seeds, key=lambda s: abs(overall[s] - mean))
+    assert typical != "lucky.seed1"
+
+    render_reports(load_params(params_path), layout, progress=False)
+    final = parse(Path(layout.final_report))
+    callout = " ".join(final.find("div", **{"class": "callout best-model"}).text().split())
+    assert callout.startswith(f"Best model: lucky, dev overall score (mean of 3 seeds) {fmt_metric(mean)} "
+                              f"{fmt_interval(expected(layout, 'lucky', 'dev', 'overall').interval())}: highest, ")
+    diff = expected(layout, "lucky", "dev", "overall").minus(expected(layout, "weak", "dev", "overall"))
+    verdict = "significantly" if diff.interval().low > 0 else "not significantly"
+    assert (f"{verdict} better than weak: {fmt_delta(diff.value)} {fmt_interval(diff.interval(), signed=True)}"
+            in callout)
+    assert ("Compared: the dev overall score of 1 experiment and 1 repeated experiment by the mean of its 3 seeds, "
+            "never the luckiest seed; ensembles are compared with their members under Ensembles." in callout)
+    assert callout.endswith(f"Its error analysis is below, on {typical}.")
+    assert final.find("h2", id="best").text() == f"Error analysis of the best model: {typical}"
+    because = " ".join(final.find("p", **{"class": "muted shown-because"}).text().split())
+    assert because.startswith(f"The best model is the repeated experiment lucky; its error analysis shows {typical}, "
+                              f"the seed whose dev score ({fmt_metric(overall[typical])}) is closest to the mean of "
+                              f"the 3 seeds ({fmt_metric(mean)}): a typical seed, not the luckiest.")
+    heading = final.find(id="sst-analysis").text()
+    assert fmt_interval(expected(layout, typical, "dev", "sst_acc").interval()) in heading
+    tags = {tr.find("td").find("a").text(): tr.find("td").find("span") for tr in final.find("table", **{
+        "class": "overview"}).find("tbody").iter("tr")}
+    assert {n for n, tag in tags.items() if tag is not None} == set(seeds)
+    assert all(tags[s].text() == "best: a seed" for s in seeds)
+
+    # a single run that beats the seeds' mean is the best model, whatever the luckiest seed scored
+    other = tmp_path / "single.yaml"
+    other.write_text(BEST_PARAMS.replace('weak: {description: "one seed of a weaker setup"}', "single: {}")
+                     .replace("[weak, lucky]", "[single, lucky]"))
+    data = load_report_data(load_params(other), layout)
+    best = best_model(data, ScoreBook(data))
+    assert (best.name, best.shown, best.repeated, best.score) == ("single", "single", False, overall["single"])
+    assert best.compared.startswith("the dev overall score of 1 experiment and 1 repeated experiment")
 
 
 def test_history_table_shows_epochs_text_and_scores(rendered):
@@ -842,7 +906,7 @@ def test_two_axis_grid_renders_a_heatmap_of_dev_overall(grid_rendered):
 
 
 def test_grid_best_is_not_marked_within_the_noise(tmp_path):
-    from minbert.report.tables import ScoreBook, study_grids
+    from minbert.report.grids import study_grids
 
     quality = {"g": (0.55, 1.2)} | {n: (0.6, 1.0) for n in GRID_QUALITY if n.startswith("dl.")}
     params_path, layout = build_inputs(tmp_path, GRID_PARAMS, quality)
@@ -855,7 +919,7 @@ def test_grid_best_is_not_marked_within_the_noise(tmp_path):
 def test_one_axis_grid_renders_a_sweep_plot_of_group_means(grid_rendered):
     import base64
 
-    from minbert.report.tables import ScoreBook, study_grids
+    from minbert.report.grids import study_grids
 
     layout = grid_rendered["layout"]
     data = load_report_data(load_params(grid_rendered["params"]), layout)
@@ -899,7 +963,7 @@ def test_summary_rows_are_the_mean_and_population_std_of_each_column(grid_render
 
 
 def test_summary_values_match_numpy_exactly(grid_rendered):
-    from minbert.report.tables import ScoreBook, study_tables
+    from minbert.report.tables import study_tables
 
     data = load_report_data(load_params(grid_rendered["params"]), grid_rendered["layout"])
     table = next(t for t in study_tables(data, ScoreBook(data)) if t.name == "dl")
@@ -933,7 +997,7 @@ def test_sts_scatter_is_coloured_by_density_and_deterministic(rendered):
 
 def test_grids_and_summary_rows_before_anything_ran_and_a_categorical_sweep(tmp_path):
     from minbert.report import plots
-    from minbert.report.tables import ScoreBook, study_grids
+    from minbert.report.grids import study_grids
 
     params = GRID_PARAMS.replace("report:", """\
   - name: frozen

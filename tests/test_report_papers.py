@@ -12,7 +12,8 @@ from test_report import PARAMS, _metrics, build_inputs, expected, parse
 
 from minbert.params import load_params
 from minbert.report.render import render_reports
-from minbert.report.tables import claim_verdict, fmt_delta, fmt_metric
+from minbert.report.formats import fmt_delta, fmt_metric
+from minbert.report.papers import claim_verdict
 from minbert.scoring import stats
 
 PAPER = """\
@@ -158,7 +159,7 @@ def test_scale_line_counts_the_rows_each_experiment_trains_on():
     from types import SimpleNamespace as NS
 
     from minbert.params import FinetuneParams, PaperParams
-    from minbert.report.tables import scale_line
+    from minbert.report.papers import scale_line
 
     def exp(**finetune):
         return NS(model="m", finetune=FinetuneParams(epochs=10, **finetune))
@@ -238,7 +239,7 @@ def test_scale_line_says_when_the_paper_prints_no_training_rows():
     from types import SimpleNamespace as NS
 
     from minbert.params import FinetuneParams, PaperParams
-    from minbert.report.tables import scale_line
+    from minbert.report.papers import scale_line
 
     lp = NS(params=NS(ensembles={}), groups={}, experiments={
         "capped": NS(model="m", finetune=FinetuneParams(epochs=10, downsample={"mode": "none", "caps": {"sst": 3000}}))})

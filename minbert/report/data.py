@@ -19,9 +19,7 @@ from minbert.core.layout import TRAINING_STAGES, Layout, prediction_file
 from minbert.core.metrics import Undefined
 from minbert.core.tasks import TASKS
 from minbert.params import LoadedParams
-
-TEXT_COLUMNS = ("id", "sentence", "sentence1", "sentence2")
-
+from minbert.scoring.predictions import read_predictions
 
 @dataclass
 class RunResults:
@@ -79,29 +77,6 @@ def load_metrics(path: Path) -> dict | None:
             if value is None and key in undefined:     # shown as "undefined", with the reason, never as 0
                 part[key] = Undefined(str(undefined[key]))
     return metrics
-
-
-def load_predictions(path: Path, task: str) -> pd.DataFrame:
-    from minbert.core.io import read_input
-
-    data = read_input(path, "predictions file")
-    # Texts stay text: "NA" or "null" are real words here, not missing values.
-    frame = pd.read_csv(io.BytesIO(data), dtype={c: str for c in TEXT_COLUMNS}, keep_default_na=False,
-                        na_values={"label": [""], "prediction": [""]})
-    expected = ["id", *TASKS[task].text_columns, "label", "prediction"]
-    missing = [c for c in expected if c not in frame.columns]
-    if missing:
-        raise MinBertError(f"{path}: missing column(s) {', '.join(missing)} (expected "
-                           f"{', '.join(expected)}, ...); re-run the predict stage")
-    for col in ["label", "prediction"] + [c for c in frame.columns if c.startswith("prob_")]:
-        numeric = pd.to_numeric(frame[col], errors="coerce")
-        bad = numeric.isna() & frame[col].notna()
-        if bad.any():
-            row = int(bad.to_numpy().nonzero()[0][0]) + 2   # + header, 1-based
-            raise MinBertError(f"{path}: line {row}, column '{col}': {frame[col][bad].iloc[0]!r} "
-                               f"is not a number")
-        frame[col] = numeric
-    return frame
 
 
 def load_history(path: Path) -> pd.DataFrame | None:
@@ -164,7 +139,7 @@ def load_run(layout: Layout, name: str, kind: str, pretrain: str | None = None) 
         for split in SPLITS:
             path = Path(prediction_file(predictions, task, split))
             if path.is_file():
-                run.predictions[(task, split)] = load_predictions(path, task)
+                run.predictions[(task, split)] = read_predictions(path, task)
     if experiment:
         for stage in TRAINING_STAGES:
             path = Path(layout.history(name, stage))

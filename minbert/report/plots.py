@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import base64
 import io
+import textwrap
 
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps, rc_context
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, NullLocator
 
 from minbert.core.metrics import pearson
 from minbert.core.tasks import TASKS
-from minbert.report.tables import Grid, Table, fmt_metric
+from minbert.report.formats import fmt_metric
+from minbert.report.grids import Grid
+from minbert.report.tables import Table
 
 STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
          "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
@@ -37,50 +41,90 @@ def to_data_uri(fig: Figure, tight: bool = False) -> str:
 
 
 def study_plot(table: Table, split: str = "dev") -> str | None:
+    """The study's bar chart (`study_figure`) as a data URI."""
+    with rc_context(STYLE):
+        fig = study_figure(table, split)
+        return to_data_uri(fig, tight=True) if fig is not None else None      # the legend sits outside the axes
+
+
+def study_figure(table: Table, split: str = "dev") -> Figure | None:
     """Grouped bars: one group per metric, one bar per row (the study's comparison), each with its
     95% bootstrap interval as an error bar; a repeated experiment's bar is the mean over its seeds,
-    with each seed as a dot."""
-    keys = [(key, header) for s, key, header, _ in table.columns if s == split and key != "mean"]
+    with each seed as a dot. The plain mean is left out beside the overall score (it repeats the
+    three tasks), kept where it is the table's score (a paper whose score is the mean)."""
+    keys = [(key, header) for s, key, header, _ in table.columns if s == split]
+    if any(key == "overall" for key, _ in keys):
+        keys = [(key, header) for key, header in keys if key != "mean"]
     rows = [r for r in table.rows if r.has_results]
     if not keys or not rows:
         return None
     with rc_context(STYLE):
         fig = Figure(figsize=(max(5.0, 1.2 + 0.35 * len(rows) * len(keys)), 3.0))
         ax = fig.add_subplot()
-        width = 0.8 / len(rows)
-        x = np.arange(len(keys))
         low = 0.0
         for i, row in enumerate(rows):
             colour = COLORS[table.rows.index(row) % len(COLORS)]   # a row keeps its colour as results arrive
-            cells = [row.cells[(split, key)] for key, _ in keys]
-            shown = [j for j, c in enumerate(cells) if c.value is not None]   # a missing metric is no bar, not 0
-            pos = x[shown] + (i - (len(rows) - 1) / 2) * width
-            values = np.array([cells[j].value for j in shown], dtype=float)
-            label = row.name + (" (baseline)" if row.is_baseline else "")
-            if row.kind == "group":
-                label += f" (mean of {max(c.n_seeds or 0 for c in cells)} seeds)"
-            ax.bar(pos, values, width, label=label, color=colour,
-                   hatch="//" if row.kind == "ensemble" else None, edgecolor="white")
-            with_iv = [(p, cells[j]) for p, j in zip(pos, shown) if cells[j].interval is not None]
-            if with_iv:
-                err = np.array([[c.value - c.interval.low for _, c in with_iv],
-                                [c.interval.high - c.value for _, c in with_iv]]).clip(0, None)
-                ax.errorbar([p for p, _ in with_iv], [c.value for _, c in with_iv], yerr=err, fmt="none",
-                            ecolor="#222", elinewidth=0.9, capsize=2.5)
-                low = min([low] + [c.interval.low for _, c in with_iv])
-            for seed_row in row.seeds:
-                dots = [(p, seed_row.cells[(split, keys[j][0])].value) for p, j in zip(pos, shown)]
-                dots = [(p, v) for p, v in dots if v is not None]
-                if dots:
-                    ax.plot([p for p, _ in dots], [v for _, v in dots], linestyle="none", marker="o",
-                            markersize=2.8, markerfacecolor="white", markeredgecolor="#222", markeredgewidth=0.7)
-            low = min([low] + list(values))
-        ax.set_xticks(x, [h for _, h in keys])
+            low = min(low, _row_bars(ax, row, [key for key, _ in keys], split, i - (len(rows) - 1) / 2,
+                                     0.8 / len(rows), colour))
         ax.set_ylim(low - 0.05 if low < 0 else 0.0, 1.0)   # room below a negative Pearson r
         ax.set_ylabel(f"{split} score")
         ax.grid(axis="x", visible=False)
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-        return to_data_uri(fig, tight=True)        # the legend sits outside the axes
+        fit_tick_labels(fig, ax, np.arange(len(keys)), [h for _, h in keys])
+        return fig
+
+
+def _row_bars(ax, row, keys: list[str], split: str, offset: float, width: float, colour: str) -> float:
+    """One row's bars (a missing metric is no bar, not 0), error bars and seed dots; returns the
+    lowest value drawn (or 0)."""
+    cells = [row.cells[(split, key)] for key in keys]
+    shown = [j for j, c in enumerate(cells) if c.value is not None]
+    pos = np.arange(len(keys))[shown] + offset * width
+    values = [cells[j].value for j in shown]
+    label = row.name + (" (baseline)" if row.is_baseline else "")
+    if row.kind == "group":
+        label += f" (mean of {max(c.n_seeds or 0 for c in cells)} seeds)"
+    ax.bar(pos, values, width, label=label, color=colour, hatch="//" if row.kind == "ensemble" else None,
+           edgecolor="white")
+    with_iv = [(p, cells[j]) for p, j in zip(pos, shown) if cells[j].interval is not None]
+    if with_iv:
+        err = np.array([[c.value - c.interval.low for _, c in with_iv],
+                        [c.interval.high - c.value for _, c in with_iv]]).clip(0, None)
+        ax.errorbar([p for p, _ in with_iv], [c.value for _, c in with_iv], yerr=err, fmt="none",
+                    ecolor="#222", elinewidth=0.9, capsize=2.5)
+    for seed_row in row.seeds:
+        dots = [(p, v) for p, j in zip(pos, shown) if (v := seed_row.cells[(split, keys[j])].value) is not None]
+        if dots:
+            ax.plot([p for p, _ in dots], [v for _, v in dots], linestyle="none", marker="o", markersize=2.8,
+                    markerfacecolor="white", markeredgecolor="#222", markeredgewidth=0.7)
+    return min([0.0, *values, *(c.interval.low for _, c in with_iv)])
+
+
+LABEL_WIDTHS = (None, 24, 18, 14, 11, 8, 6)     # characters per line tried, widest first (None: as written)
+
+
+def fit_tick_labels(fig: Figure, ax, positions, labels: list[str]) -> None:
+    """Tick labels at `positions` that never run into each other: as written when they fit the room
+    between two ticks, else wrapped to the widest line width that fits, else cut with an ellipsis."""
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    ax.get_xlim()                                       # settles the autoscaled limits the positions map through
+    x = ax.transData.transform([(p, 0.0) for p in positions])[:, 0]
+    room = 0.92 * (float(np.min(np.diff(x))) if len(x) > 1 else ax.get_window_extent(renderer).width)
+
+    def fits(texts) -> bool:
+        ax.set_xticks(positions, texts)
+        return all(t.get_window_extent(renderer).width <= room for t in ax.get_xticklabels())
+
+    for width in LABEL_WIDTHS:
+        if fits(labels if width is None else [textwrap.fill(t, width) for t in labels]):
+            return
+    cut = [textwrap.fill(t, LABEL_WIDTHS[-1]) for t in labels]
+    for chars in range(LABEL_WIDTHS[-1], 0, -1):         # a slot narrower than six characters: cut the lines
+        cut = ["\n".join(line if len(line) <= chars else line[:chars] + "\u2026" for line in t.split("\n"))
+               for t in cut]
+        if fits(cut):
+            return
+    ax.set_xticks(positions, [""] * len(positions))      # no room for any text: no label rather than an overlap
 
 
 # ------------------------------------------------------------------ grids
@@ -160,58 +204,87 @@ def sweep_plot(grid: Grid) -> str | None:
 
 
 def training_curves(history: pd.DataFrame) -> str | None:
-    """Per trained task: metric (train, dev) on top, loss (train, dev) below, against the epoch."""
+    """The training curves of a history (`training_figure`) as a data URI."""
+    with rc_context(STYLE):
+        fig = training_figure(history)
+        return to_data_uri(fig) if fig is not None else None
+
+
+def training_figure(history: pd.DataFrame) -> Figure | None:
+    """Per trained task: metric (train, dev) on top, loss (train, dev) below, against the epoch; a
+    history without per-task columns (a pretraining's) is one loss panel (`loss_figure`)."""
     tasks = [t for t in TASKS
              if any(f"{p}_{t}_{m}" in history.columns for p in ("train", "dev") for m in ("loss", "acc", "pearson"))]
     if history.empty:
         return None
     if not tasks:
-        return loss_curve(history)
+        return loss_figure(history)
     metric_name = {t: (TASKS[t].metric, "Pearson r" if TASKS[t].metric == "pearson" else "accuracy") for t in tasks}
-    with rc_context(STYLE):
-        width = 3.0 * len(tasks) + 0.6
-        fig = Figure(figsize=(width, 4.4))
-        fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, top=0.93, bottom=0.11,
-                            wspace=0.38, hspace=0.12)
-        axes = fig.subplots(2, len(tasks), squeeze=False, sharex=True)
-        epochs = history["epoch"]
-        for j, task in enumerate(tasks):
-            metric, label = metric_name[task]
-            for i, (suffix, ylabel) in enumerate([(metric, label), ("loss", "loss")]):
-                ax = axes[i][j]
-                for k, part in enumerate(("train", "dev")):
-                    col = f"{part}_{task}_{suffix}"
-                    if col in history.columns and history[col].notna().any():
-                        ax.plot(epochs, history[col], marker="o", markersize=3, color=COLORS[k], label=part)
-                ax.set_ylabel(ylabel)
-                if i == 0:
-                    ax.set_title(task.upper())
-                else:
-                    ax.set_xlabel("epoch")
-                ax.xaxis.get_major_locator().set_params(integer=True)
-                ax.ticklabel_format(axis="y", useOffset=False)   # "+2.94e-1" offsets confuse readers
-                if ax.lines and i == 0 and j == 0:
-                    ax.legend(frameon=False)           # one legend: the colours mean the same everywhere
-        return to_data_uri(fig)
+    width = 3.0 * len(tasks) + 0.6
+    fig = Figure(figsize=(width, 4.4))
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, top=0.93, bottom=0.11, wspace=0.38, hspace=0.12)
+    axes = fig.subplots(2, len(tasks), squeeze=False, sharex=True)
+    for j, task in enumerate(tasks):
+        metric, label = metric_name[task]
+        for i, (suffix, ylabel) in enumerate([(metric, label), ("loss", "loss")]):
+            ax = axes[i][j]
+            columns = [(f"{part}_{task}_{suffix}", part) for part in ("train", "dev")]
+            _history_panel(ax, history, columns, ylabel)
+            if i == 0:
+                ax.set_title(task.upper())
+            else:
+                ax.set_xlabel("epoch")
+            if ax.lines and i == 0 and j == 0:
+                ax.legend(frameon=False)           # one legend: the colours mean the same everywhere
+    return fig
 
 
 def loss_curve(history: pd.DataFrame) -> str | None:
-    """A pretraining history (epoch, train_loss, dev_loss): one loss panel."""
-    cols = [c for c in ("train_loss", "dev_loss") if c in history.columns and history[c].notna().any()]
-    if not cols:
-        return None
+    """A pretraining history's loss panel (`loss_figure`) as a data URI."""
     with rc_context(STYLE):
-        fig = Figure(figsize=(4.2, 2.8))
-        fig.subplots_adjust(left=0.16, right=0.97, top=0.95, bottom=0.17)
-        ax = fig.add_subplot()
-        for k, col in enumerate(cols):
-            ax.plot(history["epoch"], history[col], marker="o", markersize=3, color=COLORS[k],
-                    label=col.removesuffix("_loss"))
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("loss")
+        fig = loss_figure(history)
+        return to_data_uri(fig) if fig is not None else None
+
+
+def loss_figure(history: pd.DataFrame) -> Figure | None:
+    """A pretraining history (epoch, train_loss, dev_loss): one loss panel."""
+    if not any(c in history.columns and history[c].notna().any() for c in ("train_loss", "dev_loss")):
+        return None
+    fig = Figure(figsize=(4.2, 2.8))
+    fig.subplots_adjust(left=0.16, right=0.97, top=0.95, bottom=0.17)
+    ax = fig.add_subplot()
+    _history_panel(ax, history, [("train_loss", "train"), ("dev_loss", "dev")], "loss")
+    ax.set_xlabel("epoch")
+    ax.legend(frameon=False)
+    return fig
+
+
+def _history_panel(ax, history: pd.DataFrame, columns: list[tuple[str, str]], ylabel: str) -> None:
+    """The history's columns [(column, legend label)] against the epoch, the first column left of a
+    lone point's value and the second right of it. A column with one value (a one-epoch run) is a
+    single point: drawn larger, with its value written beside it, on an axis ticked at its epoch
+    with a whole epoch of room (autoscaling would tick a lone epoch 0.96-1.04)."""
+    epochs = history["epoch"]
+    for k, (column, label) in enumerate(columns):
+        if column not in history.columns or not history[column].notna().any():
+            continue
+        values = history[column]
+        lone = int(values.notna().sum()) == 1
+        ax.plot(epochs, values, marker="o", markersize=6 if lone else 3, color=COLORS[k], label=label)
+        if lone:
+            at = values.notna().to_numpy().nonzero()[0][0]
+            ax.annotate(fmt_metric(float(values.iloc[at])), (float(epochs.iloc[at]), float(values.iloc[at])),
+                        xytext=(-8 if k == 0 else 8, 0), textcoords="offset points", va="center",
+                        ha="right" if k == 0 else "left", fontsize=8, color=COLORS[k])
+    ax.set_ylabel(ylabel)
+    ticks = sorted({float(e) for e in epochs})
+    if len(ticks) == 1:
+        ax.set_xlim(ticks[0] - 0.5, ticks[0] + 0.5)
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.margins(y=0.3)                               # room above and below the written values
+    else:
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(frameon=False)
-        return to_data_uri(fig)
+    ax.ticklabel_format(axis="y", useOffset=False)       # "+2.94e-1" offsets confuse readers
 
 
 def regression_histogram(frame: pd.DataFrame, label_range: tuple = (0.0, 5.0)) -> str:

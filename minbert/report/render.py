@@ -5,7 +5,6 @@ links only to sibling pages), and every text that comes from the data is HTML-es
 """
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -22,84 +21,28 @@ from minbert.params import LoadedParams
 from minbert.report import plots
 from minbert.report.analysis import analyse
 from minbert.report.data import ReportData, RunResults, load_report_data
-from minbert.report.tables import (
+from minbert.report.best import BestModel, best_model
+from minbert.report.formats import (
     DASH,
-    METRIC_COLUMNS,
-    ScoreBook,
-    best_experiment,
     delta_class,
-    ensemble_tables,
     fmt_delta,
+    fmt_duration,
+    fmt_history,
     fmt_interval,
+    fmt_label,
     fmt_metric,
+    fmt_std,
+    fmt_value,
     is_number,
-    paper_tables,
-    scorecard,
-    selection_score,
-    study_grids,
-    study_tables,
+    short_id,
 )
+from minbert.report.grids import study_grids
+from minbert.report.papers import VERDICT_TITLES, paper_tables, scorecard
+from minbert.report.scores import METRIC_COLUMNS, ScoreBook
+from minbert.report.tables import ensemble_tables, study_tables
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CODE_DATA = ("templates",)      # part of this module's code for the re-run checks (minbert.pipeline.plan)
-
-
-def fmt_duration(seconds) -> str:
-    if not is_number(seconds):
-        return DASH
-    seconds = float(seconds)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
-
-
-def fmt_value(v) -> str:
-    """A parameter value as it would be written in params.yaml."""
-    if v is None:
-        return "null"
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, sort_keys=True)
-    return str(v).lower() if isinstance(v, bool) else str(v)
-
-
-def fmt_history(v, column: str) -> str:
-    """One cell of a history.csv table: epochs as integers, lr in scientific notation, seconds
-    as a duration, scores and losses like every other score; text (e.g. the stage) as is."""
-    if isinstance(v, str):
-        return v
-    if not is_number(v):
-        return DASH
-    if column == "epoch":
-        return str(int(v))
-    if column == "lr":
-        return f"{v:.2e}"
-    if column == "seconds":
-        return fmt_duration(v)
-    if column.endswith(("_loss", "_acc", "_pearson", "_overall", "_score", "_mean")):
-        return fmt_metric(v)
-    return f"{v:.4g}"                          # anything else a training stage records
-
-
-def short_id(example_id) -> str:
-    """Hash-like ids (CS224N's are 32 hex digits) cut to a readable prefix; the page keeps the
-    full id in the tooltip."""
-    text = str(example_id)
-    return text if len(text) <= 12 else text[:10] + "\u2026"
-
-
-def fmt_label(v, task: str) -> str:
-    if not is_number(v):
-        return DASH
-    return f"{v:.2f}" if TASKS[task].kind == "regression" else str(int(v))
-
-
-def fmt_std(v) -> str:
-    """The spread over seeds: '± 0.004'; '' when there is none (one seed)."""
-    return f"\u00b1\u2009{fmt_metric(v)}" if is_number(v) else ""
 
 
 def heat(rate) -> str:
@@ -139,13 +82,14 @@ def environment(templates: Path = TEMPLATES) -> Environment:
                       keep_trailing_newline=True, finalize=show_bidi_controls)
     env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value, history=fmt_history, short_id=short_id,
                        label=fmt_label, heat=heat, grid_heat=grid_heat, delta_class=delta_class, interval=fmt_interval, std=fmt_std)
-    env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS, heat_gradient=plots.heat_gradient())
+    env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS, VERDICT_TITLES=VERDICT_TITLES,
+                       heat_gradient=plots.heat_gradient())
     return env
 
 
 # ------------------------------------------------------------------ page contexts
 
-def error_analysis(run: RunResults, k: int, book: ScoreBook | None = None, cache: dict | None = None) -> dict:
+def error_analysis(run: RunResults, k: int, book: ScoreBook, cache: dict | None = None) -> dict:
     """The analysis of the dev predictions, with each task's metric and interval and the plots of
     a regression task; kept in `cache` (by run) when given, as final.html repeats the best model's."""
     if cache is not None and run.name in cache:
@@ -154,8 +98,7 @@ def error_analysis(run: RunResults, k: int, book: ScoreBook | None = None, cache
     for section in result["sections"]:
         task = TASKS[section["task"]]
         frame = run.labelled(task.name, result["split"])
-        est = book.estimate(run.name, result["split"], task.metric_key) if book else None
-        section["interval"] = est.interval(book.confidence) if est is not None else None
+        section["interval"] = book.interval(run.name, result["split"], task.metric_key)
         if task.kind == "regression":
             section["pearson"] = pearson(frame["prediction"], frame["label"])
             if section["pearson"] is None:
@@ -176,15 +119,15 @@ def score_columns(run: RunResults) -> list[tuple]:
             if c[0] in always or any(is_number(run.split_metrics(s).get(c[0])) for s in ("dev", "test"))]
 
 
-def metrics_rows(run: RunResults, book: ScoreBook | None = None) -> list[dict]:
+def metrics_rows(run: RunResults, book: ScoreBook) -> list[dict]:
     """One row per split with scores and their intervals, for a run's own summary table."""
     rows = []
     for split in ("dev", "test"):
         m = run.split_metrics(split)
         if m:
             rows.append({"split": split, "n": m.get("n") or {},
-                         "scores": [{"value": m.get(key), "interval": book.interval(run.name, split, key) if book
-                                     else None} for key, _, _ in score_columns(run)]})
+                         "scores": [{"value": m.get(key), "interval": book.interval(run.name, split, key)}
+                                    for key, _, _ in score_columns(run)]})
     return rows
 
 
@@ -218,7 +161,7 @@ def provenance(data: ReportData) -> dict:
     }
 
 
-def run_overview(data: ReportData, book: ScoreBook | None = None) -> list[dict]:
+def run_overview(data: ReportData, book: ScoreBook) -> list[dict]:
     out = []
     for name, run in data.runs.items():
         if run.kind == "experiment":
@@ -229,18 +172,18 @@ def run_overview(data: ReportData, book: ScoreBook | None = None) -> list[dict]:
             ens = data.params.params.ensembles[name]
             what = ens.description or f"ensemble of {', '.join(ens.members)}"
         out.append({"name": name, "kind": run.kind, "what": what, "has_results": run.metrics is not None,
-                    "score": selection_score(run), "overall": run.split_metrics("dev").get("overall"),
-                    "interval": book.interval(name, "dev", "overall") if book else None})
+                    "overall": run.split_metrics("dev").get("overall"),
+                    "interval": book.interval(name, "dev", "overall")})
     return out
 
 
-def final_context(data: ReportData, book: ScoreBook | None = None, analyses: dict | None = None) -> dict:
-    book = book or ScoreBook(data)
+def final_context(data: ReportData, book: ScoreBook, best: BestModel | None, analyses: dict | None = None) -> dict:
+    """What final.html shows; `best`: the best model (`best.best_model`), whose analysis is drawn
+    once into `analyses` for its own page and this one."""
     k = data.params.params.report.worst_k
     tables = study_tables(data, book)
     grids = study_grids(data, book)
     papers = paper_tables(data, book)
-    best = best_experiment(data)
     return {
         "title": data.params.params.report.title,
         "data_warnings": data_warnings(data),
@@ -252,10 +195,8 @@ def final_context(data: ReportData, book: ScoreBook | None = None, analyses: dic
         "ensembles": [{"table": t, "plot": None} for t in ensemble_tables(data, book)],
         "overview": run_overview(data, book),
         "best": best,
-        "best_score": selection_score(data.runs[best]) if best else None,
-        "best_has_overall": bool(best) and is_number(data.runs[best].split_metrics("dev").get("overall")),
-        "best_interval": book.interval(best, "dev", "overall") if best else None,
-        "best_analysis": error_analysis(data.runs[best], k, book, analyses) if best else None,
+        "best_runs": book.members(best.name) if best else [],
+        "best_analysis": error_analysis(data.runs[best.shown], k, book, analyses) if best else None,
         "provenance": provenance(data),
         "worst_k": k,
         "link_prefix": "experiments/",
@@ -264,9 +205,17 @@ def final_context(data: ReportData, book: ScoreBook | None = None, analyses: dic
     }
 
 
-def experiment_context(data: ReportData, name: str, book: ScoreBook | None = None,
-                       analyses: dict | None = None) -> dict:
-    book = book or ScoreBook(data)
+def curves_caption(stage: str, history, pretrain: str | None) -> str:
+    """What a history's figure shows; a one-epoch history is one point per curve, its value written."""
+    after = "after each epoch"
+    if history["epoch"].nunique() == 1:
+        after = "after its one epoch: one point per curve, with its value (a curve needs two epochs or more)"
+    if stage == "pretrain":
+        return f"Further pretraining {pretrain} (shared with the experiments that use it): loss {after}."
+    return f"Per task: the metric (top) and the loss (bottom) on the training and dev data {after}."
+
+
+def experiment_context(data: ReportData, name: str, book: ScoreBook, analyses: dict | None = None) -> dict:
     run = data.runs[name]
     k = data.params.params.report.worst_k
     ctx = {"title": data.params.params.report.title, "run": run, "name": name, "kind": run.kind,
@@ -282,10 +231,7 @@ def experiment_context(data: ReportData, name: str, book: ScoreBook | None = Non
         ctx["members"] = []
         order = {"pretrain": 0, "finetune": 1, "retrain_heads": 2}
         ctx["curves"] = [{"stage": stage, "plot": plots.training_curves(h), "history": h,
-                          "caption": (f"Further pretraining {exp.pretrain} (shared with the experiments "
-                                      f"that use it): loss after each epoch." if stage == "pretrain" else
-                                      "Per task: the metric (top) and the loss (bottom) on the training "
-                                      "and dev data after each epoch.")}
+                          "caption": curves_caption(stage, h, exp.pretrain)}
                          for stage, h in sorted(run.histories.items(), key=lambda kv: order.get(kv[0], 9))]
         ctx["used_in"] = [n for n, e in data.params.params.ensembles.items() if name in e.members]
         for group, seeds in data.params.groups.items():
@@ -336,15 +282,15 @@ def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: P
     env = environment(templates)
     written = []
     names = list(data.runs)
-    best = best_experiment(data)
+    best = best_model(data, book)
     analyses: dict = {}                         # the best model's analysis, drawn once for two pages
     for name in tqdm(names, desc="report pages", unit="page", disable=not progress):
-        ctx = experiment_context(data, name, book, analyses if name == best else None)
+        ctx = experiment_context(data, name, book, analyses if best and name == best.shown else None)
         html = env.get_template("experiment.html.j2").render(**ctx)
         path = Path(layout.experiment_report(name))
         write_text(path, html)
         written.append(path)
-    html = env.get_template("final.html.j2").render(**final_context(data, book, analyses))
+    html = env.get_template("final.html.j2").render(**final_context(data, book, best, analyses))
     write_text(layout.final_report, html)
     written.append(Path(layout.final_report))
     write_json(layout.summary_metrics, summary_metrics(data))

@@ -21,7 +21,7 @@ from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path
 from minbert.core.layout import PREDICTED_SPLITS, prediction_file
 from minbert.core.tasks import TASKS
-from minbert.scoring.evaluate import read_predictions
+from minbert.scoring.predictions import read_predictions
 
 
 def mode_smallest(votes: np.ndarray) -> np.ndarray:

@@ -7,7 +7,6 @@ a warning is logged. Test predictions are scored only when the file carries labe
 """
 from __future__ import annotations
 
-import io
 import logging
 from pathlib import Path
 
@@ -18,77 +17,9 @@ from minbert.core.errors import MinBertError
 from minbert.core.layout import prediction_file
 from minbert.core.metrics import metric_undefined, summarise, task_metric
 from minbert.core.tasks import TASKS
+from minbert.scoring.predictions import labelled, read_predictions
 
 log = logging.getLogger(__name__)
-
-
-def _numbers(df: pd.DataFrame, column: str, path: Path, what: str) -> pd.Series:
-    """A column as finite numbers (empty cells: NaN), or a one-line error naming the line."""
-    text = df[column].str.strip()
-    values = pd.to_numeric(text.where(text != ""), errors="coerce")
-    bad = values.isna() & (text != "") | values.isin([np.inf, -np.inf])
-    if bad.any():
-        row = int(bad.to_numpy().nonzero()[0][0])
-        raise MinBertError(f"{path}: line {row + 2}: {what} {df[column].iloc[row]!r} is not a finite number; "
-                           f"re-run the stage that wrote it")
-    return values
-
-
-def read_predictions(path: str | Path, task: str) -> pd.DataFrame:
-    """One predictions CSV, checked: rows present, ids unique (text, never NaN), the task's columns
-    present, predictions finite numbers and, for a classification or binary task, labels and
-    predictions among the task's labels; a regression label and prediction within its range."""
-    from minbert.core.io import read_input
-
-    path = Path(path)
-    data = read_input(path, "predictions file")
-    try:
-        df = pd.read_csv(io.StringIO(data.decode("utf-8")), dtype=str, keep_default_na=False)
-    except UnicodeDecodeError as e:
-        raise MinBertError(f"{path}: not UTF-8 text (byte {e.start}); re-run the stage that wrote it") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise MinBertError(f"{path}: cannot read predictions ({str(e).splitlines()[0]})") from None
-    need = ["id", "label", "prediction"]
-    missing = [c for c in need if c not in df.columns]
-    if missing:
-        raise MinBertError(f"{path}: missing column '{missing[0]}' (expected id, ..., label, prediction)")
-    if not len(df):
-        raise MinBertError(f"{path}: the file has no rows; re-run the stage that wrote it")
-    if df["id"].duplicated().any():
-        raise MinBertError(f"{path}: id '{df['id'][df['id'].duplicated()].iloc[0]}' appears twice")
-    text = df[["label", "prediction"]].copy()
-    df["prediction"] = _numbers(df, "prediction", path, "prediction")
-    df["label"] = _numbers(df, "label", path, "label")
-    spec = TASKS[task]
-    if spec.kind == "regression":
-        lo, hi = spec.label_range
-        # predictions too: the model clips its scores to the range (minbert.model.outputs), so one
-        # outside it was not written by this pipeline and would be scored as it is
-        checks = [(c, df[c].notna() & ~df[c].between(lo, hi)) for c in ("label", "prediction")]
-    else:
-        allowed = list(spec.labels)
-        checks = [(c, df[c].notna() & ~df[c].isin(allowed)) for c in ("label", "prediction")]
-    for column, bad in checks:
-        if bad.any():
-            row = int(bad.to_numpy().nonzero()[0][0])
-            rule = (f"one of {allowed}" if spec.kind != "regression" else f"from {lo:g} to {hi:g}")
-            raise MinBertError(f"{path}: line {row + 2}: {column} {text[column].iloc[row]!r} is not a {spec.name} "
-                               f"{column} ({rule}); re-run the stage that wrote it")
-    for column in spec.prob_columns:
-        if column in df.columns:
-            df[column] = _numbers(df, column, path, column)
-    return df
-
-
-def labelled(df: pd.DataFrame, path: str | Path) -> bool:
-    """True when every row has a label, False when none has; a partly labelled file is an error."""
-    has = df["label"].notna()
-    if has.all() and len(df):
-        return True
-    if not has.any():
-        return False
-    row = int((~has).to_numpy().nonzero()[0][0])
-    raise MinBertError(f"{path}: row {row + 2} has no label while others do; label all rows or none")
 
 
 def expected_files(paths) -> dict[str, list[str]]:
@@ -103,7 +34,7 @@ def expected_files(paths) -> dict[str, list[str]]:
 
 def check_against_split(df: pd.DataFrame, path: Path, task: str, split_path: str | Path) -> None:
     """The predictions of `path` cover the rows of the prepared split they claim (`split_path`): every
-    id exactly once (read_predictions refuses duplicates), no other id, and the split's labels."""
+    id exactly once (`read_predictions` refuses duplicates), no other id, and the split's labels."""
     from minbert.data.read import read_split
 
     split_path = Path(split_path)
