@@ -138,20 +138,53 @@ def test_same_seed_twice_gives_identical_metrics_and_weights(tiny_model_dir, pre
     assert not history(tmp_path / "c").equals(history(tmp_path / "a")) or c.best_dev != a.best_dev
 
 
-@pytest.mark.parametrize("schedule,epochs", [("round_robin", 3), ("sequential", 1)])
-def test_interrupted_run_resumes_to_the_same_result(tiny_model_dir, prepared, tmp_path, schedule, epochs):
-    exp = make_exp(tiny_model_dir, schedule=schedule, epochs=epochs,
+@pytest.mark.parametrize("schedule,epochs,evals", [("round_robin", 3, 1), ("sequential", 1, 1), ("round_robin", 2, 3)])
+def test_interrupted_run_resumes_to_the_same_result(tiny_model_dir, prepared, tmp_path, schedule, epochs, evals):
+    exp = make_exp(tiny_model_dir, schedule=schedule, epochs=epochs, evals_per_epoch=evals,
                    **({"tasks": ["sst", "sts"]} if schedule == "sequential" else {}))
     full = finetune_experiment(exp, prepared, tmp_path / "full")
     part = tmp_path / "part"
     first = finetune_experiment(exp, prepared, part, stop_after_epochs=1)
-    assert len(first.history) == 1 and last_state(part).is_file()
+    assert len(first.history) == evals and last_state(part).is_file()
     # the declared outputs appear only when the run has finished
     assert not (part / "model.pt").exists() and not (part / "history.csv").exists()
     resumed = finetune_experiment(exp, prepared, part, resume=True)
     assert resumed.best_dev == full.best_dev and resumed.best_epoch == full.best_epoch
     pd.testing.assert_frame_equal(history(part), history(tmp_path / "full"))
     assert_same_weights(state_dict(part / "model.pt"), state_dict(tmp_path / "full" / "model.pt"))
+
+
+def test_dev_is_evaluated_within_an_epoch_and_the_best_evaluation_is_kept(tiny_model_dir, prepared, tmp_path):
+    # 6 updates an epoch, 4 evaluations: after updates 2, 3, 4 (1.5, 3, 4.5 rounded half to even) and 6
+    exp = make_exp(tiny_model_dir, epochs=2, evals_per_epoch=4, lr=3e-3)
+    res = finetune_experiment(exp, prepared, tmp_path / "run")
+    h = pd.read_csv(tmp_path / "run" / "history.csv")
+    assert h["epoch"].tolist() == [0.3333, 0.5, 0.6667, 1, 1.3333, 1.5, 1.6667, 2]
+    assert h["update"].tolist() == [2, 3, 4, 6, 8, 9, 10, 12]
+    # each row's training losses cover the updates since the evaluation before it (round-robin: one
+    # or two tasks' batches in so short a part)
+    losses = h[[f"train_{t}_loss" for t in ("sst", "para", "sts")]]
+    assert losses.notna().any(axis=1).all() and losses.notna().any(axis=0).all()
+    assert h["dev_score"].notna().sum() >= 6
+    best = int(np.nanargmax(h["dev_score"].to_numpy()))
+    assert res.best_epoch == h["epoch"][best] and res.best_score == pytest.approx(h["dev_score"][best], rel=1e-5)
+    kept = torch.load(tmp_path / "run" / "model.pt", map_location="cpu", weights_only=True)
+    assert kept["epoch"] == h["epoch"][best]
+    assert kept["dev_metrics"]["sts_pearson"] == pytest.approx(h["dev_sts_pearson"][best], rel=1e-5)
+    # the same run evaluated once an epoch trains the same weights: evaluation draws nothing from the
+    # run's random streams (its last evaluation of each epoch is the once-an-epoch one)
+    once = finetune_experiment(exp.model_copy(update={"finetune": exp.finetune.model_copy(
+        update={"evals_per_epoch": 1})}), prepared, tmp_path / "once")
+    whole = h[h["epoch"].isin([1, 2])].reset_index(drop=True)
+    assert whole["dev_score"].tolist() == pytest.approx(once.history["dev_score"].tolist(), rel=1e-5, nan_ok=True)
+
+
+def test_evaluation_points_are_evenly_spaced_and_end_the_epoch():
+    assert train.eval_points(6, 1) == [6]
+    assert train.eval_points(6, 4) == [2, 3, 4, 6]
+    assert train.eval_points(100, 3) == [33, 67, 100]
+    assert train.eval_points(3, 10) == [1, 2, 3]     # never more evaluations than updates
+    assert train.eval_points(0, 3) == []
 
 
 def test_resume_ignores_state_of_another_configuration(tiny_model_dir, prepared, tmp_path, caplog):

@@ -321,6 +321,12 @@ class FinetuneParams(Strict):
                         "`epoch_unit: sst`, `walk_through: [para]`, all of Quora read pass after pass)")
     distill: DistillParams | None = Field(None, description="learn from a teacher's outputs as well "
                                                             "(Distillation below); null: no teacher")
+    evals_per_epoch: int = Field(1, ge=1, le=100, description="dev evaluations per epoch, evenly spaced over its "
+                                                              "updates, the last at its end: each is a row of "
+                                                              "history.csv (`epoch` then counts fractions of an "
+                                                              "epoch) and a candidate for the model kept. More show "
+                                                              "where a short run's dev curve flattens (the report's "
+                                                              "training check), at the cost of one dev pass each")
     max_steps_per_epoch: int | None = Field(None, ge=1, description="cut every epoch to at most this many updates "
                                                                     "(demo, tests, quick runs); the lr schedule is "
                                                                     "built on the cut epochs")

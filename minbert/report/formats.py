@@ -88,14 +88,15 @@ def fmt_value(v) -> str:
 
 
 def fmt_history(v, column: str) -> str:
-    """One cell of a history.csv table: epochs as integers, lr in scientific notation, seconds
+    """One cell of a history.csv table: epochs as they count (a fraction where dev was evaluated
+    within an epoch), lr in scientific notation, seconds
     as a duration, scores and losses like every other score; text (e.g. the stage) as is."""
     if isinstance(v, str):
         return v
     if not is_number(v):
         return DASH
     if column == "epoch":
-        return str(int(v))
+        return f"{v:g}"
     if column == "lr":
         return f"{v:.2e}"
     if column == "seconds":

@@ -282,7 +282,7 @@ def _history_panel(ax, history: pd.DataFrame, columns: list[tuple[str, str]], yl
         ax.set_xlim(ticks[0] - 0.5, ticks[0] + 0.5)
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.margins(y=0.3)                               # room above and below the written values
-    else:
+    elif all(t.is_integer() for t in ticks):
         ax.xaxis.get_major_locator().set_params(integer=True)
     ax.ticklabel_format(axis="y", useOffset=False)       # "+2.94e-1" offsets confuse readers
 

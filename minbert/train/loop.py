@@ -102,8 +102,23 @@ def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Toke
     return summarise(out)
 
 
+def eval_points(n_updates: int, evals: int) -> list[int]:
+    """After which of an epoch's updates (1-based) dev is evaluated: `evals` points evenly spaced, the
+    last at the epoch's end (fewer when the epoch has fewer updates)."""
+    return sorted({max(1, round(n_updates * (j + 1) / evals)) for j in range(evals)}) if n_updates else []
+
+
+def train_mode(tr: Training) -> None:
+    """The model in training mode, but a frozen encoder without its dropout runs deterministically."""
+    tr.model.train()
+    if tr.cfg.freeze_encoder and not tr.cfg.frozen_encoder_dropout:
+        tr.model.encoder.eval()
+
+
 def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
-    """Train the updates of the state's current epoch; returns the epoch's history row (train part)."""
+    """Train the updates of the state's current epoch, evaluating dev at its `evals_per_epoch` points
+    before the last (each a history row, `evaluate`); returns the last part's history row (train
+    part), which `end_of_epoch` evaluates."""
     cfg, pi = tr.cfg, state.phase
     phase_tasks = plan.phases[pi]
     collator = Collator(tr.tokenizer, fixed_shapes=tr.captured is not None)
@@ -111,14 +126,13 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
                              shard=(tr.dist.rank, tr.dist.world), features=tr.features.get(t),
                              walked=plan.walked(pi, state.epoch, t) if t in cfg.walk_through else None)
                for i, t in enumerate(phase_tasks)}
-    totals = tr.totals
-    totals.reset()
-    tr.model.train()
-    if cfg.freeze_encoder and not cfg.frozen_encoder_dropout:
-        tr.model.encoder.eval()
-    t0, n_examples, lr = time.perf_counter(), 0, 0.0
+    updates = plan.epochs[(pi, state.epoch)]
+    points = set(eval_points(len(updates), cfg.evals_per_epoch)[:-1])
+    tr.totals.reset()
+    train_mode(tr)
+    t0, n_examples, lr, done = time.perf_counter(), 0, 0.0, 0
     desc = (f"{'+'.join(phase_tasks)} " if len(plan.phases) > 1 else "") + f"epoch {state.epoch + 1}/{cfg.epochs}"
-    bar = tqdm(plan.epochs[(pi, state.epoch)], desc=desc, unit="upd", leave=False, dynamic_ncols=True,
+    bar = tqdm(updates, desc=desc, unit="upd", leave=False, dynamic_ncols=True,
                disable=not (tr.options.progress and tr.dist.main), mininterval=1.0 if sys.stderr.isatty() else 15.0)
     for k, update_tasks in enumerate(bar):
         batches = [(task, streams[task].next()) for task in update_tasks]     # built on the host
@@ -131,12 +145,28 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
         if (k + 1) % CHECK_EVERY == 0:
             check_finite(tr, state)
         bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
+        if k + 1 in points:
+            row = train_row(tr, state, plan, (k + 1) / len(updates), lr, time.perf_counter() - t0, n_examples - done)
+            t0, done = time.perf_counter(), n_examples
+            evaluate(tr, state, plan, row)
+            tr.totals.reset()
+            train_mode(tr)
     bar.close()
+    return train_row(tr, state, plan, 1.0, lr, time.perf_counter() - t0, n_examples - done)
+
+
+def train_row(tr: Training, state: TrainState, plan: Plan, fraction: float, lr: float, seconds: float,
+              n_examples: int) -> dict:
+    """The history row of the updates since the last evaluation (their train losses and metrics);
+    `fraction`: how much of the current epoch is done. `epoch` counts the run's epochs (all phases)
+    up to here, a fraction where dev is evaluated within an epoch."""
     check_finite(tr, state)
-    seconds = time.perf_counter() - t0
+    totals = tr.totals
     state.examples += n_examples
-    row = {"epoch": len(state.history) + 1, "phase": "+".join(phase_tasks), "lr": lr,
-           "seconds": round(seconds, 2), "examples_per_second": round(n_examples / max(seconds, 1e-9), 1)}
+    epoch = round(state.phase * tr.cfg.epochs + state.epoch + fraction, 4)
+    row = {"epoch": int(epoch) if epoch.is_integer() else epoch, "update": state.update,
+           "phase": "+".join(plan.phases[state.phase]), "lr": lr, "seconds": round(seconds, 2),
+           "examples_per_second": round(n_examples / max(seconds, 1e-9), 1)}
     for k, t in enumerate(totals.tasks):
         if totals.n[t]:   # drop round-robin / sampling may skip a task in a short epoch
             pred = predictions(t, tr.model.heads_cfg, torch.cat(totals.outputs[t]))["prediction"]
@@ -223,17 +253,18 @@ def diverged(tr: Training, what: str) -> None:
 
 # ---------------------------------------------------------------- end of an epoch
 
-def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict, t_start: float) -> None:
-    """Evaluate on dev, keep the best model, save the resumable state (main rank only)."""
-    state.epoch += 1
-    state.seconds = time.perf_counter() - t_start
+def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
+    """Dev metrics into the history row, and the model as the best so far when it is (main rank
+    only; the others train on)."""
     if not tr.dist.main:
         return
     dev = dev_metrics(tr.model, tr.dev, tr.tokenizer, tr.device, tr.options.bf16, tr.dev_features)
     finite = torch.stack([torch.isfinite(p).all() for p in tr.model.parameters()]).all()   # one read
     bad = [f"dev {k}" for k, v in dev.items() if v is not None and not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
     if bad:
-        diverged(tr, f"non-finite {', '.join(bad[:3])} after the last update of epoch {row['epoch']}")
+        where = f"the last update of epoch {row['epoch']}" if isinstance(row["epoch"], int) else \
+            f"update {row['update']} (epoch {row['epoch']:g})"
+        diverged(tr, f"non-finite {', '.join(bad[:3])} after {where}")
     for t in tr.dev:
         if f"{t}_loss" in dev:
             row[f"dev_{t}_loss"] = dev[f"{t}_loss"]
@@ -243,10 +274,20 @@ def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict, t_start
     score = selection_score(dev, plan.phases[state.phase] if tr.cfg.schedule == "sequential" else list(tr.train))
     row["dev_score"] = score if score is not None else math.nan
     state.history.append(row)
-    log.info("epoch %d (%s): %s", row["epoch"], row["phase"],
+    log.info("epoch %g (%s): %s", row["epoch"], row["phase"],
              ", ".join(f"{k}={'undefined' if v is None else format(v, '.4f')}" for k, v in row.items()
                        if k.startswith("dev_")))
     keep_best(tr, state, row, dev, score)
+
+
+def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict, t_start: float) -> None:
+    """Evaluate on dev, keep the best model, save the resumable state (main rank only)."""
+    evaluate(tr, state, plan, row)
+    state.epoch += 1
+    state.seconds = time.perf_counter() - t_start
+    if not tr.dist.main:
+        return
+    write_best(tr)
     # the resumable state every `checkpoint_every` epochs and at the end of each phase (a later
     # phase starts from it); the last epoch's is not needed: the run finishes right after it
     last_of_phase = state.epoch == tr.cfg.epochs
@@ -257,21 +298,29 @@ def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict, t_start
 
 
 def keep_best(tr: Training, state: TrainState, row: dict, dev: dict, score: float | None) -> None:
-    """best.pt: this epoch's model when its selection score is the phase's best so far."""
+    """This evaluation's model as the phase's best when its selection score is the best so far: held
+    (a copy, on the host) until the epoch ends, when `write_best` writes best.pt beside the state
+    saved then, so an interrupted epoch never leaves a best.pt the saved state does not know."""
     extra = tr.options.checkpoint_extra
     if score is not None and score > state.phase_best:
         state.phase_best = state.best_score = score
         state.best_epoch = row["epoch"]
         state.best_dev = {k: v for k, v in dev.items() if not k.endswith("_loss")}
-        torch_save(checkpoint_dict(tr.model, tr.tokenizer, epoch=row["epoch"], dev_metrics=state.best_dev, **extra),
-                   tr.best_path)
+        tr.pending_best = checkpoint_dict(tr.model, tr.tokenizer, epoch=row["epoch"], dev_metrics=state.best_dev,
+                                          **extra)
     elif state.phase_best == -math.inf and any(dev.get(TASKS[t].metric_key, 0) is None for t in tr.dev):
-        # No epoch of this phase has every dev metric defined yet: this epoch's model stands in, never
+        # No evaluation of this phase has every dev metric defined yet: this one's model stands in, never
         # recorded as selected (best_epoch stays unset), so a run whose metric stays undefined (a tiny
         # model's constant similarity scores) still ends with a model, the last, and says so.
-        torch_save(checkpoint_dict(tr.model, tr.tokenizer, epoch=row["epoch"], dev_metrics={}, **extra),
-                   tr.best_path)
+        tr.pending_best = checkpoint_dict(tr.model, tr.tokenizer, epoch=row["epoch"], dev_metrics={}, **extra)
         state.best_score, state.best_epoch, state.best_dev = -math.inf, -1, {}   # the model is no selected one
+
+
+def write_best(tr: Training) -> None:
+    """best.pt from the best model held since the last write (`keep_best`), if any."""
+    if tr.pending_best is not None:
+        torch_save(tr.pending_best, tr.best_path)
+        tr.pending_best = None
 
 
 def end_of_phase(tr: Training, state: TrainState, plan: Plan) -> None:

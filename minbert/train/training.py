@@ -73,7 +73,7 @@ class TrainState:
     update: int = 0                   # global, across epochs and phases
     history: list = field(default_factory=list)
     best_score: float = -math.inf
-    best_epoch: int = -1
+    best_epoch: float = -1          # the history's `epoch` of the best evaluation
     best_dev: dict = field(default_factory=dict)
     phase_best: float = -math.inf     # sequential: each phase keeps its own best
     seconds: float = 0.0
@@ -103,7 +103,8 @@ class FitOptions:
 
 @dataclass
 class Training:
-    """What one `fit` call works with (fixed for the tr)."""
+    """What one `fit` call works with: fixed for the call, but for the running totals and the best
+    model not yet written."""
     model: MultitaskModel
     tokenizer: Tokenizer
     train: dict[str, TaskData]
@@ -121,6 +122,7 @@ class Training:
     dev_features: dict = field(default_factory=dict)   # task -> its dev split's (minbert.train.frozen)
     objectives: dict = field(default_factory=dict)     # task -> its TaskObjective (Training.objective)
     captured: object | None = None              # minbert.train.step.CapturedSteps, on CUDA
+    pending_best: dict | None = None            # the best model since best.pt was last written (minbert.train.loop)
 
     @property
     def device(self) -> torch.device:
