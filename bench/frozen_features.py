@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import minbert.train.frozen as frozen  # noqa: E402
-from minbert.data.read import read_cs224n, write_split  # noqa: E402
+from minbert.data.raw import read_cs224n  # noqa: E402
+from minbert.data.read import write_split  # noqa: E402
 from minbert.params import ExperimentParams  # noqa: E402
 from minbert.params.resolve import finetune_settings, retrain_settings  # noqa: E402
 from minbert.train.experiment import finetune_experiment, retrain_heads_experiment  # noqa: E402

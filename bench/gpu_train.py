@@ -46,7 +46,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from steps import RAW, OurStep, ReferenceStep, data_dir, encoders
 
 from minbert.core.runtime import configure
-from minbert.data.read import read_cs224n, target_sizes
+from minbert.data.downsample import target_sizes
+from minbert.data.raw import read_cs224n
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import packaged_minilm_folder
 from minbert.params import load_params

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from minbert.core.tasks import TASKS
 from minbert.data.batches import Collator, build_task_data
-from minbert.data.read import read_cs224n
+from minbert.data.raw import read_cs224n
 from minbert.data.stream import TaskStream
 from minbert.model.bert import BertConfig, BertModel
 from minbert.model.multitask import MultitaskModel

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from minbert.data.batches import TaskStream, build_task_data, to_device
-from minbert.data.read import read_cs224n  # noqa: E402
+from minbert.data.raw import read_cs224n  # noqa: E402
 from minbert.model.multitask import MultitaskModel, task_loss
 from minbert.model.tokenizer import Tokenizer  # noqa: E402
 from minbert.model.weights import load_encoder, packaged_minilm_folder  # noqa: E402

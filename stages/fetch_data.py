@@ -29,7 +29,7 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.io import write_text
 from minbert.core.outputs import writable_folder
-from minbert.data.read import write_cs224n
+from minbert.data.raw import write_cs224n
 from minbert.entry import run
 
 

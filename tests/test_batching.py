@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from minbert.data.encode import encode_cached
-from minbert.data.read import raw_path, read_cs224n
+from minbert.data.raw import raw_path, read_cs224n
 from minbert.data.sampler import BucketBatchSampler
 from minbert.model.tokenizer import Tokenizer
 

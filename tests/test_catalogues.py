@@ -18,7 +18,7 @@ import pytest
 import yaml
 from test_workflow import SNAKEMAKE, dag, make_copy, run
 
-from minbert.data.read import raw_path, read_cs224n, write_cs224n
+from minbert.data.raw import raw_path, read_cs224n, write_cs224n
 from minbert.params import load_params
 
 CATALOGUES = {"demo": "params.yaml", "minilm": "params/minilm.yaml", "full": "params/full.yaml",

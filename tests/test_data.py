@@ -9,17 +9,9 @@ import pytest
 import yaml
 
 from minbert.core.errors import MinBertError
-from minbert.data.read import (
-    downsample,
-    load_splits,
-    raw_path,
-    read_cs224n,
-    read_nli,
-    read_split,
-    split_by_group,
-    target_sizes,
-    write_split,
-)
+from minbert.data.downsample import downsample, target_sizes
+from minbert.data.raw import raw_path, read_cs224n, read_nli, split_by_group
+from minbert.data.read import load_splits, read_split, write_split
 from minbert.params import Downsample
 
 # rows per file, from ../shared/data/README.md

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minbert.data.demo import SIZES, generate
-from minbert.data.read import raw_path, read_cs224n, read_nli
+from minbert.data.raw import raw_path, read_cs224n, read_nli
 
 
 def test_committed_demo_files_equal_a_fresh_generation(tmp_path, repo_root):

@@ -30,17 +30,9 @@ from conftest import REPO, child_env, default_signals, error_line
 
 from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
-from minbert.data.read import (
-    MAX_FIELD_CHARS,
-    load_splits,
-    raw_path,
-    read_cs224n,
-    read_nli,
-    read_split,
-    target_sizes,
-    unquote_field,
-    write_split,
-)
+from minbert.data.downsample import target_sizes
+from minbert.data.raw import raw_path, read_cs224n, read_nli, unquote_field
+from minbert.data.read import MAX_FIELD_CHARS, load_splits, read_split, write_split
 from minbert.params import Downsample
 
 DEMO = REPO / "data" / "demo"

@@ -10,7 +10,7 @@ import pytest
 
 import stages.fetch_data as fetch
 from minbert.core.errors import MinBertError
-from minbert.data.read import raw_path, read_cs224n, read_nli
+from minbert.data.raw import raw_path, read_cs224n, read_nli
 
 
 def _fake_hub(root):

@@ -14,7 +14,6 @@ from pydantic import BaseModel
 from minbert.core.errors import MinBertError
 from minbert.params import (
     ExperimentParams,
-    Params,
     check_params,
     docs,
     expand,
@@ -22,6 +21,7 @@ from minbert.params import (
     read_yaml,
     validate_params,
 )
+from minbert.params.studies import Params
 
 REPO = Path(__file__).resolve().parents[1]
 CATALOGUES = ["params.yaml", "params/full.yaml", "params/minilm.yaml", "params/reproduce.yaml"]
@@ -203,11 +203,13 @@ def test_a_bad_catalogue_still_gives_its_one_line_error(settings, expected):
 
 
 def test_the_package_imports_point_one_way():
-    """messages <- schema <- settings (the models a job reads) <- catalogue, validate (neither imports
-    the other) <- resolve (each job's settings), load <- the rest."""
+    """messages <- schema <- settings (the models a job reads) <- studies (the report's sections and the
+    whole file) <- catalogue, validate (neither imports the other) <- resolve (each job's settings),
+    load <- the rest."""
     import ast
 
-    rank = {"messages": 0, "schema": 1, "settings": 2, "catalogue": 3, "validate": 3, "resolve": 4, "load": 4}
+    rank = {"messages": 0, "schema": 1, "settings": 2, "studies": 2, "catalogue": 3, "validate": 3, "resolve": 4,
+            "load": 4}
     for path in sorted((REPO / "minbert/params").glob("*.py")):
         own = rank.get(path.stem, 5)
         for node in ast.walk(ast.parse(path.read_text())):

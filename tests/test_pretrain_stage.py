@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from minbert.core.runtime import Runtime
-from minbert.data.read import read_cs224n, read_nli, read_split, split_by_group, write_split
+from minbert.data.raw import read_cs224n, read_nli, split_by_group
+from minbert.data.read import read_split, write_split
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
 from minbert.params import ExperimentParams, PretrainParams

@@ -11,9 +11,9 @@ import pytest
 from test_report import PARAMS, _metrics, build_inputs, expected, parse
 
 from minbert.params import load_params
-from minbert.report.render import render_reports
 from minbert.report.formats import fmt_delta, fmt_metric
 from minbert.report.papers import claim_verdict
+from minbert.report.render import render_reports
 from minbert.scoring import stats
 
 PAPER = """\
@@ -158,7 +158,8 @@ def test_scale_line_counts_the_rows_each_experiment_trains_on():
     rows after its own downsampling (mode and caps), not the prepared files' sizes."""
     from types import SimpleNamespace as NS
 
-    from minbert.params import FinetuneParams, PaperParams
+    from minbert.params import FinetuneParams
+    from minbert.params.studies import PaperParams
     from minbert.report.papers import scale_line
 
     def exp(**finetune):
@@ -238,7 +239,8 @@ def test_scale_line_says_when_the_paper_prints_no_training_rows():
     never the paper's totals as its training rows."""
     from types import SimpleNamespace as NS
 
-    from minbert.params import FinetuneParams, PaperParams
+    from minbert.params import FinetuneParams
+    from minbert.params.studies import PaperParams
     from minbert.report.papers import scale_line
 
     lp = NS(params=NS(ensembles={}), groups={}, experiments={

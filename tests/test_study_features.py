@@ -183,7 +183,8 @@ def test_a_correlation_trained_head_is_calibrated_not_clipped(tiny_model_dir, pr
     # them (its precision: bf16 where the CPU has it natively, and its evaluation batches: bf16
     # outputs depend on the batch a row is in)
     from minbert.core.runtime import autocast, resolve_precision
-    from minbert.data.read import downsample, read_split
+    from minbert.data.downsample import downsample
+    from minbert.data.read import read_split
     from minbert.model.multitask import predict_task
     from minbert.train.loop import EVAL_BATCH_SIZE
 

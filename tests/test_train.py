@@ -22,7 +22,8 @@ import minbert.train.loop as train
 import minbert.train.objectives as objectives
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import seed_everything
-from minbert.data.read import read_cs224n, write_split
+from minbert.data.raw import read_cs224n
+from minbert.data.read import write_split
 from minbert.model.multitask import MultitaskModel
 from minbert.params import ExperimentParams
 from minbert.params.resolve import finetune_settings, retrain_settings

@@ -107,7 +107,7 @@ def load_task_data(data_dir, tasks: list[str], heads: HeadsParams, tokenizer, *,
     """Read the prepared splits of `tasks`, downsample the training splits, tokenise (cached).
 
     Returns {split: {task: TaskData}} for the splits that exist."""
-    from minbert.data.read import downsample as downsample_frames
+    from minbert.data.downsample import downsample as downsample_frames
     from minbert.data.read import load_splits
 
     frames = {t: load_splits(data_dir, t, splits) for t in tasks}

@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from minbert.core.io import write_text
-from minbert.data.read import write_cs224n
+from minbert.data.raw import write_cs224n
 
 SEED = 224
 SIZES = {"train": 600, "dev": 200, "test": 200}

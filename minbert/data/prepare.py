@@ -14,7 +14,8 @@ from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, write_json
 from minbert.core.tasks import LEADERBOARD_TASKS
 from minbert.data.overlap import OVERLAP_WARNING, overlap_warnings, overlap_with_train
-from minbert.data.read import RAW_SPLITS, raw_path, read_cs224n, read_nli, split_by_group, write_split
+from minbert.data.raw import RAW_SPLITS, raw_path, read_cs224n, read_nli, split_by_group
+from minbert.data.read import write_split
 from minbert.params import DataParams
 
 log = logging.getLogger(__name__)

@@ -1,31 +1,17 @@
-"""Reading, validating and downsampling the task data.
+"""The prepared splits (results/data/<task>-<split>.tsv) that every later stage reads: what each
+holds (its columns, how a label is read back), how the prepare stage writes them (`write_split`)
+and how every stage reads them (`read_split`, `load_splits`).
 
-Raw input comes in two formats:
-
-- the CS224N layout: tab-separated lines, a header row, a leading unnamed index column, then `id`
-  and the task's columns (`ids-sst-*.csv`, `ids-cfimdb-*.csv`, `quora-*.csv`, `sts-*.csv`); the
-  test-student files carry no label column (and the SST/CFIMDB ones an extra unnamed column).
-  One line is one row, with exactly the header's number of fields; a wholly quoted field is
-  unquoted as the csv module would, any other quote is text (`unquote_field`);
-- SNLI / MNLI jsonl: `sentence1`, `sentence2`, `gold_label`, and `captionID` (SNLI) or
-  `promptID` (MNLI) naming the premise group. Rows labelled "-" (no annotator majority) are
-  always dropped, and counted.
-
-`read_cs224n` / `read_nli` validate every row: bad rows either raise a one-line MinBertError
-naming file, line and column (`on_bad_rows="error"`), or are dropped and counted by reason
-(`"drop"`). The prepare stage writes the clean splits as `results/data/<task>-<split>.tsv`
-(tab-separated, no quoting: no text holds a tab or line break); every later stage reads them back
-with `read_split` / `load_splits`. docs/failures.md lists every check.
+The format: tab-separated, UTF-8, a header row, one row per line, no quoting (no text holds a tab or
+line break: the raw readers, minbert.data.raw, turn them into spaces or refuse the row). A file that
+does not parse is a one-line error saying to re-run the prepare stage.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
-import zlib
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -36,10 +22,11 @@ from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
 from minbert.core.tasks import TASK_NAMES, TASKS, Task
 
-# ---------------------------------------------------------------- the tasks' files and columns
+# ---------------------------------------------------------------- the tasks' prepared columns
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
-RAW_SPLITS = {"train": "train", "dev": "dev", "test": "test-student"}   # our split -> file suffix
+MAX_FIELD_CHARS = 131072        # a longer field (the csv module's limit) is a bad row, not a text
+LINE_BREAKS = re.compile(r"[\t\r\n]")   # never inside a prepared field
 
 
 @dataclass(frozen=True)
@@ -55,8 +42,8 @@ class Prepared:
 
 
 def _prepared_sources() -> dict[str, Prepared]:
-    out = {t: Prepared(("id", *TASKS[t].text_columns, "label"), partial(_parse_label, TASKS[t]),
-                       _label_rule(TASKS[t]), float if TASKS[t].kind == "regression" else np.int64)
+    out = {t: Prepared(("id", *TASKS[t].text_columns, "label"), partial(parse_label, TASKS[t]),
+                       label_rule(TASKS[t]), float if TASKS[t].kind == "regression" else np.int64)
            for t in TASK_NAMES}
     # NLI: a pretraining source (minbert.train.nli), registered here and nowhere else
     out["nli"] = Prepared(("id", "group", "sentence1", "sentence2", "label"),
@@ -65,101 +52,14 @@ def _prepared_sources() -> dict[str, Prepared]:
     return out
 
 
-def raw_path(data_dir: str | Path, task: str, split: str) -> Path:
-    """Where the raw CS224N file of `task`/`split` lives, e.g. data/demo/ids-sst-test-student.csv."""
-    return Path(data_dir) / f"{TASKS[task].file_prefix}-{RAW_SPLITS[split]}.csv"
-
-
 def output_columns(task: str) -> list[str]:
     return list(PREPARED[task].columns)
 
 
-# ---------------------------------------------------------------- reports of what was read
-
-
-@dataclass
-class FileReport:
-    """What reading one raw file did: the prepare stage's summary.json is a list of these."""
-    source: str
-    read: int = 0
-    kept: int = 0
-    dropped: dict = field(default_factory=dict)   # reason -> count
-
-    def as_dict(self) -> dict:
-        return {"source": self.source, "rows_read": self.read, "rows_kept": self.kept,
-                "rows_dropped": sum(self.dropped.values()), "dropped_by_reason": dict(self.dropped)}
-
-
-class _BadRows:
-    """Collects bad rows: raises at the first one (mode "error") or counts them (mode "drop")."""
-
-    def __init__(self, path: Path, mode: str):
-        if mode not in ("error", "drop"):
-            raise MinBertError(f"data.on_bad_rows must be 'error' or 'drop' (got {mode!r})")
-        self.path, self.mode, self.reasons = path, mode, Counter()
-
-    def __call__(self, line: int, reason: str, what: str) -> None:
-        if self.mode == "error":
-            raise MinBertError(f"{self.path} line {line}: {what}; fix the file or set "
-                               f"data.on_bad_rows: drop to drop such rows")
-        self.reasons[reason] += 1
-
-
-# ---------------------------------------------------------------- decoding
-
-MAX_FIELD_CHARS = 131072        # a longer field (the csv module's limit) is a bad row, not a text
-_LINE_BREAKS = re.compile(r"[\t\r\n]")
-
-
-def _decoded_lines(path: Path, bad: _BadRows, header: bool = True) -> tuple[list[str], list[int]]:
-    """The file's lines as text, with their 1-based line numbers.
-
-    Lines end with "\n" or "\r\n"; a file with no "\n" at all but "\r" uses old Mac line endings
-    and is split at "\r". Lines that are not UTF-8 are bad rows (reason "encoding") and left out;
-    so are lines holding a NUL byte or a carriage return inside the line ("control_character").
-    Empty lines are left out. With `header`, a first line that cannot be read is an error.
-    """
-    data = read_input(path)
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise MinBertError(f"{path}: the file is UTF-16 text; save it as UTF-8")
-    cr_only = b"\n" not in data and b"\r" in data
-    raw_lines = data.split(b"\r" if cr_only else b"\n")
-    lines, numbers = [], []
-    for i, raw in enumerate(raw_lines, start=1):
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        if not raw.strip() and b"\t" not in raw:
-            continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            if header and not lines:
-                raise MinBertError(f"{path} line {i}: the header is not UTF-8 text ({e.reason}); "
-                                   f"save the file as UTF-8") from None
-            bad(i, "encoding", f"not UTF-8 text at byte {e.start} ({e.reason}); save the file as UTF-8")
-            continue
-        for char, name in (("\x00", "a NUL byte"), ("\r", "a carriage return")):
-            if char in text:
-                why = "binary data?" if char == "\x00" else "mixed line endings?"
-                what = f"{name} at character {text.index(char) + 1} ({why}); remove it"
-                if header and not lines:
-                    raise MinBertError(f"{path} line {i}: the header holds {what}")
-                bad(i, "control_character", f"the line holds {what}")
-                break
-        else:
-            lines.append(text)
-            numbers.append(i)
-    return lines, numbers
-
-
-# ---------------------------------------------------------------- CS224N layout
-
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
 
-def _parse_label(spec: Task, value: str):
+def parse_label(spec: Task, value: str):
     """The label as int/float, or None when it is not a valid label of the task."""
     if not _NUMBER.fullmatch(value):   # float() would also take "1_0", "٣" or "nan"
         return None
@@ -172,219 +72,13 @@ def _parse_label(spec: Task, value: str):
     return x if lo <= x <= hi else None
 
 
-def _label_rule(spec: Task) -> str:
+def label_rule(spec: Task) -> str:
     if spec.kind != "regression":
         return "an integer in {" + ", ".join(map(str, spec.labels)) + "}"
     return f"a number from {spec.label_range[0]:g} to {spec.label_range[1]:g}"
 
 
 PREPARED = _prepared_sources()                          # what results/data holds, by source name
-
-
-def unquote_field(field: str) -> str:
-    """A field of a CS224N file as text.
-
-    The files are tab-separated lines; a field that is wholly enclosed in double quotes with every
-    quote inside doubled (`"a ""b"" c"`) is a quoted text, as the csv module and pandas write it,
-    and is unquoted (`a "b" c`). Any other quote is an ordinary character, and a record
-    never continues on the next line, so a stray quote cannot merge rows.
-    """
-    if len(field) >= 2 and field[0] == '"' and field[-1] == '"':
-        inner = field[1:-1]
-        if '"' not in inner.replace('""', ""):
-            return inner.replace('""', '"')
-    return field
-
-
-def _header(path: Path, line: str, required: list[str]) -> dict[str, int]:
-    header = [unquote_field(h).strip() for h in line.split("\t")]
-    missing = [c for c in required if c not in header]
-    if missing:
-        hint = ("; the file is not tab-separated (it looks comma-separated)"
-                if len(header) == 1 and "," in line else "")
-        raise MinBertError(f"{path}: missing column '{missing[0]}' (header has: "
-                           f"{', '.join(repr(h) for h in header)}){hint}; expected the CS224N layout "
-                           f"with columns {', '.join(required)}")
-    twice = [c for c in required if header.count(c) > 1]
-    if twice:
-        raise MinBertError(f"{path} line 1: column '{twice[0]}' appears twice in the header; keep one")
-    return {c: header.index(c) for c in required}
-
-
-def read_cs224n(path: str | Path, task: str, labelled: bool = True,
-                on_bad_rows: str = "error") -> tuple[pd.DataFrame, FileReport]:
-    """Read and validate one CS224N-layout file.
-
-    Returns the clean rows with the columns of `output_columns(task)` (label None when not
-    `labelled`) and the report of rows read, kept and dropped by reason. Every line is one row
-    with exactly as many tab-separated fields as the header (see `unquote_field` for quotes).
-    """
-    if task not in TASKS:
-        raise MinBertError(f"unknown task '{task}' (expected one of {', '.join(TASKS)})")
-    spec, path = TASKS[task], Path(path)
-    bad = _BadRows(path, on_bad_rows)
-    lines, numbers = _decoded_lines(path, bad)
-    if not lines:
-        raise MinBertError(f"{path}: the file is empty; expected a header row and data rows")
-    required = ["id", *spec.raw_text_columns] + ([spec.raw_label_column] if labelled else [])
-    col = _header(path, lines[0], required)
-    width = lines[0].count("\t") + 1
-    if len(lines) == 1 and not bad.reasons:
-        raise MinBertError(f"{path}: the file has a header row but no data rows")
-
-    out = {"id": [], "text": [[] for _ in spec.raw_text_columns], "label": []}
-    seen_ids: dict[str, int] = {}
-    for line, text in zip(numbers[1:], lines[1:]):
-        fields = text.split("\t")
-        if len(fields) != width:
-            quote = " (a tab inside a quoted text is not allowed)" if '"' in text else ""
-            bad(line, "field_count", f"{len(fields)} tab-separated fields, the header has {width}{quote}")
-            continue
-        long = [i for i, f in enumerate(fields) if len(f) > MAX_FIELD_CHARS]
-        if long:
-            bad(line, "field_too_long", f"field {long[0] + 1} has {len(fields[long[0]]):,} characters, more "
-                                        f"than {MAX_FIELD_CHARS:,} (a broken line?)")
-            continue
-        fields = [unquote_field(f) for f in fields]
-        rid = fields[col["id"]].strip()
-        if not rid:
-            bad(line, "missing_id", "column 'id' is empty")
-            continue
-        texts = [fields[col[c]].strip() for c in spec.raw_text_columns]
-        empty = [c for c, t in zip(spec.raw_text_columns, texts) if not t]
-        if empty:
-            bad(line, "empty_text", f"column '{empty[0]}' is empty (id {rid})")
-            continue
-        label = None
-        if labelled:
-            raw_label = fields[col[spec.raw_label_column]].strip()
-            if not raw_label:
-                bad(line, "missing_label", f"column '{spec.raw_label_column}' is empty (id {rid})")
-                continue
-            label = _parse_label(spec, raw_label)
-            if label is None:
-                bad(line, "bad_label", f"column '{spec.raw_label_column}' is {raw_label!r}, expected "
-                                       f"{_label_rule(spec)} (id {rid})")
-                continue
-        if rid in seen_ids:
-            bad(line, "duplicate_id", f"column 'id': {rid} already appears on line {seen_ids[rid]}")
-            continue
-        seen_ids[rid] = line
-        out["id"].append(rid)
-        for store, t in zip(out["text"], texts):
-            store.append(t)
-        out["label"].append(label)
-
-    names = output_columns(task)
-    frame = pd.DataFrame({names[0]: out["id"], **{n: t for n, t in zip(names[1:-1], out["text"])},
-                          "label": out["label"]})
-    if labelled:
-        frame["label"] = frame["label"].astype(float if spec.kind == "regression" else int)
-    n_read = len(lines) - 1 + bad.reasons.get("encoding", 0) + bad.reasons.get("control_character", 0)
-    report = FileReport(str(path), read=n_read, kept=len(frame), dropped=dict(bad.reasons))
-    assert report.kept + sum(bad.reasons.values()) == report.read
-    return frame, report
-
-
-# ---------------------------------------------------------------- SNLI / MNLI jsonl
-
-
-def _nli_text(rec: dict, key: str) -> tuple[str | None, str, str]:
-    """(text, reason, what): the text of `key`, or None with the bad-row reason and message."""
-    value = rec.get(key)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None, "empty_text", f"'{key}' is missing or empty"
-    if not isinstance(value, str):
-        return None, "not_text", f"'{key}' is {type(value).__name__} {json.dumps(value)[:40]}, not a string"
-    if "\x00" in value:
-        return None, "control_character", f"'{key}' holds a NUL character"
-    if len(value) > MAX_FIELD_CHARS:
-        return None, "field_too_long", f"'{key}' has {len(value):,} characters, more than {MAX_FIELD_CHARS:,}"
-    # tabs and line breaks are whitespace to a BERT tokenizer; the prepared splits hold one row per line
-    return _LINE_BREAKS.sub(" ", value).strip(), "", ""
-
-
-def _nli_key(value) -> str | None:
-    """A captionID / promptID / pairID as text; None when absent, empty or not a string or integer."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        return None
-    value = _LINE_BREAKS.sub(" ", str(value)).strip()
-    return value or None
-
-
-def read_nli(path: str | Path, on_bad_rows: str = "error") -> tuple[pd.DataFrame, FileReport]:
-    """Read SNLI/MNLI jsonl: columns id, group, sentence1, sentence2, label.
-
-    `group` is the premise's captionID (SNLI) or promptID (MNLI); `id` the pairID when present.
-    Rows with gold_label "-" are dropped as "no_gold_label" in both modes (that is how SNLI marks
-    pairs without annotator agreement, not an error). Tabs and line breaks inside a sentence become
-    spaces (a BERT tokenizer reads them as spaces anyway).
-    """
-    path = Path(path)
-    bad = _BadRows(path, on_bad_rows)
-    lines, numbers = _decoded_lines(path, bad, header=False)
-    if not lines and not bad.reasons:
-        raise MinBertError(f"{path}: the file is empty; expected one JSON object per line (SNLI/MNLI jsonl)")
-    rows, reasons_extra = [], Counter()
-    seen_ids: dict[str, int] = {}
-    n_read = bad.reasons.get("encoding", 0) + bad.reasons.get("control_character", 0)
-    for line_no, text in zip(numbers, lines):
-        n_read += 1
-        if len(text) > 8 * MAX_FIELD_CHARS:
-            bad(line_no, "field_too_long", f"the line has {len(text):,} characters (a broken file?)")
-            continue
-        try:
-            rec = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:
-            bad(line_no, "invalid_json", f"not valid JSON ({getattr(e, 'msg', 'nested too deeply')})")
-            continue
-        if not isinstance(rec, dict):
-            bad(line_no, "invalid_json", "expected a JSON object per line")
-            continue
-        label = rec.get("gold_label")
-        if label == "-":
-            reasons_extra["no_gold_label"] += 1
-            continue
-        group = _nli_key(rec.get("captionID"))
-        if group is None:
-            group = _nli_key(rec.get("promptID"))
-        if group is None:
-            bad(line_no, "missing_group", "no 'captionID' (SNLI) or 'promptID' (MNLI) string or integer")
-            continue
-        (s1, r1, w1), (s2, r2, w2) = _nli_text(rec, "sentence1"), _nli_text(rec, "sentence2")
-        if s1 is None or s2 is None:
-            reason, what = (r1, w1) if s1 is None else (r2, w2)
-            bad(line_no, reason, what)
-            continue
-        if not isinstance(label, str) or label not in NLI_LABELS:
-            bad(line_no, "bad_label", f"'gold_label' is {label!r}, expected one of {', '.join(NLI_LABELS)} or '-'")
-            continue
-        raw_id = rec.get("pairID")
-        rid = f"{path.stem}-{line_no}" if raw_id is None else _nli_key(raw_id)
-        if rid is None:
-            bad(line_no, "missing_id", f"'pairID' is {raw_id!r}, expected a non-empty string or integer")
-            continue
-        if rid in seen_ids:
-            bad(line_no, "duplicate_id", f"'pairID' {rid} already appears on line {seen_ids[rid]}")
-            continue
-        seen_ids[rid] = line_no
-        rows.append((rid, group, s1, s2, label))
-    frame = pd.DataFrame(rows, columns=output_columns("nli"))
-    dropped = dict(bad.reasons) | dict(reasons_extra)
-    return frame, FileReport(str(path), read=n_read, kept=len(frame), dropped=dropped)
-
-
-def split_by_group(frame: pd.DataFrame, dev_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split NLI rows into train/dev by premise group (no premise in both), seeded and stable."""
-    groups = np.array(sorted(frame["group"].unique()))
-    if len(groups) < 2:
-        raise MinBertError(f"data.nli_file: the NLI data has {len(groups)} premise group(s) (captionID or "
-                           f"promptID); need at least 2 to split off a dev set (or set data.nli_file: null)")
-    rng = np.random.default_rng(seed)
-    n_dev = min(len(groups) - 1, max(1, round(dev_fraction * len(groups))))
-    dev_groups = set(rng.permutation(groups)[:n_dev])
-    is_dev = frame["group"].isin(dev_groups)
-    return frame[~is_dev].reset_index(drop=True), frame[is_dev].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- prepared splits (results/data)
@@ -396,12 +90,6 @@ def _task_of(path: Path) -> str:
         raise MinBertError(f"{path}: cannot tell the task from the file name (expected "
                            f"<task>-<split>.tsv with task one of {', '.join(PREPARED)})")
     return task
-
-
-def write_cs224n(frame: pd.DataFrame, path: str | Path) -> None:
-    """Write a raw file in the CS224N layout (leading unnamed index column), atomically."""
-    with atomic_path(path) as tmp:
-        frame.reset_index(drop=True).to_csv(tmp, sep="\t", index=True, encoding="utf-8", lineterminator="\n")
 
 
 def _cell(value) -> str:
@@ -428,7 +116,7 @@ def write_split(frame: pd.DataFrame, path: str | Path) -> None:
     for row_no, row in enumerate(frame.itertuples(index=False, name=None)):
         cells = [_cell(v) for v in row]
         for name, cell in zip(columns, cells):
-            if _LINE_BREAKS.search(cell):
+            if LINE_BREAKS.search(cell):
                 raise ValueError(f"{path}: row {row_no}, column '{name}' holds a tab or line break; the readers "
                                  f"should have removed it")
         lines.append("\t".join(cells))
@@ -522,52 +210,3 @@ def load_splits(data_dir: str | Path, task: str, splits=("train", "dev", "test")
         raise MinBertError(f"{absent[0]}: prepared split not found while other {task} splits are there; re-run "
                            f"the prepare stage (python -m stages.prepare){again}")
     return {s: read_split(p) for s, p in found.items()}
-
-
-# ---------------------------------------------------------------- downsampling
-
-
-def target_sizes(sizes: dict[str, int], spec) -> dict[str, int]:
-    """Rows to keep per task: `spec.mode` (none | smallest | fixed), then the per-task caps."""
-    if spec.mode == "none":
-        out = dict(sizes)
-    elif spec.mode == "smallest":
-        smallest = min(sizes.values()) if sizes else 0
-        out = {t: smallest for t in sizes}
-    elif spec.mode == "fixed":
-        out = {t: min(n, spec.size) for t, n in sizes.items()}
-    else:
-        raise MinBertError(f"downsample.mode: unknown mode {spec.mode!r} (none, smallest or fixed)")
-    for task, cap in (spec.caps or {}).items():
-        if cap is None:              # no cap: an experiment lifting a cap its base sets
-            continue
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-            raise MinBertError(f"downsample.caps.{task}: {cap!r} is not a number of rows (an integer >= 0)")
-        if task in out:
-            out[task] = min(out[task], cap)
-    return out
-
-
-def _task_seed(seed: int, task: str) -> list[int]:
-    # per-task stream: the rows kept for one task do not depend on the other tasks or dict order
-    return [int(seed) & 0xFFFFFFFF, zlib.crc32(task.encode("utf-8"))]
-
-
-def downsample(frames: dict[str, pd.DataFrame], spec, seed: int) -> dict[str, pd.DataFrame]:
-    """Subsample each task's frame per `spec` (a minbert.params.Downsample), seeded and stable.
-
-    The kept rows are the first n of a seeded permutation of the task's rows, returned in their
-    original order: same seed, same rows; a smaller n keeps a subset of a larger n's rows.
-    """
-    sizes = {t: len(f) for t, f in frames.items()}
-    targets = target_sizes(sizes, spec)
-    out = {}
-    for task, frame in frames.items():
-        n = targets[task]
-        if n >= len(frame):
-            out[task] = frame
-            continue
-        order = np.random.default_rng(_task_seed(seed, task)).permutation(len(frame))
-        keep = np.sort(order[:n])
-        out[task] = frame.iloc[keep].reset_index(drop=True)
-    return out

@@ -18,13 +18,12 @@ from minbert.params.messages import close
 from minbert.params.schema import (
     EnsembleParams,
     ExperimentParams,
-    Params,
     PretrainParams,
-    StudyParams,
     check_name,
     deep_merge,
     resolve_experiment,
 )
+from minbert.params.studies import Params, StudyParams
 
 
 def seeds_of(exp: ExperimentParams, study_repeats: int | None = None) -> list[int] | None:

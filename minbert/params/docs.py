@@ -1,5 +1,5 @@
 """The docs' key tables and the editors' JSON schema, generated from the schema's field
-descriptions (minbert.params.schema), so that each key's help text is written once.
+descriptions (minbert.params.schema and minbert.params.studies), so that each key's help text is written once.
 
     python3 -m minbert.params.docs [--check] [--root DIR]
 
@@ -24,10 +24,10 @@ from minbert.params.schema import (
     ExperimentParams,
     FinetuneParams,
     HeadsParams,
-    Params,
     PretrainParams,
     RetrainHeadsParams,
 )
+from minbert.params.studies import Params
 
 # table name -> (docs file, the model whose keys it lists, nested sections listed key by key as section.key)
 TABLES: dict[str, tuple[str, type[BaseModel], tuple[str, ...]]] = {

@@ -1,5 +1,5 @@
 """Reading params.yaml and its catalogue file: YAML that refuses a key given twice, the catalogue's
-sections in place of params.yaml's, then parse (minbert.params.schema), expand
+sections in place of params.yaml's, then parse (minbert.params.studies.Params), expand
 (minbert.params.catalogue) and check (minbert.params.validate). Each step reports a one-line
 MinBertError naming the file and the key."""
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from minbert.core.errors import MinBertError
 from minbert.params.catalogue import LoadedParams, expand
 from minbert.params.messages import close, raise_validation
-from minbert.params.schema import CATALOGUE_SECTIONS, NAME_RE, ExperimentParams, Params
+from minbert.params.schema import CATALOGUE_SECTIONS, NAME_RE, ExperimentParams
+from minbert.params.studies import Params
 from minbert.params.validate import check_params
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from minbert.params.schema import Params
+from minbert.params.studies import Params
 
 # a number with a decimal point, as tables print them; "- 0.048" (a minus set apart) included
 NUMBER = re.compile(r"(?<![\w.])(-\s?)?(\d*\.\d+)(?![\w.]*\d)")

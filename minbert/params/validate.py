@@ -18,11 +18,11 @@ from minbert.params.messages import close, raise_validation
 from minbert.params.schema import (
     ExperimentParams,
     FinetuneParams,
-    Params,
     check_name,
     deep_merge,
     resolve_experiment,
 )
+from minbert.params.studies import Params
 
 MULTI_TASK_UPDATES = ("simultaneous",)          # the schedules whose updates sum several tasks' losses
 

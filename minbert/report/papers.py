@@ -12,8 +12,8 @@ import numpy as np
 
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import TASKS
-from minbert.data.read import target_sizes
-from minbert.params import PAPER_OVERALL
+from minbert.data.downsample import target_sizes
+from minbert.params.studies import PAPER_OVERALL
 from minbert.report.best import best_of, dev_score
 from minbert.report.data import ReportData
 from minbert.report.scores import ScoreBook

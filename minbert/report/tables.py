@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minbert.core.errors import MinBertError
-from minbert.params import PAPER_OVERALL
-from minbert.params.schema import StudyParams
+from minbert.params.studies import PAPER_OVERALL, StudyParams
 from minbert.report.best import best_of, best_verdict
 from minbert.report.data import ReportData
 from minbert.report.scores import METRIC_COLUMNS, ScoreBook, metric_value
@@ -105,7 +104,7 @@ def table_columns(study, runs: list, data: ReportData) -> tuple[list, list, list
 
 
 def build_table(study, data: ReportData, book: ScoreBook) -> Table:
-    """A study's table (minbert.params.schema.StudyParams: its rows, baseline, splits, summary rows
+    """A study's table (minbert.params.studies.StudyParams: its rows, baseline, splits, summary rows
     and paper), every row against the baseline row (the first row unless the study names one)."""
     shown_runs = [m for r in study.experiments for m in book.members(r)]
     columns, splits, notes = table_columns(study, [data.runs[m] for m in shown_runs], data)

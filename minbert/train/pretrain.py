@@ -36,8 +36,9 @@ from minbert.core.layout import BEST_STATE_FILE, STATE_FILE
 from minbert.core.provenance import fingerprint_of
 from minbert.core.runtime import Runtime, seed_everything, start_runtime
 from minbert.core.tasks import TASKS
+from minbert.data.downsample import downsample
 from minbert.data.encode import encode_cached
-from minbert.data.read import downsample, load_splits
+from minbert.data.read import load_splits
 from minbert.data.sampler import BucketBatchSampler
 from minbert.data.views import Encoded
 from minbert.model.bert import BertModel

@@ -1,0 +1,283 @@
+"""The sections of params.yaml that only the report reads, and params.yaml as a whole: the studies
+(the report's tables, their grids) with the papers' tables they reproduce (rows, columns, printed
+values, claims), the report's settings, and `Params`, the model of the whole file.
+
+They are apart from the settings' models (minbert.params.schema) so that no job but the report runs
+them: a job receives its settings resolved in its job file and never reads the whole params, so an
+edit to a claim check re-describes the report alone.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from minbert.core.tasks import TASKS, TaskName
+from minbert.params.messages import close
+from minbert.params.schema import (
+    DataParams,
+    EnsembleParams,
+    ExportParams,
+    PretrainParams,
+    Strict,
+)
+
+PAPER_OVERALL = {"leaderboard": "overall", "mean": "mean"}   # a paper's overall formula -> metrics.json key
+# what a paper column reads: its overall score (in the paper's formula) or one task's metric
+PaperMetric = Literal[("overall",) + tuple(t.metric_key for t in TASKS.values())]
+Split = Literal["dev", "test"]
+
+
+# ---------------------------------------------------------------- grids
+
+class GridAxis(Strict):
+    """One axis of a study's grid: a setting and its values."""
+    key: str = Field(description="an experiment setting, dotted: `finetune.hidden_dropout`")
+    values: list[Any] = Field(description="the setting's values, each once")
+    label: str = Field("", description="short name in the experiment names and the report; empty: the key's last "
+                                       "part")
+
+    @field_validator("values")
+    @classmethod
+    def _some_values(cls, v):
+        if not v or len(v) != len({repr(x) for x in v}):
+            raise ValueError("needs values, each once")
+        return v
+
+    @property
+    def name(self) -> str:
+        return self.label or self.key.rsplit(".", 1)[-1]
+
+
+class GridParams(Strict):
+    """A study's grid: every combination of the axes' values applied to one experiment, each an
+    experiment of its own named <study>.<label><value>[.<label><value>] (e.g. dropout x lambda)."""
+    experiment: str = Field(description="the experiment each cell changes")
+    axes: list[GridAxis] = Field(min_length=1, max_length=2, description="one or two axes; the first varies "
+                                                                         "slowest")
+
+
+# ---------------------------------------------------------------- the papers' tables
+
+class PaperDifference(Strict):
+    """One setting in which this catalogue's runs of a paper differ from the paper (shown beside
+    each of its tables as "differs from the paper")."""
+    setting: str = Field(description="the setting, in words: \"learning rate\", \"model\"")
+    paper: str = Field(description="the paper's value, as it states it (\"not stated\" where it does not)")
+    ours: str = Field(description="this catalogue's value")
+
+
+class PaperParams(Strict):
+    """A report the catalogue reproduces: its title, its own overall formula, the scale it ran at
+    (for the line under each of its tables that says how this run's scale differs) and every other
+    setting in which this catalogue's runs differ from it."""
+    title: str = Field(description="the paper's title")
+    overall: Literal["leaderboard", "mean"] = Field(
+        description="its overall score: `leaderboard`: (SST acc + Para acc + (STS r + 1) / 2) / 3; `mean`: the "
+                    "plain mean of the three")
+    model: str = Field("bert-base-uncased", description="the model it fine-tuned")
+    epochs: int | None = Field(None, ge=1, description="the epochs of most of its rows")
+    data: dict[TaskName, Annotated[int, Field(ge=1)]] = Field(
+        {}, description="the training rows per task the paper trained its rows on, as it prints them (after its own "
+                        "downsampling)")
+    totals: dict[TaskName, Annotated[int, Field(ge=1)]] = Field(
+        {}, description="where the paper prints no training rows for a task: the data set's size it prints (the scale "
+                        "line says its training rows are not stated)")
+    differs: list[PaperDifference] = Field(
+        [], description="every setting (other than model, epochs and rows, which the scale line compares) in which "
+                        "this catalogue's runs of the paper differ from it")
+
+
+class PaperColumn(Strict):
+    """One printed column of a paper's table."""
+    name: str = Field(description="as printed: \"Overall Dev\", \"QQP\", \"DEV_TOTAL\"")
+    metric: PaperMetric = Field(description="what it reads: `overall` (the paper's formula, "
+                                            "`papers.<id>.overall`) or one task's metric")
+
+
+class PaperRow(Strict):
+    """One printed row: its label, what reproduces it (`run`: an experiment, a repeated experiment
+    or an ensemble; or `best_of`: the best by dev of experiments or of studies' rows, as a paper's
+    best-of-a-sweep row), and every value it prints, per split, by column name."""
+    label: str = Field(description="the row's label as printed")
+    run: str | None = Field(None, description="the experiment, repeated experiment or ensemble that reproduces it "
+                                              "(it joins the study's rows)")
+    best_of: list[str] = Field([], description="instead of `run`: experiments, ensembles or studies (their rows) "
+                                               "whose best by dev stands for the row")
+    from_table: str = Field("", description="a row of another table of the paper that this table's claims compare "
+                                            "with (\"Table 1\"): it does not count among this table's rows")
+    stand_in: str = Field("", description="when the run is not the paper's method for this row: how it differs (the "
+                                          "page then names the run and shows the paper's label as what it compares "
+                                          "to)")
+    dev: dict[str, float] = Field({}, description="the printed dev values by column name")
+    test: dict[str, float] = Field({}, description="the printed test values by column name")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.run is None) == (not self.best_of):
+            raise ValueError(f"row '{self.label}': give either 'run' (an experiment or ensemble) or 'best_of' "
+                             f"(experiments or studies whose best by dev stands for the row)")
+        return self
+
+
+class PaperClaim(Strict):
+    """A finding the paper states about two of its rows, on one column. A difference: `better`
+    scores higher than `worse` (the paper's difference is that of its printed values). No effect:
+    `same` names the two rows the paper finds do not differ, and `margin` the largest difference
+    that still counts as none (`margin_reason` says why); reproduced when our difference's interval
+    lies within ±margin."""
+    text: str = Field(description="the claim in a few words")
+    better: str | None = Field(None, description="the label of the row the paper finds better")
+    worse: str | None = Field(None, description="the label of the row it finds worse")
+    same: list[str] = Field([], description="instead of better / worse, a no-effect claim: the two rows the paper "
+                                            "finds do not differ (the difference is the first − the second)")
+    margin: float | None = Field(None, gt=0, description="a no-effect claim: the largest difference (either sign) "
+                                                         "that counts as no effect")
+    margin_reason: str = Field("", description="a no-effect claim: why that margin (shown on the page)")
+    column: str = Field(description="the column compared")
+    split: Split = Field("dev", description="the split compared")
+    quote: str = Field("", description="the paper's words that state the finding (checked against its text); "
+                                       "required where the paper prints no value for one of the rows")
+    proxy: str = Field("", description="when the paper does not state this comparison itself: what it states "
+                                       "and why this comparison stands for it (shown on the page)")
+
+    @model_validator(mode="after")
+    def _one_kind(self):
+        if self.same:
+            if self.better is not None or self.worse is not None:
+                raise ValueError(f"claim '{self.text}': give either 'better' and 'worse' (a difference) or 'same' "
+                                 f"(no effect), not both")
+            if len(self.same) != 2 or self.same[0] == self.same[1]:
+                raise ValueError(f"claim '{self.text}': 'same' names two different rows")
+            if self.margin is None or not self.margin_reason.strip():
+                raise ValueError(f"claim '{self.text}': a no-effect claim needs 'margin' and 'margin_reason' "
+                                 f"(the largest difference that counts as none, and why)")
+        else:
+            if self.better is None or self.worse is None:
+                raise ValueError(f"claim '{self.text}': give 'better' and 'worse' (a difference) or 'same' "
+                                 f"(no effect)")
+            if self.margin is not None or self.margin_reason:
+                raise ValueError(f"claim '{self.text}': 'margin' belongs to a no-effect claim ('same')")
+        return self
+
+    @property
+    def kind(self) -> Literal["difference", "no_effect"]:
+        return "no_effect" if self.same else "difference"
+
+    @property
+    def rows(self) -> tuple[str, str]:
+        """The two rows compared: the difference is the first − the second."""
+        return (self.same[0], self.same[1]) if self.same else (self.better, self.worse)
+
+
+class StudyPaper(Strict):
+    """The paper table a study reproduces, as data: which paper and table, its columns in order,
+    its rows with every printed value, the summary rows it prints, and its claims."""
+    id: str = Field(description="a key of `papers`")
+    table: str = Field(description="the table's name in the paper: \"Table 2\", \"Figure 5\"")
+    columns: list[PaperColumn] = Field(min_length=1, description="its columns in the paper's order")
+    rows: list[PaperRow] = Field(min_length=1, description="its rows in the paper's order")
+    printed_rows: int | None = Field(None, ge=1, description="how many rows the paper's table prints, when this study "
+                                                             "carries fewer (the page says \"k of n rows\")")
+    summary: dict[Literal["mean", "std"], dict[str, float]] = Field(
+        {}, description="its printed Average / Std rows by column name")
+    data: dict[TaskName, Annotated[int, Field(ge=1)]] = Field(
+        {}, description="the training rows per task of this table's rows, where they differ from the paper's `data` "
+                        "(as the paper prints them)")
+    claims: list[PaperClaim] = Field([], description="the comparisons the paper makes between its rows")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise ValueError("columns: a column name is given twice")
+        labels = [r.label for r in self.rows]
+        own = sum(1 for r in self.rows if not r.from_table)
+        if self.printed_rows is not None and self.printed_rows < own:
+            raise ValueError(f"printed_rows: {self.printed_rows} is fewer than the {own} rows of this table given")
+        if len(set(labels)) != len(labels):
+            dup = next(x for x in labels if labels.count(x) > 1)
+            raise ValueError(f"rows: label '{dup}' is given twice")
+        for r in self.rows:
+            for split in ("dev", "test"):
+                for col in getattr(r, split):
+                    if col not in names:
+                        raise ValueError(f"row '{r.label}' {split}: unknown column '{col}'{close(col, names)}")
+        for kind, values in self.summary.items():
+            for col in values:
+                if col not in names:
+                    raise ValueError(f"summary {kind}: unknown column '{col}'{close(col, names)}")
+        for c in self.claims:
+            for side in c.rows:
+                if side not in labels:
+                    raise ValueError(f"claim '{c.text}': unknown row '{side}'{close(side, labels)}")
+            if c.column not in names:
+                raise ValueError(f"claim '{c.text}': unknown column '{c.column}'{close(c.column, names)}")
+            rows = {r.label: getattr(r, c.split) for r in self.rows}
+            first, second = c.rows
+            missing = [side for side in c.rows if c.column not in rows[side]]
+            if missing:
+                if not c.quote.strip():
+                    raise ValueError(f"claim '{c.text}': the paper prints no {c.split} {c.column} for '{missing[0]}' "
+                                     f"(give the 'quote' that states the finding)")
+            elif c.kind == "difference" and rows[first][c.column] <= rows[second][c.column]:
+                raise ValueError(f"claim '{c.text}': the paper's {first} ({rows[first][c.column]}) is not "
+                                 f"above {second} ({rows[second][c.column]}) on {c.column}")
+        return self
+
+    def column(self, name: str) -> PaperColumn:
+        return next(c for c in self.columns if c.name == name)
+
+    def row(self, label: str) -> PaperRow:
+        return next(r for r in self.rows if r.label == label)
+
+    def paper_difference(self, claim: PaperClaim) -> float | None:
+        """The paper's printed difference (the claim's first row − its second); None where it prints
+        no value for one of them (the claim then rests on its quote)."""
+        first, second = (getattr(self.row(label), claim.split).get(claim.column) for label in claim.rows)
+        return None if first is None or second is None else first - second
+
+
+class StudyParams(Strict):
+    """One table of the report: experiments as rows, against a baseline row."""
+    name: str = Field(description="the study's name (unique; its page and its grid cells are named by it)")
+    title: str = Field(description="the table's title")
+    experiments: list[str] = Field([], description="its rows: experiments, repeated experiments or ensembles "
+                                                   "(a grid's cells and a paper table's runs are added)")
+    grid: GridParams | None = Field(None, description="more rows: the grid's cells")
+    summary: list[Literal["mean", "std"]] = Field([], description="rows under the table: the mean / spread of each "
+                                                                  "column")
+    repeats: Annotated[int, Field(ge=1, le=100)] | None = Field(None, description="seeds for every row that sets "
+                                                                                  "none")
+    baseline: str | None = Field(None, description="the row the others are compared with; null: the first row")
+    splits: list[Literal["dev", "test"]] = Field(["dev", "test"], description="the splits the table shows")
+    source: str = Field("", description="which paper table it reproduces, in words")
+    paper: StudyPaper | None = Field(None, description="that table as data: rows, columns, printed values, claims")
+
+
+class ReportParams(Strict):
+    """The report's settings (docs/report.md)."""
+    title: str = Field("Multi-task minBERT", description="the report's title")
+    worst_k: int = Field(10, ge=1, description="how many of the worst-predicted dev examples each experiment's "
+                                               "page lists per task")
+
+
+# ---------------------------------------------------------------- params.yaml as a whole
+
+class Params(Strict):
+    """params.yaml (or params.yaml's `catalogue` and `report` with a catalogue file's sections)."""
+    catalogue: str = Field("demo", description="`demo`: the sections of params.yaml; NAME: the sections of "
+                                               "params/NAME.yaml instead")
+    data: DataParams = Field(DataParams(), description="how `prepare` reads and checks the raw files")
+    base: dict[str, Any] = Field({}, description="the settings every experiment starts from (an experiment's keys)")
+    pretrainings: dict[str, PretrainParams] = Field({}, description="named pretrainings; experiments refer to them "
+                                                                    "by name and share one output")
+    experiments: dict[str, dict[str, Any]] = Field(description="named experiments, each what it changes in `base` "
+                                                               "(deep-merged)")
+    ensembles: dict[str, EnsembleParams] = Field({}, description="named ensembles over member experiments")
+    papers: dict[str, PaperParams] = Field({}, description="the reports whose tables studies reproduce "
+                                                           "(`studies[].paper`)")
+    studies: list[StudyParams] = Field([], description="the report's tables")
+    report: ReportParams = Field(ReportParams(), description="report settings")
+    export: ExportParams = Field(ExportParams(), description="the experiments exported in the Hugging Face format")
+
