@@ -4,6 +4,7 @@
     minbert submission SOURCE --out DIR                      # the CS224N starter's six prediction files + zip
                                                              # (the zip beside DIR, the starter's name)
     minbert upload FOLDER REPO_ID                            # an export folder to the Hugging Face Hub
+    minbert estimate [--params params.yaml]                  # how long its pipeline will take here
 
 MODEL is an experiment's folder (results/experiments/E), its model.pt, or an export folder
 (results/exports/E). An input file has a header row naming `sentence` (one-sentence tasks: sst,
@@ -330,8 +331,31 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--private", action="store_true")
     u.add_argument("--revision", help="a branch of the repository (default: main)")
     u.set_defaults(func=upload_command)
-    ap.commands = {"predict": p, "submission": s, "upload": u}
+    e = sub.add_parser("estimate", help="how long a params file's pipeline will take on this machine",
+                       description="Every training run's planned updates, dev evaluations, pretraining steps and "
+                                   "predictions, priced by the encoder's step time measured here now (seconds), "
+                                   "one job at a time (minbert.pipeline.estimate).")
+    e.add_argument("--params", default="params.yaml", help="the params file (default: params.yaml)")
+    e.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"], help="default: the params' base device")
+    e.add_argument("--threads", type=int, help="CPU threads (default: the params' base threads, else torch's)")
+    e.set_defaults(func=estimate_command)
+    ap.commands = {"predict": p, "submission": s, "upload": u, "estimate": e}
     return ap
+
+
+def estimate_command(args) -> None:
+    from minbert.core.runtime import pick_device, resolve_precision
+    from minbert.params.load import load_params
+    from minbert.pipeline.estimate import describe, estimate, measure
+
+    lp = load_params(args.params)
+    base = lp.base
+    device = args.device or base.device
+    threads = args.threads or base.threads
+    cost = measure(base.model, device, base.precision, threads)
+    dev = pick_device(device)
+    where = f"{dev.type} ({resolve_precision(base.precision, dev)}" + (f", {threads} threads" if threads else "") + ")"
+    print(describe(estimate(lp, cost), where))
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -107,3 +107,13 @@ def test_catalogue_projection_adds_up_the_real_update_counts():
     hours = float(bench.projection(one)[0].split("about ")[1].split(" h")[0])
     double = float(bench.projection({k: 2.0 for k in one})[0].split("about ")[1].split(" h")[0])
     assert hours > 0 and double == pytest.approx(2 * hours, rel=1e-3)
+
+
+def test_gpu_sharing_smoke_run_prints_each_mode_against_one_job_at_a_time():
+    lines = run_bench("bench/gpu_sharing.py", "--quick")
+    assert "2 jobs x 3 updates, tiny, batch 4, cpu" in lines
+    rows = {line[:28].strip(): line[28:].split() for line in lines if "updates/s" in line}
+    assert list(rows) == ["one at a time", "side by side, time slices"]          # no MPS without a GPU
+    assert rows["one at a time"][2] == "x" and rows["one at a time"][3] == "1.00"
+    for cells_ in rows.values():
+        assert float(cells_[0]) > 0 and cells_[5:7] and all(float(r) > 0 for r in cells_[5:])

@@ -3,11 +3,15 @@ visible devices come from CUDA_VISIBLE_DEVICES), makes a job wait while every GP
 runs the command as it is where no GPU is visible."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from conftest import child_env
+
+from workflow import gpu_slot
 
 SHOW = [sys.executable, "-c", "import os, sys, time; print(os.environ.get('CUDA_VISIBLE_DEVICES', 'none'), "
                               "flush=True); time.sleep(float(sys.argv[1]))"]
@@ -76,3 +80,42 @@ def test_a_shared_gpu_takes_another_job_only_while_its_memory_allows(tmp_path, m
     assert got and got[0][0] == ["0"]
     for f in files + got[0][1]:
         f.close()
+
+
+def fake_mps(tmp_path, monkeypatch, probe_ok: bool) -> tuple[Path, Path]:
+    """A `nvidia-cuda-mps-control` on PATH that records how it was called (and what it was told on
+    stdin), and a `python` whose first CUDA client succeeds or fails."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.txt"
+    bin_dir.mkdir()
+    control = bin_dir / "nvidia-cuda-mps-control"
+    control.write_text(f"#!/bin/sh\necho \"$* pipe=$CUDA_MPS_PIPE_DIRECTORY\" >> {calls}\n"
+                       f"[ -t 0 ] || cat >> {calls}\nexit 0\n")
+    probe = bin_dir / "probe-python"
+    probe.write_text(f"#!/bin/sh\necho probe >> {calls}\nexit {0 if probe_ok else 1}\n")
+    for f in (control, probe):
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return probe, calls
+
+
+def test_jobs_sharing_a_gpu_become_clients_of_one_mps_server_started_once(tmp_path, monkeypatch):
+    probe, calls = fake_mps(tmp_path, monkeypatch, probe_ok=True)
+    locks = tmp_path / "locks"
+    env = gpu_slot.mps_env(locks, python=str(probe))
+    assert env == {"CUDA_MPS_PIPE_DIRECTORY": str(locks / "mps-pipe"), "CUDA_MPS_LOG_DIRECTORY": str(locks / "mps-log")}
+    assert gpu_slot.mps_env(locks, python=str(probe)) == env            # the second job finds it running
+    assert calls.read_text().splitlines() == [f"-d pipe={locks / 'mps-pipe'}", "probe"]
+
+
+def test_an_mps_server_that_cannot_serve_is_stopped_and_jobs_share_by_time_slices(tmp_path, monkeypatch):
+    probe, calls = fake_mps(tmp_path, monkeypatch, probe_ok=False)
+    locks = tmp_path / "locks"
+    assert gpu_slot.mps_env(locks, python=str(probe)) == {}
+    assert gpu_slot.mps_env(locks, python=str(probe)) == {}             # remembered: not tried again
+    lines = calls.read_text().splitlines()
+    assert lines[:2] == [f"-d pipe={locks / 'mps-pipe'}", "probe"] and "quit" in lines and lines.count("probe") == 1
+
+
+def test_no_mps_control_no_mps(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert gpu_slot.mps_env(tmp_path / "locks") == {}

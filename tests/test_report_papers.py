@@ -4,9 +4,11 @@ sentence better than `cls`, `ghost` never run): the paper's labels, columns and 
 the paper's value beside ours with its interval, and each claim's verdict."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from test_report import PARAMS, _metrics, build_inputs, expected, parse
 
@@ -36,6 +38,7 @@ studies:
         - {label: "R4 never run", run: ghost, dev: {SST acc.: 0.990}}
         - {label: "R5 best of", best_of: [cls, sbert], dev: {Score: 0.650}}
         - {label: "R6 twin", run: twin, stand_in: "the same predictions as R1", dev: {SST acc.: 0.900}}
+        - {label: "R7 rising", run: rising, stand_in: "sbert's predictions, its curve still rising", dev: {QQP: 0.95}}
       printed_rows: 8
       summary: {mean: {Score: 0.5}}
       claims:
@@ -48,16 +51,40 @@ studies:
         - {text: no effect differs, same: ["R2 better", "R1 plain"], column: QQP, margin: 0.02, margin_reason: as above}
         - {text: no effect unclear, same: ["R3 near", "R1 plain"], column: SST acc., margin: 0.001,
            margin_reason: a margin below one sentence}
+        - {text: no gain holds, no_gain: ["R6 twin", "R1 plain"], column: SST acc., margin: 0.02,
+           margin_reason: "the paper calls 0.02 noise"}
+        - {text: no gain differs, no_gain: ["R2 better", "R6 twin"], column: QQP, margin: 0.02,
+           margin_reason: as above, quote: "R2 failed to improve on R6"}
+        - {text: a row still rising, better: "R7 rising", worse: "R1 plain", column: QQP}
 """
+
+# dev selection scores per evaluation: a curve that flattened, and one still rising at its end
+FLAT = [0.40, 0.52, 0.57, 0.595, 0.60, 0.601, 0.60, 0.602]
+RISING = [0.40, 0.45, 0.50, 0.54, 0.58, 0.62, 0.66, 0.70]
+
+
+def write_curve(layout, name: str, scores: list[float]) -> None:
+    """A finetune history.csv of one phase over the three leaderboard tasks with these dev scores."""
+    n = len(scores)
+    pd.DataFrame({"epoch": [round((k + 1) / 4, 4) for k in range(n)], "update": [10 * (k + 1) for k in range(n)],
+                  "phase": ["sst+para+sts"] * n, "dev_score": scores}).to_csv(layout.history(name, "finetune"),
+                                                                               index=False)
 
 
 @pytest.fixture(scope="module")
 def paper_report(tmp_path_factory):
     root = tmp_path_factory.mktemp("paper_report")
     params_path, layout = build_inputs(root)
-    text = PARAMS.replace("experiments:\n", "experiments:\n  ghost: {description: never run, seed: 9}\n", 1)
+    text = PARAMS.replace("experiments:\n", "experiments:\n  ghost: {description: never run, seed: 9}\n"
+                          "  rising: {description: still rising, seed: 10}\n", 1)
     text = text.replace("studies:\n", PAPER + "\n", 1)      # the paper study first, then the others
     params_path.write_text(text)
+    for name in ("cls", "sbert", "near", "twin"):
+        write_curve(layout, name, FLAT)
+    shutil.copytree(layout.predictions("sbert"), layout.predictions("rising"))
+    shutil.copy(layout.metrics("sbert"), layout.metrics("rising"))
+    Path(layout.training("rising", "finetune")).mkdir(parents=True)
+    write_curve(layout, "rising", RISING)
     render_reports(load_params(params_path), layout, progress=False)
     final = Path(layout.final_report)
     return {"layout": layout, "final": parse(final), "html": final.read_text()}
@@ -123,11 +150,19 @@ def test_claims_get_their_verdicts_and_the_scorecard_opens_the_page(paper_report
             assert tds[0].find("a").attrs["href"] == "#study-paper_study"
     assert by_text == {"holds": "reproduced", "reverses": "reversed", "within noise": "not significant",
                        "never ran": "not run", "no effect holds": "reproduced", "no effect differs": "differs",
-                       "no effect unclear": "inconclusive"}
+                       "no effect unclear": "inconclusive", "no gain holds": "reproduced",
+                       "no gain differs": "differs", "a row still rising": "undertrained"}
     counts = {s.attrs["data-count"]: s.text() for s in card.iter("span") if "data-count" in s.attrs}
-    assert counts["reproduced"].strip().endswith(" 2")                      # a difference and a no effect
+    assert counts["reproduced"].strip().endswith(" 3")                # a difference, a no effect, a no gain
+    assert counts["differs"].strip().endswith(" 2")
     assert all(counts[v].strip().endswith(" 1")
-               for v in ("reversed", "not significant", "differs", "inconclusive", "not run"))
+               for v in ("reversed", "not significant", "inconclusive", "undertrained", "not run"))
+    assert "of 8 claims judged" in card.text() and "of 10 claims in all" in card.text()
+    # an undertrained claim says which row, its last gain, and what the comparison would read
+    rising = next(tr for tr in card.iter("tr") if tr.attrs.get("data-verdict") == "undertrained")
+    note = rising.find("div", **{"class": "desc training-note"}).text()
+    assert "rising finetune sst+para+sts: still rising: its last 2 of 8 evaluations gained +0.080" in note
+    assert "(on these runs the comparison reads: reproduced)" in note
     assert "Demo data" in card.text()                                       # data.dir is data/demo
     # ours is the paired bootstrap difference, as minbert.scoring.stats gives it on the same files
     holds = next(tr for tr in card.iter("tr") if tr.attrs.get("data-verdict") == "reproduced")

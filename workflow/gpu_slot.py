@@ -8,7 +8,13 @@ locks, gets the signals itself, and the kernel frees the locks when it ends, how
 
 K jobs share a device (a MiniLM job takes under 1 GB of an 80 GB GPU, and one small job alone
 leaves most of it idle), as long as its memory allows: a device that already runs a job takes
-another only while `nvidia-smi` reports at least --min-free-mb free on it. The visible GPUs are
+another only while `nvidia-smi` reports at least --min-free-mb free on it. Processes that share a
+GPU without help take turns on it (time slices), so the kernels of small jobs never overlap: where
+K > 1, the wrapper starts NVIDIA's Multi-Process Service for the machine (once; `nvidia-cuda-mps-control
+-d`, its pipes in the lock folder) and makes the job its client, so the jobs' kernels run side by
+side. A first client is tried before any job relies on it; where MPS cannot start or serve (no
+control binary, a container that forbids it), that is remembered and jobs share by time slices as
+before (`--mps off` or MINBERT_MPS=0 never starts it; `bench/gpu_sharing.py` measures the gain). The visible GPUs are
 CUDA_VISIBLE_DEVICES's entries when it is set (Slurm sets it to the job's own devices, so two jobs
 on one node lock different files), else those `nvidia-smi -L` lists. Without any, the command runs
 as it is (CPU). A job finding no free slot waits for one.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -91,6 +98,36 @@ def _slot(dev: str, lock_dir: Path, per_gpu: int, free_mb: int | None, min_free_
     return None
 
 
+MPS_PROBE = "import torch; torch.ones(8, device='cuda').sum().item()"
+
+
+def mps_env(lock_dir: Path, python: str = sys.executable, timeout: float = 120) -> dict:
+    """The environment that makes a job a client of this machine's MPS server, starting it (and
+    trying a first client) once; {} where MPS is not there or does not work (remembered)."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        return {}
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(lock_dir / "mps-pipe"), "CUDA_MPS_LOG_DIRECTORY": str(lock_dir / "mps-log")}
+    state = lock_dir / "mps-state"
+    with open(lock_dir / "mps.lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)       # one job starts it; the others wait, then read its state
+        if not state.is_file():
+            for folder in env.values():
+                Path(folder).mkdir(parents=True, exist_ok=True)
+            full = {**os.environ, **env}
+            try:
+                started = subprocess.run([control, "-d"], env=full, timeout=timeout, stdin=subprocess.DEVNULL)
+                ok = started.returncode == 0 and subprocess.run([python, "-c", MPS_PROBE], env=full, timeout=timeout,
+                                                                capture_output=True).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                ok = False
+            if not ok:
+                subprocess.run([control], input="quit\n", text=True, env=full, capture_output=True, timeout=timeout)
+            state.write_text("ok\n" if ok else "unusable\n")
+        return env if state.read_text().strip() == "ok" else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=1, help="GPUs the command needs (default 1)")
@@ -98,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-free-mb", type=int, default=4000,
                    help="a GPU already running a job takes another only with this much memory free (default 4000)")
     p.add_argument("--lock-dir", default=os.path.join(tempfile.gettempdir(), f"minbert-gpu-locks-{os.getuid()}"))
+    p.add_argument("--mps", choices=["auto", "off"], default="off" if os.environ.get("MINBERT_MPS") == "0" else "auto",
+                   help="auto (default): jobs sharing a GPU run as clients of NVIDIA's MPS where it works; off: "
+                        "time slices (also MINBERT_MPS=0)")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -113,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     held, files = acquire(devices, args.count, Path(args.lock_dir), max(1, args.per_gpu), args.min_free_mb)
     for f in files:
         os.set_inheritable(f.fileno(), True)     # the locks stay with the command after exec
-    os.execvpe(command[0], command, {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(held)})
+    mps = mps_env(Path(args.lock_dir)) if args.per_gpu > 1 and args.mps == "auto" else {}
+    os.execvpe(command[0], command, {**os.environ, **mps, "CUDA_VISIBLE_DEVICES": ",".join(held)})
 
 
 if __name__ == "__main__":

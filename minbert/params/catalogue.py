@@ -100,7 +100,8 @@ def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[li
     run, {repeated experiment: its seeds' experiments})."""
     study_repeats: dict[str, int] = {}
     for st, study_rows in zip(params.studies, rows):
-        for e in study_rows if st.repeats else ():
+        paper_runs = [x for r in st.paper.rows for x in ([r.run] if r.run else r.best_of)] if st.paper else []
+        for e in [*study_rows, *paper_runs] if st.repeats else ():
             study_repeats[e] = max(study_repeats.get(e, 1), st.repeats)
     experiments, groups = {}, {}
     for name, ov in experiments_raw.items():

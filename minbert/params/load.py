@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from minbert.core.errors import MinBertError
 from minbert.params.catalogue import LoadedParams, expand
 from minbert.params.messages import close, raise_validation
+from minbert.params.scales import at_scale
 from minbert.params.schema import CATALOGUE_SECTIONS, NAME_RE, ExperimentParams
 from minbert.params.studies import Params
 from minbert.params.validate import check_params
@@ -90,12 +91,14 @@ def _with_catalogue(raw: Any, path: Path) -> tuple[Any, Path]:
     cat = read_yaml(cat_path)
     if not isinstance(cat, dict):
         raise MinBertError(f"{cat_path}: expected a mapping at the top level")
-    extra = sorted(set(cat) - set(CATALOGUE_SECTIONS))
+    extra = sorted(set(cat) - set(CATALOGUE_SECTIONS) - {"scale"})
     if extra:
         raise MinBertError(f"{cat_path}: unknown key '{extra[0]}'{close(extra[0], CATALOGUE_SECTIONS)} "
-                           f"(a catalogue holds {', '.join(CATALOGUE_SECTIONS)})")
+                           f"(a catalogue holds {', '.join(CATALOGUE_SECTIONS)} and its default 'scale')")
     merged = {k: v for k, v in raw.items() if k not in CATALOGUE_SECTIONS}
-    merged.update(cat)
+    merged.update({k: v for k, v in cat.items() if k != "scale"})
+    if "scale" in cat:                  # the catalogue's default scale; params.yaml's `scale` wins
+        merged.setdefault("scale", cat["scale"])
     return merged, cat_path
 
 
@@ -118,6 +121,7 @@ def validate_params(raw: Any, where: str = "params.yaml") -> LoadedParams:
     """Params from their YAML content: parsed, expanded (grids, seeds) and checked across sections;
     `raw` is left as it was."""
     try:
+        raw = at_scale(raw, where)
         loaded = expand(parse_params(raw, where), raw, where)
         check_params(loaded.params, loaded.experiments, loaded.groups, where)
     except RecursionError:     # YAML that parses but nests deeper than merging and validation go

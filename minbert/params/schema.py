@@ -492,7 +492,8 @@ class ExportParams(Strict):
 
 
 # The sections a catalogue file provides; params.yaml keeps `catalogue` and `report`.
-CATALOGUE_SECTIONS = ("data", "base", "pretrainings", "experiments", "ensembles", "papers", "studies", "export")
+CATALOGUE_SECTIONS = ("data", "base", "pretrainings", "experiments", "ensembles", "papers", "studies", "export",
+                      "scales")
 
 # ---------------------------------------------------------------- an experiment from base and overrides
 

@@ -65,6 +65,7 @@ class PaperDifference(Strict):
     setting: str = Field(description="the setting, in words: \"learning rate\", \"model\"")
     paper: str = Field(description="the paper's value, as it states it (\"not stated\" where it does not)")
     ours: str = Field(description="this catalogue's value")
+    why: str = Field("", description="why it differs, where the reason is not obvious (shown beside the difference)")
 
 
 class PaperParams(Strict):
@@ -121,19 +122,27 @@ class PaperRow(Strict):
 
 
 class PaperClaim(Strict):
-    """A finding the paper states about two of its rows, on one column. A difference: `better`
-    scores higher than `worse` (the paper's difference is that of its printed values). No effect:
-    `same` names the two rows the paper finds do not differ, and `margin` the largest difference
-    that still counts as none (`margin_reason` says why); reproduced when our difference's interval
-    lies within ±margin."""
+    """A finding the paper states about two of its rows, on one column, of one of three kinds.
+    A difference: `better` scores higher than `worse` (the paper's difference is that of its printed
+    values). No effect: `same` names the two rows the paper finds do not differ, and `margin` the
+    largest difference either way that still counts as none; reproduced when our difference's
+    interval lies within ±margin. No gain (one-sided: "failed to improve", "no clear improvement"):
+    `no_gain` names the row the paper finds did not improve on the second, and `margin` the largest
+    gain that still counts as none; reproduced when our interval lies below +margin. A margin is on
+    the claim's own column (the paper's overall formula for its overall) and says why
+    (`margin_reason`)."""
     text: str = Field(description="the claim in a few words")
     better: str | None = Field(None, description="the label of the row the paper finds better")
     worse: str | None = Field(None, description="the label of the row it finds worse")
     same: list[str] = Field([], description="instead of better / worse, a no-effect claim: the two rows the paper "
                                             "finds do not differ (the difference is the first − the second)")
-    margin: float | None = Field(None, gt=0, description="a no-effect claim: the largest difference (either sign) "
-                                                         "that counts as no effect")
-    margin_reason: str = Field("", description="a no-effect claim: why that margin (shown on the page)")
+    no_gain: list[str] = Field([], description="instead of better / worse, a one-sided claim: the row the paper "
+                                               "finds did not improve on the second (\"failed to improve\"); the "
+                                               "difference is the first − the second")
+    margin: float | None = Field(None, gt=0, description="a no-effect or no-gain claim: the largest difference "
+                                                         "(either sign; for no gain, the largest gain) that counts "
+                                                         "as none, on the claim's column")
+    margin_reason: str = Field("", description="a no-effect or no-gain claim: why that margin (shown on the page)")
     column: str = Field(description="the column compared")
     split: Split = Field("dev", description="the split compared")
     quote: str = Field("", description="the paper's words that state the finding (checked against its text); "
@@ -143,31 +152,35 @@ class PaperClaim(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self):
-        if self.same:
-            if self.better is not None or self.worse is not None:
-                raise ValueError(f"claim '{self.text}': give either 'better' and 'worse' (a difference) or 'same' "
-                                 f"(no effect), not both")
-            if len(self.same) != 2 or self.same[0] == self.same[1]:
-                raise ValueError(f"claim '{self.text}': 'same' names two different rows")
-            if self.margin is None or not self.margin_reason.strip():
-                raise ValueError(f"claim '{self.text}': a no-effect claim needs 'margin' and 'margin_reason' "
-                                 f"(the largest difference that counts as none, and why)")
-        else:
+        kinds = [k for k, given in (("better/worse", self.better is not None or self.worse is not None),
+                                    ("same", bool(self.same)), ("no_gain", bool(self.no_gain))) if given]
+        if len(kinds) != 1:
+            raise ValueError(f"claim '{self.text}': give one of 'better' and 'worse' (a difference), 'same' (no "
+                             f"effect) or 'no_gain' (did not improve){'' if not kinds else ', not ' + ' and '.join(kinds)}")
+        if kinds[0] == "better/worse":
             if self.better is None or self.worse is None:
-                raise ValueError(f"claim '{self.text}': give 'better' and 'worse' (a difference) or 'same' "
-                                 f"(no effect)")
+                raise ValueError(f"claim '{self.text}': a difference needs both 'better' and 'worse'")
             if self.margin is not None or self.margin_reason:
-                raise ValueError(f"claim '{self.text}': 'margin' belongs to a no-effect claim ('same')")
+                raise ValueError(f"claim '{self.text}': 'margin' belongs to a no-effect ('same') or no-gain "
+                                 f"('no_gain') claim")
+            return self
+        pair = self.same or self.no_gain
+        if len(pair) != 2 or pair[0] == pair[1]:
+            raise ValueError(f"claim '{self.text}': '{kinds[0]}' names two different rows")
+        if self.margin is None or not self.margin_reason.strip():
+            raise ValueError(f"claim '{self.text}': a {'no-effect' if self.same else 'no-gain'} claim needs 'margin' "
+                             f"and 'margin_reason' (the largest difference that counts as none, and why)")
         return self
 
     @property
-    def kind(self) -> Literal["difference", "no_effect"]:
-        return "no_effect" if self.same else "difference"
+    def kind(self) -> Literal["difference", "no_effect", "no_gain"]:
+        return "no_effect" if self.same else "no_gain" if self.no_gain else "difference"
 
     @property
     def rows(self) -> tuple[str, str]:
         """The two rows compared: the difference is the first − the second."""
-        return (self.same[0], self.same[1]) if self.same else (self.better, self.worse)
+        pair = self.same or self.no_gain
+        return (pair[0], pair[1]) if pair else (self.better, self.worse)
 
 
 class StudyPaper(Strict):
@@ -185,6 +198,13 @@ class StudyPaper(Strict):
         {}, description="the training rows per task of this table's rows, where they differ from the paper's `data` "
                         "(as the paper prints them)")
     claims: list[PaperClaim] = Field([], description="the comparisons the paper makes between its rows")
+    differs: list[PaperDifference] = Field(
+        [], description="settings in which this table's runs differ from the paper, beyond the paper's own `differs` "
+                        "(which every table of the paper shows)")
+    frozen_reference: str = Field(
+        "", description="the label of a row of this table with the encoder frozen: a fine-tuned row whose dev curve "
+                        "shows no plateau still counts as trained on a claim's column where it beats this row there "
+                        "significantly (the report's training check)")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -207,6 +227,9 @@ class StudyPaper(Strict):
             for col in values:
                 if col not in names:
                     raise ValueError(f"summary {kind}: unknown column '{col}'{close(col, names)}")
+        if self.frozen_reference and self.frozen_reference not in labels:
+            raise ValueError(f"frozen_reference: unknown row '{self.frozen_reference}'"
+                             f"{close(self.frozen_reference, labels)}")
         for c in self.claims:
             for side in c.rows:
                 if side not in labels:
@@ -223,6 +246,9 @@ class StudyPaper(Strict):
             elif c.kind == "difference" and rows[first][c.column] <= rows[second][c.column]:
                 raise ValueError(f"claim '{c.text}': the paper's {first} ({rows[first][c.column]}) is not "
                                  f"above {second} ({rows[second][c.column]}) on {c.column}")
+            elif c.kind == "no_gain" and rows[first][c.column] - rows[second][c.column] > c.margin:
+                raise ValueError(f"claim '{c.text}': the paper's {first} ({rows[first][c.column]}) is more than the "
+                                 f"margin {c.margin:g} above {second} ({rows[second][c.column]}) on {c.column}")
         return self
 
     def column(self, name: str) -> PaperColumn:
@@ -255,11 +281,50 @@ class StudyParams(Strict):
     paper: StudyPaper | None = Field(None, description="that table as data: rows, columns, printed values, claims")
 
 
+class TrainingCheckParams(Strict):
+    """When a row counts as trained, so that a claim's verdict judges the method and not a run cut
+    short (docs/report.md, "The training check"): on each phase of each training stage of each of
+    its seeds, the dev selection score must have evaluations enough to show a curve, rise clearly
+    above what a constant prediction scores, and have flattened: its best over the last `window` of
+    the evaluations at most `tolerance` above its best before them."""
+    min_evaluations: int = Field(3, ge=2, description="fewer dev evaluations in a phase cannot show a plateau (raise "
+                                                      "`finetune.evals_per_epoch` for a short run)")
+    window: float = Field(0.25, gt=0, lt=1, description="the share of a phase's last evaluations whose gain is its "
+                                                        "last gain")
+    tolerance: float = Field(0.01, ge=0, description="the largest last gain (on the 0-1 selection score) of a curve "
+                                                     "that has flattened")
+    above_chance: float = Field(0.02, ge=0, description="how far the best score must rise above a constant "
+                                                        "prediction's (the majority class, a zero correlation)")
+
+
 class ReportParams(Strict):
     """The report's settings (docs/report.md)."""
     title: str = Field("Multi-task minBERT", description="the report's title")
     worst_k: int = Field(10, ge=1, description="how many of the worst-predicted dev examples each experiment's "
                                                "page lists per task")
+    training_check: TrainingCheckParams = Field(TrainingCheckParams(), description="when a claim's row counts as "
+                                                                                   "trained")
+
+
+# ---------------------------------------------------------------- scales
+
+class ScaleDifference(PaperDifference):
+    """A difference a scale brings, declared beside the tables of the papers it concerns."""
+    papers: list[str] = Field([], description="the papers (keys of `papers`) it concerns; empty: every paper")
+
+
+class ScaleParams(Strict):
+    """One scale of a catalogue (`scales.<name>`, chosen by `scale`): what it changes in every run,
+    how many seeds the claims' rows run, and every way in which that departs from the papers.
+    The catalogue's rows, claims and declarations are written once; a scale is applied over them."""
+    description: str = Field(description="the scale in a few words (shown on the scorecard)")
+    base: dict[str, Any] = Field({}, description="deep-merged into `base`")
+    experiments: dict[str, Any] = Field({}, description="deep-merged over every experiment's own settings (so it "
+                                                        "wins over them)")
+    pretrainings: dict[str, Any] = Field({}, description="deep-merged over every pretraining's settings")
+    repeats: Annotated[int, Field(ge=1, le=100)] | None = Field(
+        None, description="seeds of every row of a study whose paper table has claims (the verdicts resample them)")
+    differs: list[ScaleDifference] = Field([], description="each way in which this scale departs from the papers")
 
 
 # ---------------------------------------------------------------- params.yaml as a whole
@@ -280,4 +345,8 @@ class Params(Strict):
     studies: list[StudyParams] = Field([], description="the report's tables")
     report: ReportParams = Field(ReportParams(), description="report settings")
     export: ExportParams = Field(ExportParams(), description="the experiments exported in the Hugging Face format")
+    scales: dict[str, ScaleParams] = Field({}, description="the scales the catalogue runs at, by name "
+                                                           "(minbert.params.scales applies the chosen one)")
+    scale: str | None = Field(None, description="the scale of `scales` to run at (params.yaml's, else the "
+                                                "catalogue's); null where the catalogue has none")
 

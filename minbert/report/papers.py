@@ -16,32 +16,46 @@ from minbert.data.downsample import target_sizes
 from minbert.params.studies import PAPER_OVERALL
 from minbert.report.best import best_of, dev_score
 from minbert.report.data import ReportData
-from minbert.report.scores import ScoreBook
+from minbert.report.scores import ScoreBook, metric_value
 from minbert.report.tables import SUMMARIES, description, summarise_values
+from minbert.report.training import row_check
 from minbert.scoring import stats
 
-VERDICTS = ("reproduced", "not significant", "reversed", "differs", "inconclusive", "not run")
+VERDICTS = ("reproduced", "not significant", "reversed", "differs", "inconclusive", "undertrained", "not run")
+JUDGED = VERDICTS[:5]                       # the verdicts on a comparison; undertrained and not run are counted apart
 VERDICT_TITLES = {
-    "reproduced": "a difference: the same sign as the paper's, and its paired-bootstrap interval excludes 0; no effect: "
-                  "the interval lies within the claim's margin",
-    "not significant": "a difference: the paired-bootstrap interval of our difference contains 0",
+    "reproduced": "a difference: the same sign as the paper's in every seed, and its paired-bootstrap interval "
+                  "excludes 0; no effect: the interval lies within the claim's margin; no gain: the interval lies "
+                  "below the claim's margin",
+    "not significant": "a difference: the paired-bootstrap interval of our difference contains 0, or the seeds "
+                       "disagree in its sign",
     "reversed": "a difference: the opposite sign to the paper's, and its interval excludes 0",
-    "differs": "no effect: the interval excludes 0 and reaches beyond the claim's margin",
-    "inconclusive": "no effect: the interval contains 0 but reaches beyond the claim's margin",
+    "differs": "no effect: the interval excludes 0 and reaches beyond the claim's margin; no gain: the first row "
+               "improves on the second (the interval lies above 0) beyond the margin",
+    "inconclusive": "no effect or no gain: the interval contains 0 but reaches beyond the claim's margin",
+    "undertrained": "a row of the claim did not train (its dev curve did not flatten, or stayed at chance): the "
+                    "comparison would judge the run, not the paper's method",
     "not run": "one of the two rows has no dev scores (with predictions) yet",
 }
 
 
 def claim_verdict(paper_difference: float | None, ours: stats.Estimate | None, confidence: float = stats.CONFIDENCE,
-                  margin: float | None = None) -> str:
+                  margin: float | None = None, kind: str = "difference", seed_differences=()) -> str:
     """A claim's verdict from ours (a paired bootstrap estimate of the claim's first row − its
     second). A difference claim (the paper's difference better − worse, positive; None where the
-    paper states it in words only): reproduced, not significant, reversed. A no-effect claim
+    paper states it in words only): reproduced, not significant, reversed; a difference whose seeds
+    disagree in sign (`seed_differences`, seed by seed) is never reproduced. A no-effect claim
     (`margin` given): reproduced when our interval lies within ±margin (an equivalence test),
-    differs when it excludes 0, inconclusive otherwise. Not run without an estimate."""
+    differs when it excludes 0, inconclusive otherwise. A no-gain claim (one-sided, "failed to
+    improve"): reproduced when the interval lies below +margin, differs when it lies above 0,
+    inconclusive otherwise. Not run without an estimate."""
     if ours is None:
         return "not run"
     iv = ours.interval(confidence)
+    if kind == "no_gain":
+        if iv.high <= margin:
+            return "reproduced"
+        return "differs" if iv.low > 0 else "inconclusive"
     if margin is not None:
         if -margin <= iv.low and iv.high <= margin:
             return "reproduced"
@@ -49,8 +63,11 @@ def claim_verdict(paper_difference: float | None, ours: stats.Estimate | None, c
     if not iv.excludes_zero:
         return "not significant"
     paper_sign = paper_difference is None or paper_difference > 0
-    return "reproduced" if (ours.value > 0) == paper_sign else "reversed"
-
+    if (ours.value > 0) != paper_sign:
+        return "reversed"
+    if any((d > 0) != paper_sign for d in seed_differences):
+        return "not significant"
+    return "reproduced"
 
 
 @dataclass
@@ -93,6 +110,10 @@ class ClaimView:
     margin_reason: str = ""
     quote: str = ""                             # the paper's words
     proxy: str = ""                             # why this comparison stands for what the paper states
+    seeds: int = 0                              # the seeds behind the verdict (the fewer of the two rows')
+    seed_differences: list = field(default_factory=list)   # ours, seed by seed (where both rows ran the seeds)
+    training: list = field(default_factory=list)   # RowCheck of each row (the training check)
+    judged: str = ""                            # an undertrained claim's verdict had its rows trained
 
 
 @dataclass
@@ -247,9 +268,11 @@ def _summary(view: PaperTableView, printed: dict, kinds: list[str], book: ScoreB
     return out
 
 
-def claim_view(study: str, sp, claim, chosen: dict, formula: str, book: ScoreBook) -> ClaimView:
+def claim_view(study: str, sp, claim, chosen: dict, formula: str, book: ScoreBook, check=None) -> ClaimView:
     """A claim of the paper (`sp`: the study's paper table) on the runs chosen for its rows, with
-    our difference, its interval and the verdict."""
+    our difference, its interval, the seeds behind it and the verdict; `check`: the training
+    check's settings (TrainingCheckParams), under which a claim whose row did not train is
+    "undertrained" (the verdict it would have is kept as `judged`)."""
     key = paper_metric_key(sp.column(claim.column).metric, formula)
     first, second = claim.rows
     view = ClaimView(study, claim.text, first, second, claim.column, claim.split, sp.paper_difference(claim),
@@ -261,10 +284,32 @@ def claim_view(study: str, sp, claim, chosen: dict, formula: str, book: ScoreBoo
             est = book.difference(view.better_run, view.worse_run, claim.split, key)
         except MinBertError:        # scored on different examples: no paired difference, so no verdict
             est = None
+        view.seeds = min(len(book.members(view.better_run)), len(book.members(view.worse_run)))
+        view.seed_differences = seed_differences(view.better_run, view.worse_run, claim.split, key, book)
     if est is not None:
         view.difference, view.interval = est.value, est.interval(book.confidence)
-    view.verdict = claim_verdict(view.paper_difference, est, book.confidence, claim.margin)
+    view.verdict = claim_verdict(view.paper_difference, est, book.confidence, claim.margin, claim.kind,
+                                 view.seed_differences)
+    if check is not None and view.verdict != "not run":
+        reference = chosen.get(sp.frozen_reference) if sp.frozen_reference else None
+        view.training = [row_check(run, book, check, reference, claim.split, key)
+                         for run in (view.better_run, view.worse_run)]
+        if not all(r.trained for r in view.training):
+            view.judged, view.verdict = view.verdict, "undertrained"
     return view
+
+
+def seed_differences(a: str, b: str, split: str, key: str, book: ScoreBook) -> list[float]:
+    """a − b seed by seed, where both are repeated over the same seeds (their runs named
+    `<name>.seed<seed>`); [] otherwise."""
+    seeds_a = {m.rsplit(".seed", 1)[-1]: m for m in book.members(a) if ".seed" in m}
+    seeds_b = {m.rsplit(".seed", 1)[-1]: m for m in book.members(b) if ".seed" in m}
+    out = []
+    for seed in seeds_a.keys() & seeds_b.keys():
+        va, vb = (metric_value(book.data.runs[m], split, key) for m in (seeds_a[seed], seeds_b[seed]))
+        if va is not None and vb is not None:
+            out.append(float(va) - float(vb))
+    return out if len(out) > 1 else []
 
 
 def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | None:
@@ -280,13 +325,15 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
     own_rows = sum(1 for r in sp.rows if not r.from_table)
     view = PaperTableView(study.name, sp.id, paper.title, sp.table, paper.overall, FORMULA_TEXT[paper.overall],
                           columns, splits, [_paper_row(row, columns, book) for row in sp.rows],
-                          differs=list(paper.differs), total_rows=sp.printed_rows or own_rows, shown_rows=own_rows,
+                          differs=list(paper.differs) + list(sp.differs), total_rows=sp.printed_rows or own_rows,
+                          shown_rows=own_rows,
                           overall_name=next((c.name for c in sp.columns if c.metric == "overall"), ""),
                           stand_ins=any(r.stand_in for r in sp.rows))
     view.summary = _summary(view, sp.summary, [k for k in ("mean", "std") if k in sp.summary or k in study.summary],
                             book)
     chosen = {r.label: r.run for r in view.rows}
-    view.claims = [claim_view(study.name, sp, claim, chosen, paper.overall, book) for claim in sp.claims]
+    check = data.params.params.report.training_check
+    view.claims = [claim_view(study.name, sp, claim, chosen, paper.overall, book, check) for claim in sp.claims]
     view.scale = scale_line(data.params, paper, [r for r in chosen.values() if r], data.data_summary, sp.data)
     return view
 
@@ -304,6 +351,13 @@ class Scorecard:
     demo: bool                                  # the demo data: the verdicts say nothing of the papers
     scales: list = field(default_factory=list)  # [(study, its scale line)]: how these runs' scale differs
     devices: list = field(default_factory=list)   # where the numbers were made, from the run records
+    scale: str = ""                             # the catalogue's scale: "laptop: ..." (params `scale`)
+    seeds: list = field(default_factory=list)   # the distinct numbers of seeds behind the judged verdicts
+
+    @property
+    def judged(self) -> int:
+        """Claims with a verdict on the comparison (not undertrained, not run)."""
+        return sum(self.counts.get(v, 0) for v in JUDGED)
 
 
 def devices_of(data: ReportData) -> list[str]:
@@ -323,4 +377,7 @@ def scorecard(tables: dict[str, PaperTableView], data: ReportData) -> Scorecard:
     counts = {v: sum(1 for c in claims if c.verdict == v) for v in VERDICTS}
     demo = str(data.params.params.data.dir).rstrip("/").endswith("data/demo")
     scales = [(name, t.scale) for name, t in tables.items() if t.scale and t.claims]
-    return Scorecard(claims, counts, demo, scales, devices_of(data))
+    params = data.params.params
+    scale = f"{params.scale}: {params.scales[params.scale].description}" if params.scale in params.scales else ""
+    seeds = sorted({c.seeds for c in claims if c.verdict in JUDGED})
+    return Scorecard(claims, counts, demo, scales, devices_of(data), scale, seeds)

@@ -37,7 +37,7 @@ from minbert.report.formats import (
     short_id,
 )
 from minbert.report.grids import study_grids
-from minbert.report.papers import VERDICT_TITLES, paper_tables, scorecard
+from minbert.report.papers import JUDGED, VERDICT_TITLES, paper_tables, scorecard
 from minbert.report.scores import METRIC_COLUMNS, ScoreBook
 from minbert.report.tables import ensemble_tables, study_tables
 
@@ -82,7 +82,7 @@ def environment(templates: Path = TEMPLATES) -> Environment:
                       keep_trailing_newline=True, finalize=show_bidi_controls)
     env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value, history=fmt_history, short_id=short_id,
                        label=fmt_label, heat=heat, grid_heat=grid_heat, delta_class=delta_class, interval=fmt_interval, std=fmt_std)
-    env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS, VERDICT_TITLES=VERDICT_TITLES,
+    env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS, VERDICT_TITLES=VERDICT_TITLES, JUDGED=JUDGED,
                        heat_gradient=plots.heat_gradient())
     return env
 

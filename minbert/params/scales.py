@@ -1,0 +1,86 @@
+"""A catalogue at one of its scales (`scales`, chosen by `scale`): the rows, claims and declarations
+are written once, and the chosen scale is deep-merged over them before anything is parsed, so each
+job's description holds the settings it really runs with and switching the scale re-runs exactly
+the jobs it changes. A scale's `differs` join the papers' own, beside their tables."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from minbert.core.errors import MinBertError
+from minbert.params.messages import close, raise_validation
+from minbert.params.schema import deep_merge
+from minbert.params.studies import ScaleParams
+
+
+def chosen_scale(raw: dict, where: str) -> tuple[str, ScaleParams] | None:
+    """(name, settings) of the scale `raw` runs at; None where it has no scales. A one-line error for a
+    malformed scale, a scale without `scales`, or a name that is not one of them."""
+    scales, name = raw.get("scales"), raw.get("scale")
+    if not scales:
+        if name is not None:
+            raise MinBertError(f"{where}: key 'scale': '{name}' is set, but the catalogue has no 'scales'; remove it")
+        return None
+    if not isinstance(scales, dict):
+        raise MinBertError(f"{where}: key 'scales': expected a mapping of scale names to their settings")
+    if name is None:
+        raise MinBertError(f"{where}: key 'scale': the catalogue runs at one of its scales ({', '.join(scales)}); "
+                           f"set 'scale' to one of them")
+    if not isinstance(name, str) or name not in scales:
+        raise MinBertError(f"{where}: key 'scale': unknown scale {name!r}{close(str(name), list(scales))} "
+                           f"(the catalogue's: {', '.join(map(str, scales))})")
+    try:
+        return name, ScaleParams.model_validate(scales[name] if scales[name] is not None else {})
+    except ValidationError as err:
+        raise_validation(err, ScaleParams, where, prefix=f"scales.{name}.")
+
+
+def at_scale(raw: Any, where: str) -> Any:
+    """`raw` (the params' YAML content, the catalogue's sections in place) with its chosen scale
+    applied: `base` deep-merged with the scale's, the scale's `experiments` and `pretrainings` over
+    each one's own settings, its `repeats` on every study whose paper table has claims, its `differs`
+    added to each paper's. A new mapping; `raw` stays as it was. Sections of the wrong type are
+    left for the schema to refuse."""
+    if not isinstance(raw, dict):
+        return raw
+    chosen = chosen_scale(raw, where)
+    if chosen is None:
+        return raw
+    _, scale = chosen
+    out = dict(raw)
+    if isinstance(raw.get("base", {}), dict):
+        out["base"] = deep_merge(raw.get("base") or {}, scale.base)
+    for section, over in (("experiments", scale.experiments), ("pretrainings", scale.pretrainings)):
+        if over and isinstance(raw.get(section), dict):
+            out[section] = {k: deep_merge(v or {}, over) if isinstance(v, dict) or v is None else v
+                            for k, v in raw[section].items()}
+    if scale.repeats is not None and isinstance(raw.get("studies"), list):
+        judged = _judged_studies(raw["studies"])
+        out["studies"] = [{**st, "repeats": scale.repeats} if isinstance(st, dict) and st.get("name") in judged else st
+                          for st in raw["studies"]]
+    if scale.differs and isinstance(raw.get("papers"), dict):
+        out["papers"] = {pid: _with_differs(paper, str(pid), scale) for pid, paper in raw["papers"].items()}
+    return out
+
+
+def _judged_studies(studies: list) -> set:
+    """The studies whose rows a claim compares: those whose paper table has claims, and the studies a
+    row of such a table stands for the best of (`best_of`)."""
+    out = set()
+    for study in studies:
+        paper = study.get("paper") if isinstance(study, dict) else None
+        if isinstance(paper, dict) and paper.get("claims"):
+            out.add(study.get("name"))
+            for row in paper.get("rows") or []:
+                best = row.get("best_of") if isinstance(row, dict) else None
+                out.update(b for b in best if isinstance(b, str)) if isinstance(best, list) else None
+    return out
+
+
+def _with_differs(paper, pid: str, scale: ScaleParams):
+    if not isinstance(paper, dict) or not isinstance(paper.get("differs", []), list):
+        return paper
+    added = [d.model_dump(exclude={"papers"}, exclude_defaults=True) for d in scale.differs
+             if not d.papers or pid in d.papers]
+    return {**paper, "differs": list(paper.get("differs") or []) + added}

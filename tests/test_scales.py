@@ -1,0 +1,136 @@
+"""A catalogue's scales: the rows written once, the chosen scale merged over them (settings, seeds,
+declared differences), the papers' scale of params/reproduce.yaml as the papers state it (a test reads
+the plan), and the one-line errors of a scale that does not exist or is not chosen."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from minbert.core.errors import MinBertError
+from minbert.params import load_params
+
+CATALOGUE = """\
+scale: small
+scales:
+  big: {description: "as written", repeats: 3}
+  small:
+    description: "one epoch"
+    repeats: 2
+    experiments: {finetune: {epochs: 1, lr: 5.0e-5}}
+    pretrainings: {epochs: 1}
+    differs: [{setting: epochs, paper: "10", ours: "1"}, {setting: MLM, paper: "20 epochs", ours: "1", papers: ["000"]}]
+base:
+  finetune: {epochs: 10, lr: 1.0e-5}
+pretrainings:
+  mlm: {kind: mlm, epochs: 20}
+experiments:
+  a: {finetune: {lr: 2.0e-5}}
+  b: {pretrain: mlm}
+  c: {description: not in a claim's table}
+papers:
+  "000": {title: T, overall: mean, differs: [{setting: dev sets, paper: downsampled, ours: full}]}
+  "004": {title: U, overall: mean}
+studies:
+  - name: claimed
+    title: A table with a claim
+    paper:
+      id: "000"
+      table: Table 1
+      columns: [{name: SST, metric: sst_acc}]
+      rows: [{label: A, run: a, dev: {SST: 0.5}}, {label: B, run: b, dev: {SST: 0.4}}]
+      claims: [{text: A beats B, better: A, worse: B, column: SST}]
+  - name: plain
+    title: No claims
+    experiments: [c]
+"""
+
+
+def project(tmp_path: Path, params: str, catalogue: str = CATALOGUE) -> Path:
+    (tmp_path / "params").mkdir(exist_ok=True)
+    (tmp_path / "params" / "cat.yaml").write_text(catalogue)
+    (tmp_path / "params.yaml").write_text(params)
+    return tmp_path / "params.yaml"
+
+
+def test_the_chosen_scale_is_merged_over_every_row_and_declared_beside_the_papers(tmp_path):
+    lp = load_params(project(tmp_path, "catalogue: cat\n"))          # the catalogue's own `scale: small`
+    assert sorted(lp.groups) == ["a", "b"]                           # the claim's rows, 2 seeds each; c runs once
+    a, b, c = lp.experiments["a.seed11711"], lp.experiments["b.seed11712"], lp.experiments["c"]
+    assert (a.finetune.epochs, a.finetune.lr) == (1, 5.0e-5)        # the scale wins over the row's own lr
+    assert (c.finetune.epochs, c.finetune.lr) == (1, 5.0e-5)
+    assert lp.params.pretrainings["mlm"].epochs == 1
+    assert [d.setting for d in lp.params.papers["000"].differs] == ["dev sets", "epochs", "MLM"]
+    assert [d.setting for d in lp.params.papers["004"].differs] == ["epochs"]
+    assert lp.params.scale == "small" and lp.params.scales["small"].description == "one epoch"
+    # params.yaml's scale wins over the catalogue's: the rows as written, three seeds
+    lp = load_params(project(tmp_path, "catalogue: cat\nscale: big\n"))
+    assert len(lp.groups["a"]) == 3 and lp.experiments["a.seed11711"].finetune.lr == 2.0e-5
+    assert lp.experiments["a.seed11711"].finetune.epochs == 10 and lp.params.papers["004"].differs == []
+
+
+@pytest.mark.parametrize("params,catalogue,message", [
+    ("catalogue: cat\nscale: huge\n", CATALOGUE, "key 'scale': unknown scale 'huge' (the catalogue's: big, small)"),
+    ("catalogue: cat\n", CATALOGUE.replace("scale: small\n", ""),
+     "key 'scale': the catalogue runs at one of its scales (big, small); set 'scale' to one of them"),
+    ("catalogue: cat\nscale: big\n", CATALOGUE.split("scales:")[0] + "base:" + CATALOGUE.split("\nbase:")[1],
+     "key 'scale': 'big' is set, but the catalogue has no 'scales'; remove it"),
+    ("catalogue: cat\n", CATALOGUE.replace("repeats: 2", "repeats: two"), "key 'scales.small.repeats'"),
+])
+def test_a_scale_that_is_not_there_is_one_line(tmp_path, params, catalogue, message):
+    with pytest.raises(MinBertError, match="^.*" + message.replace("(", r"\(").replace(")", r"\)")) as e:
+        load_params(project(tmp_path, params, catalogue))
+    assert "\n" not in str(e.value)
+
+
+def reproduce(tmp_path: Path, scale: str):
+    (tmp_path / "params").mkdir(exist_ok=True)
+    shutil.copy(REPO / "params" / "reproduce.yaml", tmp_path / "params" / "reproduce.yaml")
+    (tmp_path / "params.yaml").write_text(f"catalogue: reproduce\nscale: {scale}\n")
+    return load_params(tmp_path / "params.yaml")
+
+
+# each paper's epochs, batch and learning rate as it states them (003 states no epochs: 3, declared)
+PAPER_SETTINGS = {"r000_frozen_baseline": (10, 8, 1e-5), "r000_mt": (10, 8, 1e-5), "r000_sft": (10, 8, 1e-5),
+                  "r002_concat_smart": (10, 8, 1e-5), "r003_nli_triplet": (3, 32, 2e-5),
+                  "r004_r1": (10, 16, 1e-3), "r004_r4": (10, 16, 1e-5), "r004_r9": (6, 16, 1e-5)}
+
+
+def test_the_papers_scale_plans_each_papers_epochs_on_all_training_rows_over_three_seeds(tmp_path):
+    from minbert.pipeline.plan import pipeline
+
+    lp = reproduce(tmp_path, "paper")
+    jobs = [j for j in pipeline(lp) if j.stage == "finetune"]
+    by_row: dict[str, list] = {}
+    for job in jobs:
+        by_row.setdefault(job.name.rsplit(".seed", 1)[0], []).append(job)
+    claimed = {r.run or b for st in lp.params.studies if st.paper and st.paper.claims
+               for r in st.paper.rows for b in ([r.run] if r.run else r.best_of)}
+    assert claimed <= set(by_row) | set(lp.params.ensembles)
+    assert all(len(by_row[row]) >= 3 for row in claimed if row in by_row)         # >= 3 seeds per claim row
+    for row, (epochs, batch, lr) in PAPER_SETTINGS.items():
+        ft = by_row[row][0].settings["finetune"]
+        assert (ft["epochs"], ft["batch_size"], ft["lr"]) == (epochs, batch, lr), row
+        assert ft["warmup_ratio"] == 0 and ft["lr_schedule"] == "constant"          # unstated: off
+    for job in jobs:
+        ds = job.settings["finetune"]["downsample"]
+        # all the rows the data holds, but where a paper cuts every task to the smallest (000's and 004's
+        # round-robin): no caps anywhere
+        assert ds["caps"] == {} and ds["mode"] in ("none", "smallest"), job.name
+    modes = {row: jobs_[0].settings["finetune"]["downsample"]["mode"] for row, jobs_ in by_row.items()}
+    assert modes["r000_frozen_baseline"] == modes["r002_baseline"] == modes["r003_baseline"] == "none"
+    assert modes["r000_mt"] == modes["r004_r2"] == "smallest"
+
+
+def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
+    paper, laptop = reproduce(tmp_path, "paper"), reproduce(tmp_path, "laptop")
+    assert set(laptop.experiments) == {n.rsplit(".seed", 1)[0] for n in paper.experiments}   # one seed each
+    ft = laptop.experiments["r004_r4"].finetune
+    assert (ft.epochs, ft.evals_per_epoch, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 4, 5e-5, 1e-3, 0.1)
+    assert ft.downsample.caps == {"sst": 2000, "para": 2000, "sts": 2000}
+    assert ft.batch_size == 16                                       # each paper's own batch stays
+    for pid, paper_params in laptop.params.papers.items():
+        settings = [d.setting for d in paper_params.differs]
+        assert {"learning rates", "dev evaluations", "seeds"} <= set(settings), pid
