@@ -60,9 +60,12 @@ def _cap(d: dict, key: str, most: int) -> None:
 
 
 def tiny_catalogue(raw: dict, data: Path, model: str) -> dict:
-    """The catalogue with the tiny data and model, and every training stage cut to at most two
-    epochs of one update (the settings that make each experiment what it is stay)."""
+    """The catalogue with the tiny data and model, at its scale of fewest seeds, and every training
+    stage cut to at most two epochs of one update (the settings that make each experiment what it is
+    stay)."""
     raw = dict(raw)
+    if raw.get("scales"):               # the scale of fewest seeds: the rows are the same at every scale
+        raw["scale"] = min(raw["scales"], key=lambda k: (raw["scales"][k] or {}).get("repeats") or 1)
     raw["data"] = {**(raw.get("data") or {}), "dir": str(data), "nli_file": str(data / "nli.jsonl")}
     base = raw.setdefault("base", {})
     base.update(model=model, device="cpu", threads=1, max_length=32, predict_batch_size=64)

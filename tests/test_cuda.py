@@ -154,10 +154,11 @@ def recorded_steps(monkeypatch):
     return made
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision,evals", [("fp32", 1), ("bf16", 1), ("fp32", 3)])
 def test_the_captured_step_trains_what_the_uncaptured_step_trains(tiny_model_dir, prepared, tmp_path, recorded_steps,
-                                                                   precision):
-    exp = make_exp(tiny_model_dir, epochs=2, max_steps_per_epoch=6, **NO_DROPOUT).model_copy(
+                                                                   precision, evals):
+    """evals 3: dev evaluated (eagerly, in eval mode) between replays within an epoch."""
+    exp = make_exp(tiny_model_dir, epochs=2, max_steps_per_epoch=6, evals_per_epoch=evals, **NO_DROPOUT).model_copy(
         update={"device": "cuda", "precision": precision})
     captured = finetune_experiment(exp, prepared, tmp_path / "captured")
     plain = finetune_experiment(exp.model_copy(update={"cuda_graphs": False}), prepared, tmp_path / "plain")
