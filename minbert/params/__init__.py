@@ -25,6 +25,7 @@ from minbert.params.load import (
 from minbert.params.messages import RENAMED
 from minbert.params.schema import (
     CATALOGUE_SECTIONS,
+    MULTI_TASK_UPDATES,
     NAME_MAX,
     NAME_RE,
     SEED_MAX,
@@ -51,7 +52,6 @@ from minbert.params.schema import (
     resolve_experiment,
 )
 from minbert.params.validate import (
-    MULTI_TASK_UPDATES,
     check_params,
     model_tasks,
     shared_tasks,

@@ -38,6 +38,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import DEFAULT_TASKS, PAIR_TASKS, TASK_NAMES, TaskName
@@ -46,6 +47,7 @@ from minbert.params.messages import raise_validation
 # the multi-task schedules (minbert.train.schedules implements each)
 SCHEDULES = ("round_robin", "drop_round_robin", "simultaneous", "task_by_task", "sequential",
              "proportional", "temperature")
+MULTI_TASK_UPDATES = ("simultaneous",)          # the schedules whose updates sum several tasks' losses
 # pair heads: `cross` reads the cross-encoded pair; the others embed each sentence (minbert.model.heads)
 BI_ENCODER_HEADS = ("concat_uv", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear")
 PAIR_HEADS = ("cross",) + BI_ENCODER_HEADS
@@ -79,6 +81,30 @@ def _admits_bool(annotation) -> bool:
     if typing.get_origin(annotation) is Literal:
         return any(isinstance(a, bool) for a in typing.get_args(annotation))
     return any(_admits_bool(a) for a in typing.get_args(annotation) if not isinstance(a, (str, int, float)))
+
+
+def refuse(key: str, message: str) -> ValidationError:
+    """An error for a model validator to raise about one of its model's keys (dotted: `smart.tasks`),
+    so that the one-line message names that key and not only the section it belongs to."""
+    return ValidationError.from_exception_data("params", [InitErrorDetails(
+        type=PydanticCustomError("value_error", message), loc=tuple(key.split(".")), input=None)])
+
+
+def sts_batch_problem(sts_loss: str, tasks, batch_size: int, downsample: Downsample) -> tuple[str, str] | None:
+    """A Pearson loss over batches of one STS pair: the correlation of one pair is undefined, so the
+    loss is a constant and STS never learns from it (nothing else would say so). (the key at fault:
+    `batch_size` or `downsample`, the message), or None."""
+    if sts_loss == "mse" or "sts" not in tasks:
+        return None
+    rows = [n for n in (downsample.size if downsample.mode == "fixed" else None, downsample.caps.get("sts"))
+            if n is not None]
+    per_batch = min([batch_size, *rows])
+    if per_batch >= 2:
+        return None
+    return ("batch_size" if per_batch == batch_size else "downsample",
+            f"sts_loss '{sts_loss}' correlates the STS scores of a batch, and a batch of {per_batch} pair has no "
+            f"correlation (the loss would be constant and STS would not train); use batches of at least 2 STS pairs "
+            f"or sts_loss: mse")
 
 
 class Strict(BaseModel):
@@ -341,6 +367,46 @@ class FinetuneParams(Strict):
             raise ValueError("lists a task twice")
         return v
 
+    @model_validator(mode="after")
+    def _only_trained_tasks(self):
+        """The settings that name tasks name trained ones."""
+        untrained = [t for t in self.task_weights if t not in self.tasks]
+        if untrained:
+            raise refuse(f"task_weights.{untrained[0]}", f"task '{untrained[0]}' is not trained in this experiment")
+        named = {"smart.tasks": (self.smart.tasks or []) if self.smart.enabled else [],
+                 "walk_through": self.walk_through, "distill.tasks": (self.distill.tasks or []) if self.distill else []}
+        for key, tasks in named.items():
+            untrained = [t for t in tasks if t not in self.tasks]
+            if untrained:
+                hint = "; distil only tasks it trains" if key == "distill.tasks" else ""
+                raise refuse(key, f"'{untrained[0]}' is not trained by this experiment (finetune.tasks: "
+                                  f"{self.tasks}){hint}")
+        unit = self.epoch_unit
+        if unit not in ("smallest", "largest") and unit not in self.tasks:
+            raise refuse("epoch_unit", f"'{unit}' is not smallest, largest or one of the experiment's tasks")
+        return self
+
+    @model_validator(mode="after")
+    def _runs_together(self):
+        """Settings that validate one by one but cannot run together in one fine-tuning."""
+        sts = sts_batch_problem(self.heads.sts_loss, self.tasks, self.batch_size, self.downsample)
+        if sts:
+            raise refuse(*sts)
+        if self.pcgrad and len(self.tasks) < 2:
+            raise refuse("pcgrad", f"PCGrad needs at least two tasks (got {self.tasks})")
+        if self.pcgrad and self.schedule not in MULTI_TASK_UPDATES:
+            raise refuse("pcgrad", f"PCGrad projects the gradients of the tasks of one update, and under schedule "
+                                   f"'{self.schedule}' every update trains one task, so it would do nothing; use "
+                                   f"schedule: simultaneous")
+        if self.frozen_encoder_dropout and not self.freeze_encoder:
+            raise refuse("frozen_encoder_dropout", "applies to a frozen encoder only and would do nothing here; drop "
+                                                   "it or set finetune.freeze_encoder: true")
+        if self.heads.sst == "prototypes" and "sst" in self.tasks and not self.freeze_encoder:
+            raise refuse("heads.sst", "a prototypes head compares sentences with prototypes embedded once, so it "
+                                      "trains over a frozen encoder: train sst in retrain_heads (retrain_heads.tasks: "
+                                      "[sst]) or set finetune.freeze_encoder")
+        return self
+
 
 class RetrainHeadsParams(Strict):
     """A second stage with the fine-tuned encoder frozen: the heads of `tasks` are (re)initialised
@@ -455,6 +521,19 @@ class ExperimentParams(Strict):
                 raise ValueError(f"seed {twice} is listed twice; list each seed once (the same seed gives the same "
                                  f"run again, not another sample)")
         return value
+
+    @model_validator(mode="after")
+    def _stages_run_together(self):
+        """Fine-tuning and head retraining agree."""
+        ft, rh = self.finetune, self.retrain_heads
+        if rh.enabled and ft.freeze_encoder:
+            raise refuse("retrain_heads.enabled", "the encoder is already frozen in finetune "
+                                                  "(finetune.freeze_encoder); drop one of them")
+        sts = sts_batch_problem(ft.heads.sts_loss, rh.tasks or ft.tasks, rh.batch_size, rh.downsample) \
+            if rh.enabled else None
+        if sts:
+            raise refuse(f"retrain_heads.{sts[0]}", sts[1])
+        return self
 
 
 class EnsembleParams(Strict):
