@@ -14,15 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from minbert.core.errors import MinBertError
+from minbert.params.fields import check_name
 from minbert.params.messages import close
-from minbert.params.schema import (
-    EnsembleParams,
-    ExperimentParams,
-    PretrainParams,
-    check_name,
-    deep_merge,
-    resolve_experiment,
-)
+from minbert.params.schema import EnsembleParams, ExperimentParams, PretrainParams, deep_merge, resolve_experiment
 from minbert.params.studies import Params, StudyParams
 
 

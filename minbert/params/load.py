@@ -12,8 +12,9 @@ from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
 from minbert.params.catalogue import LoadedParams, expand
+from minbert.params.fields import NAME_RE
 from minbert.params.messages import close, raise_validation
-from minbert.params.schema import CATALOGUE_SECTIONS, NAME_RE, ExperimentParams
+from minbert.params.schema import CATALOGUE_SECTIONS, ExperimentParams
 from minbert.params.studies import Params
 from minbert.params.validate import check_params
 

@@ -9,12 +9,8 @@ from typing import Any
 
 from minbert.core.tasks import TASKS
 from minbert.params.catalogue import LoadedParams
-from minbert.params.schema import (
-    DataParams,
-    EnsembleParams,
-    ExperimentParams,
-    SmartParams,
-)
+from minbert.params.finetune import SmartParams
+from minbert.params.schema import DataParams, EnsembleParams, ExperimentParams
 from minbert.params.settings import (
     EnsembleSettings,
     ExportSettings,

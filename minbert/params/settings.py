@@ -11,14 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from minbert.params.schema import (
-    Downsample,
-    FinetuneParams,
-    PretrainParams,
-    SmartParams,
-    Strict,
-    deep_merge,
-)
+from minbert.params.fields import Downsample, Strict
+from minbert.params.finetune import FinetuneParams, SmartParams
+from minbert.params.schema import PretrainParams, deep_merge
 
 Device = Literal["auto", "cpu", "cuda"]
 

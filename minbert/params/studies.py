@@ -13,14 +13,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from minbert.core.tasks import TASKS, TaskName
+from minbert.params.fields import Strict
 from minbert.params.messages import close
-from minbert.params.schema import (
-    DataParams,
-    EnsembleParams,
-    ExportParams,
-    PretrainParams,
-    Strict,
-)
+from minbert.params.schema import DataParams, EnsembleParams, ExportParams, PretrainParams
 
 PAPER_OVERALL = {"leaderboard": "overall", "mean": "mean"}   # a paper's overall formula -> metrics.json key
 # what a paper column reads: its overall score (in the paper's formula) or one task's metric

@@ -14,14 +14,10 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
+from minbert.params.fields import check_name
+from minbert.params.finetune import FinetuneParams
 from minbert.params.messages import close, raise_validation
-from minbert.params.schema import (
-    ExperimentParams,
-    FinetuneParams,
-    check_name,
-    deep_merge,
-    resolve_experiment,
-)
+from minbert.params.schema import ExperimentParams, deep_merge, resolve_experiment
 from minbert.params.studies import Params
 
 
@@ -75,7 +71,7 @@ def check_params(params: Params, experiments: dict[str, ExperimentParams], group
 
 def check_experiments(params: Params, where: str) -> None:
     """Each experiment (a grid's template included) names a known pretraining (what its own settings
-    must agree on is its model's check: minbert.params.schema.FinetuneParams, ExperimentParams)."""
+    must agree on is its model's check: minbert.params.finetune.FinetuneParams, minbert.params.schema.ExperimentParams)."""
     for name, ov in params.experiments.items():
         exp = resolve_experiment(params.base, ov, name, where)
         if exp.pretrain is not None and exp.pretrain not in params.pretrainings:

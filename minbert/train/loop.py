@@ -56,7 +56,7 @@ from minbert.model.multitask import (
 )
 from minbert.model.outputs import correlation_only, predictions
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.schema import FinetuneParams
+from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import (
     average_gradients,
     barrier,

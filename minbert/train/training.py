@@ -17,7 +17,7 @@ from minbert.core.runtime import autocast
 from minbert.data.batches import TaskData
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.schema import FinetuneParams
+from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import DistInfo
 from minbert.train.objectives import TaskObjective, build_objective
 from minbert.train.resumable import load_training_state, save_training_state
