@@ -198,7 +198,7 @@ class FinetuneParams(Strict):
                                                           "layers, extra layers); null: `lr`")
     weight_decay: float = Field(0.01, ge=0, description="AdamW; no decay on biases, LayerNorm weights and other "
                                                         "parameters of fewer than 2 dimensions")
-    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of the run's updates (all epochs, all stages "
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of the run's updates (all epochs, all phases "
                                                              "of `sequential`) with linear warm-up")
     lr_schedule: Literal["linear", "cosine", "constant"] = Field("linear", description=LR_SCHEDULE)
     grad_clip: float | None = Field(1.0, gt=0, description="global gradient-norm clip; `null`: none")
@@ -236,7 +236,7 @@ class FinetuneParams(Strict):
                                                                     "(demo, tests, quick runs); the lr schedule is "
                                                                     "built on the cut epochs")
     checkpoint_every: int = Field(1, ge=1, description="epochs between resumable states (`last.pt`: model, "
-                                                       "optimiser, SMART's teacher, RNGs; 1.3-1.8 GB on "
+                                                       "optimiser, SMART's momentum copy, RNGs; 1.3-1.8 GB on "
                                                        "bert-base): an interrupted run resumes, exactly, from the "
                                                        "last one saved")
     compile: bool = Field(False, description="`torch.compile` the encoder, in place (checkpoints unchanged): fused "

@@ -20,10 +20,11 @@ from minbert.model.tokenizer import Tokenizer
 from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import DistInfo
 from minbert.train.objectives import TaskObjective, build_objective
+from minbert.train.optim import AdamW
 from minbert.train.resumable import load_training_state, save_training_state
 from minbert.train.schedules import epoch_plan, sequential_phases
 
-log = logging.getLogger("minbert.train.loop")
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- the plan
@@ -103,14 +104,14 @@ class FitOptions:
 
 @dataclass
 class Training:
-    """What one `fit` call works with (fixed for the tr)."""
+    """What one `fit` call works with, fixed for the run (the state that changes is `TrainState`)."""
     model: MultitaskModel
     tokenizer: Tokenizer
     train: dict[str, TaskData]
     dev: dict[str, TaskData]
     cfg: FinetuneParams
     options: FitOptions
-    optimizer: torch.optim.Optimizer
+    optimizer: AdamW
     params: list
     momentum: object | None                     # SMART's momentum copy of the model (or None)
     generators: dict[str, torch.Generator]
