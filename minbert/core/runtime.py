@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from minbert.core.devices import PRECISIONS
 from minbert.core.errors import MinBertError
 
 
@@ -50,8 +51,8 @@ def precision_on(setting: str, device: torch.device) -> str:
     (or what the environment variable MINBERT_AUTO_PRECISION says `auto` means here: bf16 or fp32,
     e.g. to run on an AVX2 machine the path a machine with native bf16 takes); an explicit value is
     honoured on every device."""
-    if setting not in ("auto", "bf16", "fp32"):
-        raise MinBertError(f"params: precision {setting!r} is not one of auto, bf16, fp32")
+    if setting not in PRECISIONS:
+        raise MinBertError(f"params: precision {setting!r} is not one of {', '.join(PRECISIONS)}")
     if setting == "auto":
         forced = os.environ.get(AUTO_PRECISION_ENV, "").strip()
         if forced:

@@ -32,10 +32,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from minbert.core.devices import DEVICES, PRECISIONS
 from minbert.core.tasks import DEFAULT_TASKS, TASK_NAMES
 from minbert.params.fields import LR_SCHEDULE, Downsample, Seed, Strict, refuse
 from minbert.params.finetune import FinetuneParams, RetrainHeadsParams, sts_batch_problem
 from minbert.params.messages import raise_validation
+
+Device = Literal[DEVICES]
+Precision = Literal[PRECISIONS]
+CLASSIFICATION_COMBINATIONS = ("mode", "mean_prob")    # how an ensemble combines (minbert.scoring.ensemble)
+SIMILARITY_COMBINATIONS = ("median", "mean")
+ClassificationCombination = Literal[CLASSIFICATION_COMBINATIONS]
+SimilarityCombination = Literal[SIMILARITY_COMBINATIONS]
 
 # ---------------------------------------------------------------- data (prepare)
 
@@ -93,7 +101,7 @@ class PretrainParams(Strict):
                                                                     "schedule is built on the cut epochs")
     dev_size: int | None = Field(None, ge=1, description="mlm and nli: evaluate on a seeded subset of at most this "
                                                          "many dev examples (quick runs)")
-    precision: Literal["auto", "bf16", "fp32"] | None = Field(
+    precision: Precision | None = Field(
         None, description="`auto`, `bf16` or `fp32` for this pretraining only (e.g. `fp32` to keep a pretraining "
                           "in float32 while fine-tuning runs in bf16); null: the base's `precision`")
     finetune: dict[str, Any] = Field(
@@ -106,18 +114,11 @@ class PretrainParams(Strict):
 
 # ---------------------------------------------------------------- experiments
 
-class ExperimentParams(Strict):
-    """One experiment = base deep-merged with its overrides."""
-    model: str = Field("all-MiniLM-L6-v2", description="the checkpoint fine-tuned: a Hugging Face name or a folder")
-    seed: Seed = Field(11711, description="seeds every random choice of the experiment (data order, heads, "
-                                          "downsampling, dropout)")
-    repeats: Annotated[int, Field(ge=1, le=100)] | list[Seed] = Field(
-        1, description="run the experiment with several seeds, each a job of its own named <name>.seed<seed>: N "
-                       "seeds (seed, seed + 1, ...) or the list of seeds; studies show the mean and spread over "
-                       "them")
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="`auto` (CUDA when there is a GPU), `cpu` or `cuda`")
-    precision: Literal["auto", "bf16", "fp32"] = Field(
+class NetworkSettings(Strict):
+    """How a stage runs the network: keys of an experiment (in `base` or its own), and the part of
+    the settings of every stage that runs the network (minbert.params.settings) that says so."""
+    device: Device = Field("auto", description="`auto` (CUDA when there is a GPU), `cpu` or `cuda`")
+    precision: Precision = Field(
         "auto", description="auto: bf16 autocast where bf16 is native (CUDA GPUs from Ampere on, CPUs with "
                             "avx512_bf16 / amx_bf16), float32 elsewhere; bf16 / fp32: that precision on every "
                             "device (fp32 on CUDA multiplies matrices in TF32)")
@@ -125,10 +126,31 @@ class ExperimentParams(Strict):
         False, description="pin the algorithms (torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace, the "
                            "math attention backend): a CUDA run repeats bit for bit, at some cost in speed")
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads of torch; null: its default")
+
+    @classmethod
+    def keys_of(cls, source) -> dict:
+        """These settings' keys with their values in `source` (an experiment, or a stage's settings)."""
+        return {k: getattr(source, k) for k in cls.model_fields}
+
+
+class TrainingSettings(NetworkSettings):
+    """How a stage that trains runs its steps, as well."""
     cuda_graphs: bool = Field(
         True, description="on a CUDA GPU, each training step shape is recorded once as a CUDA graph and replayed "
                           "(batches padded to a few fixed lengths; docs/finetuning.md, 'On a GPU'): the step costs "
                           "a few launches instead of a thousand; false: every kernel launched one by one")
+
+
+class ExperimentParams(TrainingSettings):
+    """One experiment = base deep-merged with its overrides; its keys of how the network runs (device,
+    precision, ...: `TrainingSettings`) are those of every stage it runs."""
+    model: str = Field("all-MiniLM-L6-v2", description="the checkpoint fine-tuned: a Hugging Face name or a folder")
+    seed: Seed = Field(11711, description="seeds every random choice of the experiment (data order, heads, "
+                                          "downsampling, dropout)")
+    repeats: Annotated[int, Field(ge=1, le=100)] | list[Seed] = Field(
+        1, description="run the experiment with several seeds, each a job of its own named <name>.seed<seed>: N "
+                       "seeds (seed, seed + 1, ...) or the list of seeds; studies show the mean and spread over "
+                       "them")
     max_length: int = Field(128, ge=8, le=512, description="word pieces per input (a pair's two sentences "
                                                            "together); longer inputs are cut")
     pretrain: str | None = Field(None, description="start from this pretraining's output (a name in "
@@ -170,10 +192,10 @@ class EnsembleParams(Strict):
     """An ensemble over experiments' predictions."""
     members: list[str] = Field(description="experiments (two or more), or a repeated experiment, which stands for "
                                            "its seeds")
-    classification: Literal["mode", "mean_prob"] = Field(
+    classification: ClassificationCombination = Field(
         "mode", description="how classification tasks combine: the members' majority label (`mode`) or the "
                             "label of their mean probabilities (`mean_prob`)")
-    similarity: Literal["median", "mean"] = Field("median", description="how similarity scores combine")
+    similarity: SimilarityCombination = Field("median", description="how similarity scores combine")
     description: str = Field("", description="a sentence on the ensemble, for the report")
 
     @field_validator("members")
@@ -182,7 +204,6 @@ class EnsembleParams(Strict):
         if not v:
             raise ValueError("an ensemble needs members (two or more experiments, or one repeated experiment)")
         return v
-
 
 
 class ExportParams(Strict):
@@ -210,10 +231,11 @@ def deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
-def resolve_experiment(raw_base: dict, overrides: dict, name: str, where: str = "params.yaml") -> ExperimentParams:
-    """Experiment `name`: `base` deep-merged with its overrides, validated (a one-line error naming
-    `experiments.<name>.<key>`)."""
-    merged = deep_merge(raw_base or {}, overrides or {})
+def resolve_experiment(base: ExperimentParams, overrides: dict, name: str,
+                       where: str = "params.yaml") -> ExperimentParams:
+    """Experiment `name`: `base` (the keys it sets) deep-merged with its overrides, validated (a
+    one-line error naming `experiments.<name>.<key>`)."""
+    merged = deep_merge(base.model_dump(exclude_unset=True), overrides or {})
     try:
         return ExperimentParams.model_validate(merged)
     except ValidationError as err:

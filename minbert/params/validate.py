@@ -17,7 +17,7 @@ from minbert.core.errors import MinBertError
 from minbert.params.fields import check_name
 from minbert.params.finetune import FinetuneParams
 from minbert.params.messages import close, raise_validation
-from minbert.params.schema import ExperimentParams, deep_merge, resolve_experiment
+from minbert.params.schema import ExperimentParams, deep_merge
 from minbert.params.studies import Params
 
 
@@ -45,11 +45,12 @@ def teacher_members(teacher: str, experiments: dict, groups: dict, ensembles: di
 
 
 def check_params(params: Params, experiments: dict[str, ExperimentParams], groups: dict[str, list[str]],
-                 where: str = "params.yaml") -> None:
+                 where: str = "params.yaml", templates: dict[str, ExperimentParams] | None = None) -> None:
     """Every cross-section check of expanded params, in the order a reader meets the sections:
     `params` with its grid cells and seeds expanded, `experiments` every experiment that runs (a
-    repeated one as its seeds), `groups` each repeated experiment's seeds. Changes none of them."""
-    check_experiments(params, where)
+    repeated one as its seeds), `groups` each repeated experiment's seeds, `templates` the resolved
+    experiments that only a grid runs. Changes none of them."""
+    check_experiments(params, {**(templates or {}), **experiments}, where)
     for kind, names in (("pretraining", params.pretrainings), ("ensemble", params.ensembles)):
         for name in names:
             check_name(name, where, kind)
@@ -69,11 +70,10 @@ def check_params(params: Params, experiments: dict[str, ExperimentParams], group
                                f"or a paper table")
 
 
-def check_experiments(params: Params, where: str) -> None:
+def check_experiments(params: Params, experiments: dict[str, ExperimentParams], where: str) -> None:
     """Each experiment (a grid's template included) names a known pretraining (what its own settings
-    must agree on is its model's check: minbert.params.finetune.FinetuneParams, minbert.params.schema.ExperimentParams)."""
-    for name, ov in params.experiments.items():
-        exp = resolve_experiment(params.base, ov, name, where)
+    must agree on is its model's check: FinetuneParams', ExperimentParams')."""
+    for name, exp in experiments.items():
         if exp.pretrain is not None and exp.pretrain not in params.pretrainings:
             raise MinBertError(f"{where}: key 'experiments.{name}.pretrain': unknown pretraining "
                                f"'{exp.pretrain}'{close(exp.pretrain, params.pretrainings)}")
@@ -138,7 +138,6 @@ def check_pretrainings(params: Params, where: str) -> None:
     """A pretraining has the data it reads, and only paraphrase-first trains with fine-tuning settings
     (validated as base.finetune changed by them)."""
     data = params.data
-    base_finetune = None
     for name, pre in params.pretrainings.items():
         if pre.kind == "nli" and data.nli_file is None:
             raise MinBertError(f"{where}: key 'pretrainings.{name}.kind': NLI pretraining needs NLI data; "
@@ -153,9 +152,8 @@ def check_pretrainings(params: Params, where: str) -> None:
             raise MinBertError(f"{where}: key 'pretrainings.{name}.finetune': only a para_first pretraining trains "
                                f"with the fine-tuning settings (this one is {pre.kind}); remove it")
         if pre.finetune:
-            base_finetune = base_finetune or ExperimentParams.model_validate(params.base).finetune
             try:
-                FinetuneParams.model_validate(deep_merge(base_finetune.model_dump(), pre.finetune))
+                FinetuneParams.model_validate(deep_merge(params.base.finetune.model_dump(), pre.finetune))
             except ValidationError as err:
                 raise_validation(err, FinetuneParams, where, prefix=f"pretrainings.{name}.finetune.")
 
