@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from minbert.core.runtime import cpu_has_native_bf16  # noqa: E402
 from minbert.model.tokenizer import Tokenizer  # noqa: E402
-from minbert.model.weights import load_encoder, resolve_model  # noqa: E402
+from minbert.model.weights import load_encoder, model_folder  # noqa: E402
 
 
 def find_texts(n: int) -> tuple[list[str], list[tuple[str, str]], str] | None:
@@ -117,7 +117,7 @@ def main(argv=None):
         print("no data: neither ../shared/data (MINBERT_SHARED_DATA) nor data/demo is present; skipping")
         return 0
     singles, pairs, source = texts
-    folder = resolve_model(args.model)
+    folder = model_folder(args.model)
     tok = Tokenizer(folder, max_length=args.max_length)
     batches = make_batches(tok, singles, pairs, args.batch_size, args.batches)
 

@@ -28,47 +28,48 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import minbert.train.frozen as frozen  # noqa: E402
-from minbert.data.raw import read_cs224n  # noqa: E402
+from minbert.data.raw import raw_path, read_cs224n  # noqa: E402
 from minbert.data.read import write_split  # noqa: E402
 from minbert.params import ExperimentParams  # noqa: E402
 from minbert.params.resolve import finetune_settings, retrain_settings  # noqa: E402
 from minbert.train.experiment import finetune_experiment, retrain_heads_experiment  # noqa: E402
 from minbert.train.training import FitOptions  # noqa: E402
 
-RAW = {"sst": "ids-sst", "para": "quora", "sts": "sts"}
+TASKS = ("sst", "para", "sts")
 
 
 def prepare(out: Path, n_train: int, n_dev: int) -> str:
     shared = REPO.parent / "shared" / "data" / "cs224n"
-    src = shared if (shared / "ids-sst-train.csv").is_file() else REPO / "data" / "demo"
-    for task, prefix in RAW.items():
+    src = shared if raw_path(shared, "sst", "train").is_file() else REPO / "data" / "demo"
+    for task in TASKS:
         for split, n in (("train", n_train), ("dev", n_dev)):
-            frame, _ = read_cs224n(src / f"{prefix}-{split}.csv", task, on_bad_rows="drop")
+            frame, _ = read_cs224n(raw_path(src, task, split), task, on_bad_rows="drop")
             write_split(frame.head(n), out / f"{task}-{split}.tsv")
     return str(src)
 
 
-def experiment(threads: int, epochs: int) -> ExperimentParams:
+def experiment(threads: int, epochs: int, model: str) -> ExperimentParams:
     return ExperimentParams.model_validate({
-        "model": "all-MiniLM-L6-v2", "device": "cpu", "precision": "fp32", "threads": threads, "seed": 11711,
+        "model": model, "device": "cpu", "precision": "fp32", "threads": threads, "seed": 11711,
         "max_length": 128,
         "finetune": {"epochs": epochs, "batch_size": 8, "lr": 1e-3, "freeze_encoder": False, "schedule": "task_by_task",
                      "downsample": {"mode": "none"}, "heads": {"para": "concat_uv", "sts": "concat_uv"}},
         "retrain_heads": {"enabled": True, "epochs": epochs, "batch_size": 8, "lr": 1e-3, "schedule": "task_by_task"}})
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train", type=int, default=200)
     ap.add_argument("--dev", type=int, default=100)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="the checkpoint both jobs fine-tune")
     ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.quick:
         args.train, args.dev, args.epochs, args.rounds = 32, 16, 2, 1
-    exp = experiment(args.threads, args.epochs)
+    exp = experiment(args.threads, args.epochs, args.model)
     frozen_exp = exp.model_copy(update={"finetune": exp.finetune.model_copy(update={"freeze_encoder": True}),
                                         "retrain_heads": exp.retrain_heads.model_copy(update={"enabled": False})})
     real_cacheable = frozen.cacheable

@@ -43,11 +43,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from steps import RAW, OurStep, ReferenceStep, data_dir, encoders
+from steps import OurStep, ReferenceStep, data_dir, encoders
 
 from minbert.core.runtime import configure
+from minbert.core.tasks import TASKS
 from minbert.data.downsample import target_sizes
-from minbert.data.raw import read_cs224n
+from minbert.data.raw import raw_path, read_cs224n
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import packaged_minilm_folder
 from minbert.params import load_params
@@ -203,9 +204,9 @@ def projection(step_times: dict) -> list[str]:
         lp = load_params(Path(d) / "params.yaml")
     src = Path(yaml.safe_load(path.read_text())["data"]["dir"])
     src = (REPO / src) if not src.is_absolute() else src
-    if not (src / "ids-sst-train.csv").is_file():
+    if not raw_path(src, "sst", "train").is_file():
         return [f"(no projection: the catalogue's data {src} is not here)"]
-    rows = {t: len(read_cs224n(src / f"{RAW[t]}-train.csv", t, on_bad_rows="drop")[0]) for t in RAW}
+    rows = {t: len(read_cs224n(raw_path(src, t, "train"), t, on_bad_rows="drop")[0]) for t in TASKS}
     seconds, updates, jobs = 0.0, 0, 0
     batches = sorted({b for (_, b) in step_times})
     for exp in lp.experiments.values():

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from minbert.core.tasks import TASKS
 from minbert.data.batches import Collator, build_task_data
-from minbert.data.raw import read_cs224n
+from minbert.data.raw import raw_path, read_cs224n
 from minbert.data.stream import TaskStream
 from minbert.model.bert import BertConfig, BertModel
 from minbert.model.multitask import MultitaskModel
@@ -32,7 +32,6 @@ from minbert.train.loop import start_run, train_step
 from minbert.train.training import FitOptions, TrainState
 
 REPO = Path(__file__).resolve().parents[1]
-RAW = {"sst": "ids-sst", "para": "quora", "sts": "sts", "cfimdb": "ids-cfimdb"}
 HEADS = {"pooling": "cls", "para": "cross", "sts": "cross"}
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
 
@@ -40,11 +39,11 @@ TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "in
 def data_dir() -> Path:
     """The real CS224N files beside the repository (../shared/data/cs224n), else the demo data."""
     shared = REPO.parent / "shared" / "data" / "cs224n"
-    return shared if (shared / "quora-train.csv").is_file() else REPO / "data" / "demo"
+    return shared if raw_path(shared, "para", "train").is_file() else REPO / "data" / "demo"
 
 
 def load_train(task: str, tok, heads, rows: int):
-    frame, _ = read_cs224n(data_dir() / f"{RAW[task]}-train.csv", task, on_bad_rows="drop")
+    frame, _ = read_cs224n(raw_path(data_dir(), task, "train"), task, on_bad_rows="drop")
     return build_task_data(task, frame.head(rows).reset_index(drop=True), tok, heads)
 
 

@@ -36,25 +36,26 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from minbert.data.batches import TaskStream, build_task_data, to_device
-from minbert.data.raw import read_cs224n  # noqa: E402
-from minbert.model.multitask import MultitaskModel, task_loss
+from minbert.data.batches import Collator, build_task_data, to_device  # noqa: E402
+from minbert.data.raw import raw_path, read_cs224n  # noqa: E402
+from minbert.data.stream import TaskStream  # noqa: E402
+from minbert.model.multitask import MultitaskModel  # noqa: E402
 from minbert.model.tokenizer import Tokenizer  # noqa: E402
-from minbert.model.weights import load_encoder, packaged_minilm_folder  # noqa: E402
+from minbert.model.weights import load_encoder, model_folder  # noqa: E402
 from minbert.params import HeadsParams  # noqa: E402
-from minbert.train.distributed import DistInfo
+from minbert.train.losses import task_loss  # noqa: E402
 from minbert.train.optim import build_adamw  # noqa: E402
 
 TASKS = ("sst", "para", "sts")
-RAW = {"sst": "ids-sst-train.csv", "para": "quora-train.csv", "sts": "sts-train.csv"}
 HEADS = HeadsParams(pooling="cls", para="cross", sts="cross", dropout=0.1)
 
 
 def load_frames(n: int):
     """The first n training rows per task, validated as the prepare stage does."""
     shared = REPO.parent / "shared" / "data" / "cs224n"
-    src = shared if (shared / RAW["sst"]).is_file() else REPO / "data" / "demo"
-    return {t: read_cs224n(src / RAW[t], t, on_bad_rows="drop")[0].head(n).reset_index(drop=True) for t in TASKS}, src
+    src = shared if raw_path(shared, "sst", "train").is_file() else REPO / "data" / "demo"
+    return {t: read_cs224n(raw_path(src, t, "train"), t, on_bad_rows="drop")[0].head(n).reset_index(drop=True)
+            for t in TASKS}, src
 
 
 # ---------------------------------------------------------------- ours
@@ -68,8 +69,9 @@ class Ours:
         t0 = time.perf_counter()
         self.data = {t: build_task_data(t, f, self.tok, HEADS) for t, f in frames.items()}
         self.tokenise_seconds = time.perf_counter() - t0
-        self.streams = {t: TaskStream(d, self.tok, batch_size, seed + i, 0, DistInfo()) for i, (t, d) in
-                        enumerate(self.data.items())}
+        collator = Collator(self.tok)
+        self.streams = {t: TaskStream(d, collator, batch_size, seed + i, 0)
+                        for i, (t, d) in enumerate(self.data.items())}
         m = self.model
         self.opt = build_adamw([([(n, p) for n, p in m.named_parameters()], 2e-5)], 0.01)
         self.device = device
@@ -164,6 +166,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads; on a busy 2-core machine use 1 (a second thread mostly waits)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--model", default="all-MiniLM-L6-v2", help="the weights both loops start from (a name or a "
+                                                               "folder with a tokenizer)")
     args = p.parse_args(argv)
     q = args.quick
     rows = args.rows or (200 if q else 2000)
@@ -173,7 +177,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
-    folder = packaged_minilm_folder()
+    folder = model_folder(args.model)
     frames, src = load_frames(rows)
     print(f"data: {src} ({', '.join(f'{t} {len(f)}' for t, f in frames.items())} rows); model: {folder.name}; "
           f"device {device}, {torch.get_num_threads()} threads; batch {bs}, {steps} steps x 3 tasks per round, "

@@ -119,7 +119,7 @@ class Model:
 
     def __init__(self, path: str | Path, device: str = "auto", batch_size: int | None = None,
                  bf16: bool | None = None, threads: int | None = None, precision: str | None = None):
-        from minbert.core.runtime import pick_device, resolve_precision, set_threads
+        from minbert.core.runtime import pick_device, precision_on, set_threads
 
         for key, value in (("batch_size", batch_size), ("threads", threads)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
@@ -133,7 +133,7 @@ class Model:
         self.model.to(self.device).eval()
         stage = predict_settings(path)
         precision = precision or ("bf16" if bf16 else "fp32" if bf16 is False else stage.get("precision", "auto"))
-        self.precision = resolve_precision(precision, self.device)
+        self.precision = precision_on(precision, self.device)
         self.batch_size, self.bf16 = int(batch_size or stage.get("batch_size") or 64), self.precision == "bf16"
 
     @property

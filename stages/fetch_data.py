@@ -29,7 +29,8 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.io import write_text
 from minbert.core.outputs import writable_folder
-from minbert.data.raw import write_cs224n
+from minbert.core.tasks import TASKS
+from minbert.data.raw import RAW_SPLITS, raw_path, write_cs224n
 from minbert.entry import run
 
 
@@ -37,23 +38,23 @@ from minbert.entry import run
 class Source:
     repo_id: str
     patterns: tuple          # allow_patterns for snapshot_download
-    prefix: str              # CS224N file prefix, or "nli-<name>" for jsonl
-    columns: dict            # Hub column -> our column
+    task: str | None         # the task whose CS224N files it becomes (minbert.core.tasks); None: NLI jsonl
+    columns: tuple           # its Hub columns: the task's texts in order, then the label
+
+    def raw_columns(self) -> dict:
+        """Hub column -> the raw file's column (the task's raw text columns, then its label column)."""
+        spec = TASKS[self.task]
+        return dict(zip(self.columns, (*spec.raw_text_columns, spec.raw_label_column)))
 
 
 SOURCES = {
-    "sst": Source("SetFit/sst5", ("*.jsonl", "*.parquet", "*.csv"), "ids-sst",
-                  {"text": "sentence", "label": "sentiment"}),
-    "qqp": Source("nyu-mll/glue", ("qqp/*",), "quora",
-                  {"question1": "sentence1", "question2": "sentence2", "label": "is_duplicate"}),
-    "stsb": Source("nyu-mll/glue", ("stsb/*",), "sts",
-                   {"sentence1": "sentence1", "sentence2": "sentence2", "label": "similarity"}),
-    "snli": Source("stanfordnlp/snli", ("*train*",), "nli-snli",
-                   {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"}),
-    "mnli": Source("nyu-mll/multi_nli", ("*train*",), "nli-mnli",
-                   {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold_label"}),
+    "sst": Source("SetFit/sst5", ("*.jsonl", "*.parquet", "*.csv"), "sst", ("text", "label")),
+    "qqp": Source("nyu-mll/glue", ("qqp/*",), "para", ("question1", "question2", "label")),
+    "stsb": Source("nyu-mll/glue", ("stsb/*",), "sts", ("sentence1", "sentence2", "label")),
+    "snli": Source("stanfordnlp/snli", ("*train*",), None, ("premise", "hypothesis", "label")),
+    "mnli": Source("nyu-mll/multi_nli", ("*train*",), None, ("premise", "hypothesis", "label")),
 }
-SPLIT_NAMES = {"train": "train", "validation": "dev", "dev": "dev", "test": "test-student"}
+SPLIT_NAMES = {"train": "train", "validation": "dev", "dev": "dev", "test": "test"}   # Hub split -> ours
 NLI_LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}   # the Hub's ClassLabel order; -1: "-"
 
 
@@ -99,9 +100,9 @@ def clean_text(value) -> str:
 
 
 def split_files(folder: Path, patterns: tuple = ("*",)) -> dict[str, list[Path]]:
-    """The downloaded data files matching `patterns` grouped by our split name (train, dev,
-    test-student). A snapshot folder holds every config fetched so far (glue: qqp and stsb), so
-    the patterns must filter again."""
+    """The downloaded data files matching `patterns` grouped by our split name (train, dev, test). A
+    snapshot folder holds every config fetched so far (glue: qqp and stsb), so the patterns must
+    filter again."""
     found: dict[str, list[Path]] = {}
     for path in sorted(folder.rglob("*")):
         if not path.is_file() or path.suffix not in (".parquet", ".jsonl", ".json", ".csv", ".tsv"):
@@ -123,7 +124,7 @@ def convert(name: str, folder: Path, out: Path) -> list[Path]:
     """Turn one downloaded dataset into CS224N-layout files (or NLI jsonl) under `out`."""
     src = SOURCES[name]
     files = split_files(folder, src.patterns)
-    needed = ("train",) if src.prefix.startswith("nli-") else ("train", "dev", "test-student")
+    needed = ("train",) if src.task is None else tuple(RAW_SPLITS)
     missing = [s for s in needed if s not in files]
     if missing:
         raise MinBertError(f"{src.repo_id}: no {missing[0]} split among the downloaded files in {folder}")
@@ -133,21 +134,21 @@ def convert(name: str, folder: Path, out: Path) -> list[Path]:
         absent = [c for c in src.columns if c not in frame.columns]
         if absent:
             raise MinBertError(f"{src.repo_id} {split}: no column '{absent[0]}' (has {list(frame.columns)})")
-        if src.prefix.startswith("nli-"):
-            written.append(_write_nli(name, frame, out / f"{src.prefix}.jsonl"))
+        if src.task is None:
+            written.append(_write_nli(name, frame, out / f"nli-{name}.jsonl"))
             continue
-        table = frame[list(src.columns)].rename(columns=src.columns)
-        label = src.columns["label"]
+        table = frame[list(src.columns)].rename(columns=src.raw_columns())
+        label = TASKS[src.task].raw_label_column
         for column in table.columns:
             if column != label:
                 table[column] = table[column].map(clean_text)
         ids = frame["idx"] if "idx" in frame.columns else pd.Series(range(len(frame)))
         table.insert(0, "id", [_stable_id(name, split, i) for i in ids])
-        if split == "test-student":
+        if split == "test":
             table = table.drop(columns=[label])
         elif name == "qqp":
             table[label] = table[label].astype(float)
-        path = out / f"{src.prefix}-{split}.csv"
+        path = raw_path(out, src.task, split)
         write_cs224n(table, path)
         written.append(path)
     return written

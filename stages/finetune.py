@@ -13,7 +13,7 @@ from pathlib import Path
 
 from minbert.core.runtime import setup_logging
 from minbert.entry import run
-from minbert.model.weights import resolve_model
+from minbert.model.weights import model_folder
 from minbert.params.settings import FinetuneSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import main_process, stage_call
@@ -27,7 +27,7 @@ def main(argv=None):
     s, L, name = FinetuneSettings(**call.job.settings), call.layout, call.name
     start = model_for_pretraining(L.pretrain_model(s.pretrain)) if s.pretrain else s.model
     setup_logging()
-    with running(call.job, s, [resolve_model(start)], main_process(), call.args.force) as r:
+    with running(call.job, s, [model_folder(start)], main_process(), call.args.force) as r:
         options = FitOptions(Path(L.training(name, "finetune")), state_dir=Path(L.state("finetune", name)),
                              description=r.description, resume=not call.args.no_resume,
                              checkpoint_extra={"experiment": name, "stage": "finetune",

@@ -13,7 +13,7 @@ from pathlib import Path
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import setup_logging
 from minbert.entry import run
-from minbert.model.weights import resolve_model
+from minbert.model.weights import model_folder
 from minbert.params.settings import PretrainSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import main_process, stage_call
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
                                                                           "`pretrainings:`")
     s, L, name = PretrainSettings(**call.job.settings), call.layout, call.name
     setup_logging()
-    with running(call.job, s, [resolve_model(s.model)], main_process(), call.args.force) as r:
+    with running(call.job, s, [model_folder(s.model)], main_process(), call.args.force) as r:
         files = PretrainFiles(Path(L.data), Path(L.pretrain_model(name)), Path(L.pretrain_history(name)),
                               Path(L.pretrain_metrics(name)), Path(L.state("pretrain", name)), Path(L.token_cache))
         kind = importlib.import_module(PRETRAINING_MODULES[s.pretraining.kind])

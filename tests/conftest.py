@@ -90,7 +90,7 @@ def lone_model(tmp_path_factory, tiny_model_dir) -> Path:
     from minbert.model.multitask import MultitaskModel
     from minbert.model.tokenizer import Tokenizer
     from minbert.model.weights import load_encoder
-    from minbert.params.schema import HeadsParams
+    from minbert.params.finetune import HeadsParams
 
     encoder, _, _ = load_encoder(tiny_model_dir)
     path = tmp_path_factory.mktemp("lone") / "model.pt"

@@ -1,8 +1,10 @@
-"""The benchmarks run on a CPU in seconds at a tiny size and print what they promise: bench/gpu_train.py
-our step and transformers' beside it with the ratio and its range (no host sync in ours);
-bench/op_count.py the operations a step dispatches on each path; bench/startup.py start-up and
-import cost against an older tree with ratios; the GPU benchmark's catalogue projection adds up
-params/full.yaml's real update counts. Nothing here checks a timing."""
+"""Every benchmark under bench/ runs on a CPU in seconds at a tiny size and prints what it promises,
+so that a change to the library breaks a test here, not a user: bench/gpu_train.py our step and
+transformers' beside it with the ratio and its range (no host sync in ours); bench/op_count.py the
+operations a step dispatches on each path; bench/startup.py start-up and import cost against an
+older tree with ratios; bench/encoder_throughput.py, train_throughput.py and frozen_features.py
+their tables of speeds and ratios (on the tests' tiny BERT); the GPU benchmark's catalogue
+projection adds up params/full.yaml's real update counts. Nothing here checks a timing."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import REPO, child_env, shared_data_dir
 
 RANGE = re.compile(r"^(\d+\.\d+) \((\d+\.\d+)-(\d+\.\d+)\)$")      # "median (low-high)"
@@ -117,3 +120,57 @@ def test_gpu_sharing_smoke_run_prints_each_mode_against_one_job_at_a_time():
     assert rows["one at a time"][2] == "x" and rows["one at a time"][3] == "1.00"
     for cells_ in rows.values():
         assert float(cells_[0]) > 0 and cells_[5:7] and all(float(r) > 0 for r in cells_[5:])
+
+
+# ---------------------------------------------------------------- the throughput benchmarks, in process
+
+@pytest.fixture()
+def one_thread():
+    n = torch.get_num_threads()
+    yield "1"
+    torch.set_num_threads(n)
+
+
+def test_encoder_throughput_prints_each_row_with_its_ratio(tiny_model_dir, one_thread, capsys):
+    load("encoder_throughput").main(["--model", str(tiny_model_dir), "--batch-size", "4", "--batches", "1",
+                                     "--rounds", "1", "--rows", "train-fp32,infer-fp32", "--threads", one_thread])
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("train-fp32", "infer-fp32"))}
+    assert set(rows) == {"train-fp32", "infer-fp32"}
+    for ours, ref, ratio, span, _ in rows.values():
+        assert float(ours) > 0 and float(ref) > 0 and span == f"{ratio}-{ratio}"     # one round: min = max
+
+
+def test_train_throughput_prints_both_loops_and_their_ratio(tiny_model_dir, one_thread, capsys):
+    ratio = load("train_throughput").main(["--model", str(tiny_model_dir), "--rows", "16", "--batch-size", "4",
+                                           "--steps", "1", "--rounds", "1", "--threads", one_thread])
+    out = capsys.readouterr().out
+    speeds = {line.split()[0]: float(line.split()[1]) for line in out.splitlines()
+              if line.startswith(("ours ", "reference "))}
+    assert speeds["ours"] > 0 and speeds["reference"] > 0
+    assert f"ratio ours / reference: {ratio:.2f}" in out
+    assert ratio == pytest.approx(speeds["ours"] / speeds["reference"], rel=0.01)
+
+
+def test_frozen_features_times_both_jobs_both_ways(tiny_model_dir, one_thread, capsys):
+    load("frozen_features").main(["--model", str(tiny_model_dir), "--train", "16", "--dev", "8", "--epochs", "1",
+                                  "--rounds", "1", "--threads", one_thread])
+    rows = [cells(line) for line in capsys.readouterr().out.splitlines() if line.startswith(("| frozen", "| retrain"))]
+    assert [r[0] for r in rows] == ["frozen baseline", "retrain heads"]
+    for _, cached, uncached, ratio in rows:
+        assert float(cached) > 0 and float(uncached) > 0 and a_range(ratio)[0] > 0
+
+
+# each benchmark and the test that runs it (steps.py is the steps gpu_train.py and op_count.py time)
+RUN_BY = {"gpu_train": test_gpu_train_smoke_run_on_cpu_times_ours_and_the_reference,
+          "op_count": test_op_count_counts_each_path_and_the_reference,
+          "steps": test_op_count_counts_each_path_and_the_reference,
+          "startup": test_startup_compares_this_tree_with_the_old_one,
+          "encoder_throughput": test_encoder_throughput_prints_each_row_with_its_ratio,
+          "train_throughput": test_train_throughput_prints_both_loops_and_their_ratio,
+          "frozen_features": test_frozen_features_times_both_jobs_both_ways,
+          "gpu_sharing": test_gpu_sharing_smoke_run_prints_each_mode_against_one_job_at_a_time}
+
+
+def test_every_benchmark_is_run_by_a_test():
+    assert {p.stem for p in (REPO / "bench").glob("*.py")} == set(RUN_BY)

@@ -814,9 +814,9 @@ def test_bin_checkpoints(tmp_path, tiny_model_dir):
 
 
 def test_model_paths(tmp_path, tiny_model_dir):
-    from minbert.model.weights import resolve_model
+    from minbert.model.weights import model_folder
 
-    _one_line_error(resolve_model, str(tiny_model_dir / "config.json"), pattern=r"is a file; give the folder")
+    _one_line_error(model_folder, str(tiny_model_dir / "config.json"), pattern=r"is a file; give the folder")
     folder = _model(tmp_path, tiny_model_dir)
     (folder / "model.safetensors").unlink()
     (folder / "model.safetensors").symlink_to("model.safetensors")

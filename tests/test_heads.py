@@ -22,7 +22,7 @@ from minbert.model.outputs import predictions, regression_prediction, regression
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
 from minbert.params import HeadsParams
-from minbert.params.schema import BI_ENCODER_HEADS
+from minbert.params.finetune import BI_ENCODER_HEADS
 from minbert.train.losses import task_loss
 
 H = 8

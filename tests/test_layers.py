@@ -9,10 +9,12 @@ that never run the edited file.
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 import pytest
 
+from minbert.core.provenance import canonical
 from minbert.pipeline import code, plan
 from workflow import dag
 
@@ -118,3 +120,57 @@ def test_reading_and_checking_the_params_is_in_no_job_but_the_report(demo_jobs):
         assert _running(demo_jobs, f"minbert/params/{module}.py") == set(), module
     # the settings' models are code of every job that has settings (evaluate has none)
     assert _running(demo_jobs, "minbert/params/schema.py") == set(demo_jobs) - _of(demo_jobs, "evaluate")
+
+
+# ---------------------------------------------------------------- a real edit, measured on the descriptions
+
+def _descriptions(folder: Path) -> dict[str, str]:
+    """Every demo job's description as the planner computes it, over the code in `folder`."""
+    code._CLOSURES.clear()
+    with dag._in(folder):
+        return {j.id: canonical(j.description()) for j in plan.pipeline("params.yaml")}
+
+
+@pytest.fixture()
+def code_copy(tmp_path, monkeypatch):
+    """A copy of the project's code, the demo params and data, that the closures and hashes read
+    (each file hashed once per content: the measure, not the planner, caches)."""
+    for folder in (*code.PROJECT_PACKAGES, "data/demo"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.setattr(code, "_package_roots", lambda: {pkg: tmp_path / pkg for pkg in code.PROJECT_PACKAGES})
+    hashes, plain = {}, code.code_hash
+
+    def code_hash(path):
+        key = (str(path), Path(path).stat().st_mtime_ns, Path(path).stat().st_size)
+        if key not in hashes:
+            hashes[key] = plain(path)
+        return hashes[key]
+
+    monkeypatch.setattr(code, "code_hash", code_hash)
+    monkeypatch.setattr(code, "_CLOSURES", {})
+    return tmp_path
+
+
+# a real change (not a comment) to one module, and the only jobs whose description it may change
+REAL_EDITS = {
+    # the raw CS224N reader is the prepare stage's alone
+    "raw reader": ("minbert/data/raw.py", lambda text: text.replace('"column \'id\' is empty"', '"no id"', 1),
+                   {"prepare"}),
+    # a paper claim's check is the report's alone
+    "claim check": ("minbert/params/studies.py",
+                    lambda text: text.replace("names two different rows", "names 2 rows", 1), {"report"}),
+}
+
+
+def test_a_real_edit_redescribes_only_the_jobs_that_run_it(code_copy):
+    before = _descriptions(code_copy)
+    assert len(before) == 26
+    for edit, (path, change, expected) in REAL_EDITS.items():
+        text = (code_copy / path).read_text()
+        assert change(text) != text, edit
+        (code_copy / path).write_text(change(text))
+        after = _descriptions(code_copy)
+        (code_copy / path).write_text(text)
+        assert set(after) == set(before)
+        assert {job for job in before if after[job] != before[job]} == expected, edit

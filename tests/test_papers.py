@@ -208,7 +208,7 @@ def test_the_audited_fidelity_choices_hold(catalogue):
         ft = get(name).finetune
         assert ft.frozen_encoder_dropout == ft.freeze_encoder, name
     # 5. 004's SMART radius is its library's default, 1e-6; 002 keeps the SMART paper's 1e-5 and
-    #    the momentum teacher's beta 0.99
+    #    the momentum copy's beta 0.99
     for name in p004:
         if get(name).finetune.smart.enabled:
             assert get(name).finetune.smart.epsilon == 1e-6 and get(name).finetune.smart.mu == 0, name

@@ -248,7 +248,7 @@ def test_deeply_nested_json_the_stages_read_is_one_line(tmp_path):
 
 def test_a_correlation_loss_over_one_sts_row_is_refused_when_training_starts():
     """The data side of case 6: STS cut to one row by the data itself (the settings allow more)."""
-    from minbert.params.schema import FinetuneParams
+    from minbert.params.finetune import FinetuneParams
     from minbert.train.experiment import refuse_one_pair_correlation
 
     cfg = FinetuneParams(heads={"sts_loss": "pearson"})

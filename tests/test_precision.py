@@ -22,7 +22,7 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
     (False, "bf16", "bf16"), (True, "fp32", "fp32"), (False, "fp32", "fp32")])
 def test_precision_on_a_cpu(monkeypatch, native, setting, expected):
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
-    assert runtime.resolve_precision(setting, CPU) == expected
+    assert runtime.precision_on(setting, CPU) == expected
 
 
 @pytest.mark.parametrize("supported,setting,expected", [
@@ -30,7 +30,7 @@ def test_precision_on_a_cpu(monkeypatch, native, setting, expected):
 def test_precision_on_cuda(monkeypatch, supported, setting, expected):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: supported)
-    assert runtime.resolve_precision(setting, CUDA) == expected
+    assert runtime.precision_on(setting, CUDA) == expected
 
 
 def test_fp32_on_cuda_multiplies_in_tf32(monkeypatch):
@@ -66,7 +66,7 @@ def test_a_state_saved_in_another_precision_is_not_resumed(tiny_model_dir, tmp_p
     state = torch.load(out.with_name("run.state") / "last.pt", map_location="cpu", weights_only=True)
     assert state["description"]["device_type"] == "cpu" and state["description"]["precision"] == "fp32"
     monkeypatch.setattr(runtime, "configure", lambda device, precision, deterministic=False: True)
-    with caplog.at_level("WARNING", logger="minbert.train.loop"):
+    with caplog.at_level("WARNING", logger="minbert.train.training"):
         res = finetune_experiment(exp, data, out)
     notice = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]
     assert len(notice) == 1 and "precision: 'fp32' -> 'bf16'" in notice[0]
@@ -101,9 +101,9 @@ def test_what_auto_means_can_be_set_for_a_machine(monkeypatch, forced):
     monkeypatch.setenv("MINBERT_AUTO_PRECISION", forced)
     for native in (True, False):
         monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
-        assert runtime.resolve_precision("auto", CPU) == forced
-        assert runtime.resolve_precision("fp32", CPU) == "fp32" and runtime.resolve_precision("bf16", CPU) == "bf16"
+        assert runtime.precision_on("auto", CPU) == forced
+        assert runtime.precision_on("fp32", CPU) == "fp32" and runtime.precision_on("bf16", CPU) == "bf16"
     monkeypatch.setenv("MINBERT_AUTO_PRECISION", "fp16")
     with pytest.raises(MinBertError, match=r"MINBERT_AUTO_PRECISION=fp16: expected bf16 or fp32") as err:
-        runtime.resolve_precision("auto", CPU)
+        runtime.precision_on("auto", CPU)
     assert "\n" not in str(err.value)

@@ -1,4 +1,4 @@
-"""SMART (adversarial term, momentum teacher, Bregman term) and PCGrad against hand-computed
+"""SMART (adversarial term, momentum copy, Bregman term) and PCGrad against hand-computed
 results and independent reimplementations."""
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def test_smart_under_bf16_autocast():
     assert torch.isfinite(model.head.weight.grad).all()
 
 
-# ---------------------------------------------------------------- momentum teacher / Bregman term
+# ---------------------------------------------------------------- momentum copy / Bregman term
 
 def test_bregman_term_zero_at_start_grows_after_a_step_and_shrinks_after_update():
     torch.manual_seed(0)

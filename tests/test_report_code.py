@@ -1,8 +1,8 @@
-"""The report's code, one module per concern: small modules and functions, each the report job's
-code alone, and one predictions reader shared with the jobs that score and combine predictions."""
+"""The report's code, one module per concern (small modules and functions: tests/test_code_size.py),
+each the report job's code alone, and one predictions reader shared with the jobs that score and
+combine predictions."""
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -12,37 +12,6 @@ from workflow import dag
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT = REPO / "minbert" / "report"
-MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_PARAMETERS = 500, 60, 8
-
-
-def _functions(tree):
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            a = node.args
-            names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs] + [x.arg for x in (a.vararg, a.kwarg) if x]
-            yield node, [n for n in names if n not in ("self", "cls")]
-
-
-def test_report_modules_and_functions_are_small():
-    """No module over 500 lines, no function over 60 lines (its whole definition) or 8 parameters
-    (self and cls not counted)."""
-    too_big = []
-    for path in sorted(REPORT.glob("*.py")):
-        text = path.read_text()
-        if len(text.splitlines()) > MAX_MODULE_LINES:
-            too_big.append(f"{path.name}: {len(text.splitlines())} lines")
-        for node, params in _functions(ast.parse(text)):
-            lines = node.end_lineno - node.lineno + 1
-            if lines > MAX_FUNCTION_LINES or len(params) > MAX_PARAMETERS:
-                too_big.append(f"{path.name}:{node.lineno} {node.name}: {lines} lines, {len(params)} parameters")
-    assert not too_big, "\n".join(too_big)
-
-
-def test_the_measure_finds_a_long_function_and_many_parameters():
-    long_body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
-    tree = ast.parse(f"def f(a, b, c, d, e, f, g, h, i):\n{long_body}\n\nclass C:\n    def m(self, a):\n        pass\n")
-    measured = {node.name: (node.end_lineno - node.lineno + 1, len(params)) for node, params in _functions(tree)}
-    assert measured == {"f": (MAX_FUNCTION_LINES + 1, 9), "m": (2, 1)}
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from minbert.params.schema import SCHEDULES
+from minbert.params.finetune import SCHEDULES
 from minbert.train.schedules import epoch_plan, sampling_probabilities, sequential_phases, unit_batches
 
 TASKS = ["sst", "para", "sts"]

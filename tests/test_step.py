@@ -12,7 +12,7 @@ from test_train import finetune_experiment, make_exp, state_dict, write_prepared
 
 import minbert.train.loop as loop
 from minbert.data.batches import LENGTH_BUCKETS
-from minbert.params.schema import FinetuneParams
+from minbert.params.finetune import FinetuneParams
 from minbert.train.step import CapturedSteps, why_not_captured
 
 # compares numbers between two ways of computing them: CI runs it again with bf16 as `auto`
@@ -108,7 +108,7 @@ def test_the_parts_read_nothing_back_from_the_device(tiny_model_dir, prepared, t
 
 
 @pytest.mark.parametrize("setting,why", [
-    ({"pcgrad": True}, "PCGrad"), ({"smart": {"enabled": True}}, "SMART"), ({"compile": True}, "compiled"),
+    ({"pcgrad": True, "schedule": "simultaneous"}, "PCGrad"), ({"smart": {"enabled": True}}, "SMART"), ({"compile": True}, "compiled"),
     ({"gradient_checkpointing": True}, "checkpointing"),
 ])
 def test_runs_a_graph_cannot_hold_are_named(setting, why):

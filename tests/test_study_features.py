@@ -2,7 +2,7 @@
 the [u, v] head, the plain cosine, per-task head depth and pooling, shared dense layers, 003's
 FREEZE_SST branch (extra transformer layers trained over a frozen model) and SST_TO_STS
 prototypes, 002's walk through Quora across epochs, the correlation-trained STS head's
-calibration, hidden vs attention dropout, SMART's teacher without dropout, and MLM's best epoch."""
+calibration, hidden vs attention dropout, SMART's momentum copy without dropout, and MLM's best epoch."""
 from __future__ import annotations
 
 import numpy as np
@@ -182,7 +182,7 @@ def test_a_correlation_trained_head_is_calibrated_not_clipped(tiny_model_dir, pr
     # the fit: the model's predictions on the training data regressed on the labels, as the run made
     # them (its precision: bf16 where the CPU has it natively, and its evaluation batches: bf16
     # outputs depend on the batch a row is in)
-    from minbert.core.runtime import autocast, resolve_precision
+    from minbert.core.runtime import autocast, precision_on
     from minbert.data.downsample import downsample
     from minbert.data.read import read_split
     from minbert.model.multitask import predict_task
@@ -191,7 +191,7 @@ def test_a_correlation_trained_head_is_calibrated_not_clipped(tiny_model_dir, pr
     frame = downsample({"sts": read_split(prepared / "sts-train.tsv")}, exp.finetune.downsample, exp.seed)["sts"]
     data = build_task_data("sts", frame, tok, model.heads_cfg)
     cpu = torch.device("cpu")
-    bf16 = resolve_precision(exp.precision, cpu) == "bf16"
+    bf16 = precision_on(exp.precision, cpu) == "bf16"
     res = predict_task(model, data, tok, EVAL_BATCH_SIZE, cpu, lambda: autocast(cpu, bf16))
     raw = res["output"].numpy().astype(np.float64) * 5.0     # the head's scale, 0-1 -> 0-5, unclipped
     assert raw.std() > 1e-3
@@ -204,7 +204,7 @@ def test_a_correlation_trained_head_is_calibrated_not_clipped(tiny_model_dir, pr
         np.sign(scale) * np.corrcoef(raw, data.labels)[0, 1], rel=1e-4)
 
 
-# ---------------------------------------------------------------- dropout, SMART's teacher, MLM's best epoch
+# ---------------------------------------------------------------- dropout, SMART's momentum copy, MLM's best epoch
 
 def test_hidden_and_attention_dropout_are_set_separately(tiny_model_dir):
     encoder, _, _ = load_encoder(tiny_model_dir)
@@ -215,7 +215,7 @@ def test_hidden_and_attention_dropout_are_set_separately(tiny_model_dir):
     assert encoder.layers[0].attn.attn_dropout == 0.2 and encoder.layers[0].dropout.p == 0.3
 
 
-def test_the_bregman_teacher_runs_without_dropout(tiny_model_dir, prepared, tmp_path, monkeypatch):
+def test_the_momentum_copy_runs_without_dropout(tiny_model_dir, prepared, tmp_path, monkeypatch):
     import minbert.train.regularisers as regularisers
 
     modes = []

@@ -192,7 +192,7 @@ def test_resume_ignores_state_of_another_configuration(tiny_model_dir, prepared,
     out = tmp_path / "run"
     finetune_experiment(make_exp(tiny_model_dir, lr=5e-4), prepared, out, stop_after_epochs=1)
     exp = make_exp(tiny_model_dir)
-    with caplog.at_level("WARNING", logger="minbert.train.loop"):
+    with caplog.at_level("WARNING", logger="minbert.train.training"):
         res = finetune_experiment(exp, prepared, out, resume=True)
     ref = finetune_experiment(exp, prepared, tmp_path / "ref")
     assert res.best_dev == ref.best_dev and len(res.history) == 2
@@ -210,7 +210,7 @@ def test_a_corrupt_or_foreign_state_is_not_resumed(tiny_model_dir, prepared, tmp
         torch.save({"state_dict": {}, "epoch": 3}, last_state(out))
     else:
         last_state(out).write_bytes(content)
-    with caplog.at_level("WARNING", logger="minbert.train.loop"):
+    with caplog.at_level("WARNING", logger="minbert.train.training"):
         res = finetune_experiment(exp, prepared, out)
     ref = finetune_experiment(exp, prepared, tmp_path / "ref")
     assert res.best_dev == ref.best_dev
@@ -363,10 +363,10 @@ def test_sequential_trains_tasks_one_after_another(tiny_model_dir, prepared, tmp
     assert res.best_epoch in ((5, 6) if h.loc[h["phase"] == "sts", "dev_sts_pearson"].notna().any() else (-1,))
 
 
-def test_sequential_phases_restart_the_smart_teacher_from_the_reloaded_best(tiny_model_dir, prepared, tmp_path,
+def test_sequential_phases_restart_the_momentum_copy_from_the_reloaded_best(tiny_model_dir, prepared, tmp_path,
                                                                           monkeypatch):
     """After each sequential phase the model goes back to that phase's best checkpoint; SMART's
-    momentum teacher goes back with it (it would otherwise carry the last epoch's average)."""
+    momentum copy goes back with it (it would otherwise carry the last epoch's average)."""
     seen = []
     original = train.end_of_phase
 

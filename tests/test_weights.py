@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from minbert.core.errors import MinBertError
-from minbert.model.weights import hf_to_minbert, load_encoder, minbert_to_hf, resolve_model
+from minbert.model.weights import hf_to_minbert, load_encoder, minbert_to_hf, model_folder
 
 transformers = pytest.importorskip("transformers")
 
@@ -67,8 +67,8 @@ def _bert_sd(hf_pretraining):
 
 
 def test_packaged_minilm_resolves_and_loads(minilm_dir):
-    assert resolve_model("all-MiniLM-L6-v2") == minilm_dir
-    assert resolve_model("sentence-transformers/all-MiniLM-L6-v2") == minilm_dir
+    assert model_folder("all-MiniLM-L6-v2") == minilm_dir
+    assert model_folder("sentence-transformers/all-MiniLM-L6-v2") == minilm_dir
     model, mlm, folder = load_encoder("all-MiniLM-L6-v2")
     assert folder == minilm_dir and mlm == {}
     assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
@@ -242,7 +242,7 @@ def test_bin_that_is_not_a_state_dict_is_an_error(tmp_path):
 def test_unknown_hub_name_offline_is_one_line(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(MinBertError) as e:
-        resolve_model("no-such-org/no-such-bert")
+        model_folder("no-such-org/no-such-bert")
     msg = str(e.value)
     assert "\n" not in msg and "no-such-org/no-such-bert" in msg
     assert "local folder" in msg and "config.json" in msg
@@ -250,9 +250,9 @@ def test_unknown_hub_name_offline_is_one_line(monkeypatch):
 
 def test_missing_local_folder_is_an_error(tmp_path):
     with pytest.raises(MinBertError, match="folder not found"):
-        resolve_model(str(tmp_path / "nowhere"))
+        model_folder(str(tmp_path / "nowhere"))
     with pytest.raises(MinBertError, match="folder not found"):
-        resolve_model("./no-such-folder")
+        model_folder("./no-such-folder")
 
 
 def test_copy_of_packaged_folder_loads_as_local(tmp_path, minilm_dir):

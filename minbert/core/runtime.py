@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from minbert.core.devices import PRECISIONS
 from minbert.core.errors import MinBertError
 
 
@@ -45,13 +46,13 @@ def bf16_is_native(device: torch.device) -> bool:
 AUTO_PRECISION_ENV = "MINBERT_AUTO_PRECISION"
 
 
-def resolve_precision(setting: str, device: torch.device) -> str:
+def precision_on(setting: str, device: torch.device) -> str:
     """The precision a run uses on `device`: 'bf16' or 'fp32'. `auto` picks bf16 where it is native
     (or what the environment variable MINBERT_AUTO_PRECISION says `auto` means here: bf16 or fp32,
     e.g. to run on an AVX2 machine the path a machine with native bf16 takes); an explicit value is
     honoured on every device."""
-    if setting not in ("auto", "bf16", "fp32"):
-        raise MinBertError(f"params: precision {setting!r} is not one of auto, bf16, fp32")
+    if setting not in PRECISIONS:
+        raise MinBertError(f"params: precision {setting!r} is not one of {', '.join(PRECISIONS)}")
     if setting == "auto":
         forced = os.environ.get(AUTO_PRECISION_ENV, "").strip()
         if forced:
@@ -68,7 +69,7 @@ def configure(device: torch.device, precision: str, deterministic: bool = False)
     return whether bf16 autocast is on. float32 on CUDA multiplies matrices in TF32 (what fp32 means
     on a GPU with tensor cores). `deterministic` pins algorithms (minbert.core.runtime.make_deterministic).
     Asking for bf16 on a CPU that only emulates it is honoured, and said once in the log."""
-    bf16 = resolve_precision(precision, device) == "bf16"
+    bf16 = precision_on(precision, device) == "bf16"
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

@@ -11,7 +11,7 @@ import torch
 
 from minbert.core.tasks import TASKS
 from minbert.data.views import Encoded, View, encode, view_of
-from minbert.params.schema import HeadsParams
+from minbert.params.finetune import HeadsParams
 
 
 @dataclass

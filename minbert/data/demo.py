@@ -30,7 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from minbert.core.io import write_text
-from minbert.data.raw import write_cs224n
+from minbert.core.tasks import TASKS
+from minbert.data.raw import raw_path, write_cs224n
 
 SEED = 224
 SIZES = {"train": 600, "dev": 200, "test": 200}
@@ -227,24 +228,25 @@ def _ids(rng: random.Random, n: int) -> list[str]:
     return [format(rng.getrandbits(100), "025x") for _ in range(n)]
 
 
+# each task's rows: its generator, the label bands it draws evenly, the type its label column is written in
+GENERATORS = {"sst": (_sentiment, 5, int), "para": (_paraphrase, 2, float), "sts": (_similarity, 6, float)}
+
+
 def generate(out: str | Path, seed: int = SEED) -> list[Path]:
     """Write the demo files into `out`; return their paths."""
     out = Path(out)
     rng = random.Random(seed)
     written = []
-    tasks = [("ids-sst", ["sentence"], "sentiment", _sentiment, 5, int),
-             ("quora", ["sentence1", "sentence2"], "is_duplicate", _paraphrase, 2, float),
-             ("sts", ["sentence1", "sentence2"], "similarity", _similarity, 6, float)]
-    for prefix, text_cols, label_col, make, n_labels, label_type in tasks:
-        seen: set = set()
+    for task, (make, n_labels, label_type) in GENERATORS.items():
+        spec, seen = TASKS[task], set()
         for split, n in SIZES.items():
             rows = _unique_rows(rng, make, n, seen, n_labels)
-            frame = pd.DataFrame(rows, columns=[*text_cols, label_col])
+            frame = pd.DataFrame(rows, columns=[*spec.raw_text_columns, spec.raw_label_column])
             frame.insert(0, "id", _ids(rng, n))
-            frame[label_col] = frame[label_col].astype(label_type)
+            frame[spec.raw_label_column] = frame[spec.raw_label_column].astype(label_type)
             if split == "test":
-                frame = frame.drop(columns=[label_col])
-            path = out / f"{prefix}-{'test-student' if split == 'test' else split}.csv"
+                frame = frame.drop(columns=[spec.raw_label_column])
+            path = raw_path(out, task, split)
             write_cs224n(frame, path)
             written.append(path)
     nli = []

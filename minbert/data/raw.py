@@ -28,7 +28,7 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
-from minbert.core.tasks import TASKS
+from minbert.core.tasks import TASKS, Task
 from minbert.data.read import LINE_BREAKS, MAX_FIELD_CHARS, NLI_LABELS, label_rule, output_columns, parse_label
 
 RAW_SPLITS = {"train": "train", "dev": "dev", "test": "test-student"}   # our split -> file suffix
@@ -161,64 +161,83 @@ def read_cs224n(path: str | Path, task: str, labelled: bool = True,
     lines, numbers = _decoded_lines(path, bad)
     if not lines:
         raise MinBertError(f"{path}: the file is empty; expected a header row and data rows")
-    required = ["id", *spec.raw_text_columns] + ([spec.raw_label_column] if labelled else [])
-    col = _header(path, lines[0], required)
+    label_column = spec.raw_label_column if labelled else None
+    col = _header(path, lines[0], ["id", *spec.raw_text_columns] + ([label_column] if labelled else []))
     width = lines[0].count("\t") + 1
     if len(lines) == 1 and not bad.reasons:
         raise MinBertError(f"{path}: the file has a header row but no data rows")
-
-    out = {"id": [], "text": [[] for _ in spec.raw_text_columns], "label": []}
-    seen_ids: dict[str, int] = {}
+    rows = Rows(spec, spec.raw_text_columns, label_column, bad)
     for line, text in zip(numbers[1:], lines[1:]):
-        fields = text.split("\t")
-        if len(fields) != width:
-            quote = " (a tab inside a quoted text is not allowed)" if '"' in text else ""
-            bad(line, "field_count", f"{len(fields)} tab-separated fields, the header has {width}{quote}")
-            continue
-        long = [i for i, f in enumerate(fields) if len(f) > MAX_FIELD_CHARS]
-        if long:
-            bad(line, "field_too_long", f"field {long[0] + 1} has {len(fields[long[0]]):,} characters, more "
-                                        f"than {MAX_FIELD_CHARS:,} (a broken line?)")
-            continue
-        fields = [unquote_field(f) for f in fields]
-        rid = fields[col["id"]].strip()
-        if not rid:
-            bad(line, "missing_id", "column 'id' is empty")
-            continue
-        texts = [fields[col[c]].strip() for c in spec.raw_text_columns]
-        empty = [c for c, t in zip(spec.raw_text_columns, texts) if not t]
-        if empty:
-            bad(line, "empty_text", f"column '{empty[0]}' is empty (id {rid})")
-            continue
-        label = None
-        if labelled:
-            raw_label = fields[col[spec.raw_label_column]].strip()
-            if not raw_label:
-                bad(line, "missing_label", f"column '{spec.raw_label_column}' is empty (id {rid})")
-                continue
-            label = parse_label(spec, raw_label)
-            if label is None:
-                bad(line, "bad_label", f"column '{spec.raw_label_column}' is {raw_label!r}, expected "
-                                       f"{label_rule(spec)} (id {rid})")
-                continue
-        if rid in seen_ids:
-            bad(line, "duplicate_id", f"column 'id': {rid} already appears on line {seen_ids[rid]}")
-            continue
-        seen_ids[rid] = line
-        out["id"].append(rid)
-        for store, t in zip(out["text"], texts):
-            store.append(t)
-        out["label"].append(label)
-
-    names = output_columns(task)
-    frame = pd.DataFrame({names[0]: out["id"], **{n: t for n, t in zip(names[1:-1], out["text"])},
-                          "label": out["label"]})
-    if labelled:
-        frame["label"] = frame["label"].astype(float if spec.kind == "regression" else int)
+        fields = _fields(text, width, line, bad)
+        if fields is not None:
+            rows.add(line, {c: fields[i] for c, i in col.items()})
+    frame = rows.frame(output_columns(task))
     n_read = len(lines) - 1 + bad.reasons.get("encoding", 0) + bad.reasons.get("control_character", 0)
     report = FileReport(str(path), read=n_read, kept=len(frame), dropped=dict(bad.reasons))
     assert report.kept + sum(bad.reasons.values()) == report.read
     return frame, report
+
+
+def _fields(text: str, width: int, line: int, bad: _BadRows) -> list[str] | None:
+    """A line's tab-separated fields, unquoted; None (a bad row) with another count or a field too long."""
+    fields = text.split("\t")
+    if len(fields) != width:
+        quote = " (a tab inside a quoted text is not allowed)" if '"' in text else ""
+        bad(line, "field_count", f"{len(fields)} tab-separated fields, the header has {width}{quote}")
+        return None
+    long = [i for i, f in enumerate(fields) if len(f) > MAX_FIELD_CHARS]
+    if long:
+        bad(line, "field_too_long", f"field {long[0] + 1} has {len(fields[long[0]]):,} characters, more "
+                                    f"than {MAX_FIELD_CHARS:,} (a broken line?)")
+        return None
+    return [unquote_field(f) for f in fields]
+
+
+class Rows:
+    """A task's rows as they are read: each row's id, texts and label checked (the bad-row rules:
+    an empty id, text or label, a label the task does not have, an id given twice), the good ones
+    kept in order."""
+
+    def __init__(self, spec: Task, text_columns, label_column: str | None, bad: _BadRows):
+        self.spec, self.text_columns, self.label_column, self.bad = spec, tuple(text_columns), label_column, bad
+        self.ids: list[str] = []
+        self.texts: list[list[str]] = [[] for _ in self.text_columns]
+        self.labels: list = []
+        self.seen: dict[str, int] = {}
+
+    def add(self, line: int, values: dict[str, str]) -> None:
+        """One row from its values by raw column name (the id under `id`)."""
+        bad, spec = self.bad, self.spec
+        rid = values["id"].strip()
+        if not rid:
+            return bad(line, "missing_id", "column 'id' is empty")
+        texts = [values[c].strip() for c in self.text_columns]
+        empty = [c for c, t in zip(self.text_columns, texts) if not t]
+        if empty:
+            return bad(line, "empty_text", f"column '{empty[0]}' is empty (id {rid})")
+        label = None
+        if self.label_column is not None:
+            raw_label = values[self.label_column].strip()
+            if not raw_label:
+                return bad(line, "missing_label", f"column '{self.label_column}' is empty (id {rid})")
+            label = parse_label(spec, raw_label)
+            if label is None:
+                return bad(line, "bad_label", f"column '{self.label_column}' is {raw_label!r}, expected "
+                                              f"{label_rule(spec)} (id {rid})")
+        if rid in self.seen:
+            return bad(line, "duplicate_id", f"column 'id': {rid} already appears on line {self.seen[rid]}")
+        self.seen[rid] = line
+        self.ids.append(rid)
+        for store, text in zip(self.texts, texts):
+            store.append(text)
+        self.labels.append(label)
+
+    def frame(self, names: list[str]) -> pd.DataFrame:
+        """The kept rows under the prepared split's column names (`id`, the texts, `label`)."""
+        frame = pd.DataFrame({names[0]: self.ids, **dict(zip(names[1:-1], self.texts)), "label": self.labels})
+        if self.label_column is not None:
+            frame["label"] = frame["label"].astype(float if self.spec.kind == "regression" else int)
+        return frame
 
 
 # ---------------------------------------------------------------- SNLI / MNLI jsonl

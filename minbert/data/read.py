@@ -163,15 +163,20 @@ def read_split(path: str | Path) -> pd.DataFrame:
                                f"({', '.join(expected)}); {redo}")
         for store, value in zip(columns, fields):
             store.append(value)
-    frame = pd.DataFrame(dict(zip(expected, columns)), columns=expected)
-    for name in expected[:-1]:
+    return _checked(pd.DataFrame(dict(zip(expected, columns)), columns=expected), source, f"{path}", redo)
+
+
+def _checked(frame: pd.DataFrame, source: Prepared, where: str, redo: str) -> pd.DataFrame:
+    """A prepared split's rows as read (text): ids and texts not empty, each id once, labels on every
+    row or on none (then NaN), each a label of the source, in its type."""
+    for name in frame.columns[:-1]:
         empty = [i for i, v in enumerate(frame[name]) if not v.strip()]
         if empty:
-            raise MinBertError(f"{path} line {empty[0] + 2}: column '{name}' is empty; {redo}")
+            raise MinBertError(f"{where} line {empty[0] + 2}: column '{name}' is empty; {redo}")
     dup = frame["id"].duplicated()
     if dup.any():
         i = int(dup.to_numpy().nonzero()[0][0])
-        raise MinBertError(f"{path} line {i + 2}: id {frame['id'][i]} appears twice; {redo}")
+        raise MinBertError(f"{where} line {i + 2}: id {frame['id'][i]} appears twice; {redo}")
     raw_labels = list(frame["label"])
     has = [v != "" for v in raw_labels]
     if not any(has):
@@ -179,12 +184,12 @@ def read_split(path: str | Path) -> pd.DataFrame:
         return frame
     if not all(has):
         i = has.index(False)
-        raise MinBertError(f"{path} line {i + 2}: no label while other rows have one; {redo}")
+        raise MinBertError(f"{where} line {i + 2}: no label while other rows have one; {redo}")
     labels = []
     for i, v in enumerate(raw_labels):
         x = source.parse(v)
         if x is None:
-            raise MinBertError(f"{path} line {i + 2}: label {v!r} is not {source.rule}; {redo}")
+            raise MinBertError(f"{where} line {i + 2}: label {v!r} is not {source.rule}; {redo}")
         labels.append(x)
     frame["label"] = labels if source.dtype is None else np.array(labels, dtype=source.dtype)
     return frame

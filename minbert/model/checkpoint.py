@@ -10,7 +10,7 @@ from minbert.core.errors import MinBertError
 from minbert.model.bert import BertConfig, BertModel
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.schema import HeadsParams
+from minbert.params.finetune import HeadsParams
 
 CHECKPOINT_FORMAT = "minbert-multitask-1"
 

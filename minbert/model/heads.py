@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minbert.model.bert import BertModel, init_std_linear
-from minbert.params.schema import BI_ENCODER_HEADS
+from minbert.params.finetune import BI_ENCODER_HEADS
 
 ACTIVATIONS = {"leaky_relu": nn.LeakyReLU, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 

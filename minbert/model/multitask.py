@@ -26,7 +26,7 @@ from minbert.model.heads import (
 )
 from minbert.model.outputs import predictions
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.schema import HeadsParams
+from minbert.params.finetune import HeadsParams
 
 
 class MultitaskModel(nn.Module):

@@ -40,7 +40,7 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or os.sep in name and Path(name).expanduser().exists()
 
 
-def resolve_model(name: str | os.PathLike) -> Path:
+def model_folder(name: str | os.PathLike) -> Path:
     """Return a local folder holding config.json and the weights for `name`."""
     name = str(name)
     path = Path(name).expanduser()
@@ -274,7 +274,7 @@ def load_encoder(name: str | os.PathLike) -> tuple[BertModel, dict[str, torch.Te
     `mlm_head_tensors` holds the checkpoint's `cls.predictions.*` tensors (empty if it has none),
     keyed without that prefix, for the masked-LM stage.
     """
-    folder = resolve_model(name)
+    folder = model_folder(name)
     cfg = read_config(folder)
     sd, weights_file = read_state_dict(folder)
     encoder_sd, mlm, unexpected = hf_to_minbert(sd, str(weights_file))

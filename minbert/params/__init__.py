@@ -1,5 +1,6 @@
 """params.yaml and its catalogues, in one direction: the schema with every key's help text
-(minbert.params.schema; one-line messages in minbert.params.messages), then catalogue expansion
+(minbert.params.fields, minbert.params.finetune, minbert.params.schema; one-line messages in
+minbert.params.messages), then catalogue expansion
 (grids, seeds: minbert.params.catalogue) and pure cross-section checks (minbert.params.validate),
 then reading the files (minbert.params.load); on top, the settings each stage reads
 (minbert.params.settings), the papers' tables against their text (minbert.params.papers) and the
@@ -8,12 +9,25 @@ generated docs key tables and editor schema (minbert.params.docs). Imports only 
 The studies, the papers' tables and the whole file's model (`Params`) are imported from
 minbert.params.studies itself and not from here: every job runs this package's `__init__`, and only
 the report runs those."""
+from minbert.core.tasks import TaskName
 from minbert.params.catalogue import (
     LoadedParams,
     expand,
     grid_cells,
     seed_name,
     seeds_of,
+)
+from minbert.params.fields import NAME_MAX, NAME_RE, SEED_MAX, Downsample, Seed, Strict
+from minbert.params.finetune import (
+    MULTI_TASK_UPDATES,
+    DistillParams,
+    FinetuneParams,
+    HeadsParams,
+    PairHead,
+    Pooling,
+    RetrainHeadsParams,
+    SharedParams,
+    SmartParams,
 )
 from minbert.params.load import (
     catalogue_file,
@@ -25,33 +39,17 @@ from minbert.params.load import (
 from minbert.params.messages import RENAMED
 from minbert.params.schema import (
     CATALOGUE_SECTIONS,
-    NAME_MAX,
-    NAME_RE,
-    SEED_MAX,
     DataParams,
-    DistillParams,
-    Downsample,
     EnsembleParams,
     ExperimentParams,
     ExportParams,
-    FinetuneParams,
-    HeadsParams,
     MlmParams,
     NliParams,
-    PairHead,
-    Pooling,
     PretrainParams,
-    RetrainHeadsParams,
-    Seed,
-    SharedParams,
-    SmartParams,
-    Strict,
-    TaskName,
     deep_merge,
     resolve_experiment,
 )
 from minbert.params.validate import (
-    MULTI_TASK_UPDATES,
     check_params,
     model_tasks,
     shared_tasks,

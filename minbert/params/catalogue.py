@@ -14,15 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from minbert.core.errors import MinBertError
+from minbert.params.fields import check_name
 from minbert.params.messages import close
-from minbert.params.schema import (
-    EnsembleParams,
-    ExperimentParams,
-    PretrainParams,
-    check_name,
-    deep_merge,
-    resolve_experiment,
-)
+from minbert.params.schema import EnsembleParams, ExperimentParams, PretrainParams, deep_merge, resolve_experiment
 from minbert.params.studies import Params, StudyParams
 
 
@@ -94,16 +88,16 @@ def expand_grids(params: Params, where: str) -> tuple[dict[str, dict], list[list
 
 
 def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[list[str]],
-                 where: str) -> tuple[dict[str, ExperimentParams], dict[str, list[str]]]:
-    """Each experiment resolved (base deep-merged with its overrides; a template left out), a
-    repeated one (its `repeats`, or its studies') as one experiment per seed: (experiments that
-    run, {repeated experiment: its seeds' experiments})."""
+                 where: str) -> tuple[dict[str, ExperimentParams], dict[str, list[str]], dict[str, ExperimentParams]]:
+    """Each experiment resolved (base deep-merged with its overrides), a repeated one (its `repeats`,
+    or its studies') as one experiment per seed: (experiments that run, {repeated experiment: its
+    seeds' experiments}, the templates, which do not run)."""
     study_repeats: dict[str, int] = {}
     for st, study_rows in zip(params.studies, rows):
         paper_runs = [x for r in st.paper.rows for x in ([r.run] if r.run else r.best_of)] if st.paper else []
         for e in [*study_rows, *paper_runs] if st.repeats else ():
             study_repeats[e] = max(study_repeats.get(e, 1), st.repeats)
-    experiments, groups = {}, {}
+    experiments, groups, templates = {}, {}, {}
     for name, ov in experiments_raw.items():
         check_name(name, where, "experiment")
         if ov is None:
@@ -112,6 +106,7 @@ def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[li
             raise MinBertError(f"{where}: key 'experiments.{name}': expected a mapping of overrides")
         exp = resolve_experiment(params.base, ov, name, where)
         if exp.template:
+            templates[name] = exp
             continue
         seeds = seeds_of(exp, study_repeats.get(name))
         if seeds is None:
@@ -126,7 +121,7 @@ def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[li
                                    f"'{member}', which params.yaml already defines; rename one of them")
             experiments[member] = exp.model_copy(update={"seed": seed, "repeats": 1})
             groups[name].append(member)
-    return experiments, groups
+    return experiments, groups, templates
 
 
 def expand(params: Params, raw: Any, where: str = "params.yaml") -> LoadedParams:
@@ -135,7 +130,7 @@ def expand(params: Params, raw: Any, where: str = "params.yaml") -> LoadedParams
     exports), a paper row's `run` added to its study's rows and a `best_of` that names a study (and
     no run) replaced by that study's rows, as they were before any paper row was added."""
     experiments_raw, rows, grids = expand_grids(params, where)
-    experiments, groups = expand_seeds(params, experiments_raw, rows, where)
+    experiments, groups, templates = expand_seeds(params, experiments_raw, rows, where)
     runnable = set(experiments) | set(groups) | set(params.ensembles)
 
     def seeds(names):
@@ -163,19 +158,22 @@ def expand(params: Params, raw: Any, where: str = "params.yaml") -> LoadedParams
         studies.append(st.model_copy(update={"experiments": study_rows, "paper": paper}))
     expanded = params.model_copy(update={"experiments": experiments_raw, "ensembles": ensembles, "export": export,
                                          "studies": studies})
-    return LoadedParams(params=expanded, experiments=experiments, raw=raw, groups=groups, grids=grids)
+    return LoadedParams(params=expanded, experiments=experiments, raw=raw, groups=groups, grids=grids,
+                        templates=templates)
 
 
 class LoadedParams:
     """Validated params with each experiment resolved (base deep-merged with its overrides)."""
 
     def __init__(self, params: Params, experiments: dict[str, ExperimentParams], raw: dict,
-                 groups: dict[str, list[str]] | None = None, grids: dict[str, list] | None = None):
+                 groups: dict[str, list[str]] | None = None, grids: dict[str, list] | None = None,
+                 templates: dict[str, ExperimentParams] | None = None):
         self.params = params
         self.experiments = experiments      # every experiment that runs (a repeated one as its seeds)
         self.raw = raw
         self.groups = groups or {}          # repeated experiment -> its seeds' experiments
         self.grids = grids or {}            # study -> its grid's cells: [(experiment, {axis: value})]
+        self.templates = templates or {}    # the experiments that are only a grid's base, resolved
         self.path: Path | None = None     # params.yaml as given to load_params
         self.source: Path | None = None   # the file the sections come from (params.yaml or a catalogue)
 
@@ -200,7 +198,7 @@ class LoadedParams:
     @property
     def base(self) -> ExperimentParams:
         """`base` on its own, with the defaults filled in."""
-        return ExperimentParams.model_validate(self.params.base)
+        return self.params.base
 
     def overrides(self, name: str) -> dict:
         """The parameters of experiment `name` that differ from the base (for the report)."""

@@ -19,14 +19,8 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from minbert.core.errors import MinBertError
-from minbert.params.schema import (
-    DistillParams,
-    ExperimentParams,
-    FinetuneParams,
-    HeadsParams,
-    PretrainParams,
-    RetrainHeadsParams,
-)
+from minbert.params.finetune import DistillParams, FinetuneParams, HeadsParams, RetrainHeadsParams
+from minbert.params.schema import ExperimentParams, PretrainParams
 from minbert.params.studies import Params
 
 # table name -> (docs file, the model whose keys it lists, nested sections listed key by key as section.key)

@@ -12,9 +12,10 @@ from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
 from minbert.params.catalogue import LoadedParams, expand
+from minbert.params.fields import NAME_RE
 from minbert.params.messages import close, raise_validation
 from minbert.params.scales import at_scale
-from minbert.params.schema import CATALOGUE_SECTIONS, NAME_RE, ExperimentParams
+from minbert.params.schema import CATALOGUE_SECTIONS
 from minbert.params.studies import Params
 from minbert.params.validate import check_params
 
@@ -103,18 +104,13 @@ def _with_catalogue(raw: Any, path: Path) -> tuple[Any, Path]:
 
 
 def parse_params(raw: Any, where: str = "params.yaml") -> Params:
-    """The sections, each validated on its own (and `base` as an experiment's keys)."""
+    """The sections, each validated on its own (`base` as an experiment's keys)."""
     if not isinstance(raw, dict):
         raise MinBertError(f"{where}: expected a mapping at the top level")
     try:
-        params = Params.model_validate(raw)
+        return Params.model_validate(raw)
     except ValidationError as err:
         raise_validation(err, Params, where)
-    try:
-        ExperimentParams.model_validate(params.base)
-    except ValidationError as err:
-        raise_validation(err, ExperimentParams, where, prefix="base.")
-    return params
 
 
 def validate_params(raw: Any, where: str = "params.yaml") -> LoadedParams:
@@ -123,7 +119,7 @@ def validate_params(raw: Any, where: str = "params.yaml") -> LoadedParams:
     try:
         raw = at_scale(raw, where)
         loaded = expand(parse_params(raw, where), raw, where)
-        check_params(loaded.params, loaded.experiments, loaded.groups, where)
+        check_params(loaded.params, loaded.experiments, loaded.groups, where, templates=loaded.templates)
     except RecursionError:     # YAML that parses but nests deeper than merging and validation go
         raise MinBertError(too_deep(where)) from None
     return loaded

@@ -9,12 +9,7 @@ from typing import Any
 
 from minbert.core.tasks import TASKS
 from minbert.params.catalogue import LoadedParams
-from minbert.params.schema import (
-    DataParams,
-    EnsembleParams,
-    ExperimentParams,
-    SmartParams,
-)
+from minbert.params.schema import DataParams, EnsembleParams, ExperimentParams, NetworkSettings, TrainingSettings
 from minbert.params.settings import (
     EnsembleSettings,
     ExportSettings,
@@ -23,14 +18,9 @@ from minbert.params.settings import (
     PretrainSettings,
     RetrainSettings,
     TeachSettings,
+    extras_off,
 )
 from minbert.params.validate import shared_tasks, teacher_members
-
-
-def _network(exp: ExperimentParams, precision: str | None = None, training: bool = False) -> dict:
-    """How a stage runs the network; a training stage also how it runs its steps."""
-    return {"device": exp.device, "precision": precision or exp.precision, "deterministic": exp.deterministic,
-            "threads": exp.threads, **({"cuda_graphs": exp.cuda_graphs} if training else {})}
 
 
 def prepare_settings(lp: LoadedParams) -> DataParams:
@@ -44,12 +34,12 @@ def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
     base = lp.base
     return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
                             pretraining=pre, finetune=base.finetune if pre.kind == "para_first" else None,
-                            **_network(base, pre.precision, training=True))
+                            **{**TrainingSettings.keys_of(base), "precision": pre.precision or base.precision})
 
 
 def finetune_settings(exp: ExperimentParams) -> FinetuneSettings:
     return FinetuneSettings(model=None if exp.pretrain else exp.model, pretrain=exp.pretrain, seed=exp.seed,
-                            max_length=exp.max_length, finetune=exp.finetune, **_network(exp, training=True))
+                            max_length=exp.max_length, finetune=exp.finetune, **TrainingSettings.keys_of(exp))
 
 
 def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
@@ -60,14 +50,15 @@ def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
     train = ft.model_copy(update={
         "tasks": list(rh.tasks or ft.tasks), "schedule": rh.schedule, "epoch_unit": "largest", "epochs": rh.epochs,
         "batch_size": rh.batch_size, "lr": rh.lr, "head_lr": rh.lr, "freeze_encoder": True,
-        "downsample": rh.downsample, "smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None,
+        "downsample": rh.downsample, **extras_off(),
         "task_weights": {t: w for t, w in ft.task_weights.items() if t in (rh.tasks or ft.tasks)}})
-    return RetrainSettings(seed=exp.seed, train=train, **_network(exp, training=True))
+    return RetrainSettings(seed=exp.seed, train=train, **TrainingSettings.keys_of(exp))
 
 
 def predict_settings(exp: ExperimentParams) -> PredictSettings:
     return PredictSettings(batch_size=exp.predict_batch_size,
-                           model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune", **_network(exp))
+                           model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune",
+                           **NetworkSettings.keys_of(exp))
 
 
 def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
@@ -105,7 +96,8 @@ def teach_settings(lp: LoadedParams, name: str, tasks: list[str]) -> TeachSettin
     members = teacher_members(name, lp.experiments, lp.groups, lp.params.ensembles)
     ens = lp.params.ensembles.get(name)
     return TeachSettings(members={m: predict_settings(lp.experiments[m]).model_stage for m in members},
-                         tasks=tasks, similarity=ens.similarity if ens else "mean", **_network(lp.base))
+                         tasks=tasks, similarity=ens.similarity if ens else "mean",
+                         **NetworkSettings.keys_of(lp.base))
 
 
 def report_settings(lp: LoadedParams) -> dict[str, Any]:

@@ -1,7 +1,11 @@
-"""The schema of params.yaml: the models of the settings the jobs read, and their constants. Every
-key's help text is its field's `description`, written once here and in minbert.params.studies:
-docs/*.md's key tables and params.schema.json (for editors) are generated from them (`python3 -m
-minbert.params.docs`).
+"""The schema of params.yaml: the models of the settings the jobs read. Every key's help text is its
+field's `description`, written once: docs/*.md's key tables and params.schema.json (for editors)
+are generated from them (`python3 -m minbert.params.docs`).
+
+Here: the data, pretraining, experiment, ensemble and export sections. Beside it: what every section
+is built from (minbert.params.fields: `Strict`, names, seeds, `Downsample`), the fine-tuning sections
+(minbert.params.finetune: heads, losses, SMART, distillation, head retraining), and the sections only
+the report reads with the whole file's model (minbert.params.studies).
 
 params.yaml has these top-level sections:
 
@@ -17,84 +21,29 @@ params.yaml has these top-level sections:
     report:       report settings
     export:       the experiments exported in the Hugging Face format
 
-The studies, the papers' tables and the report's settings, which only the report reads, and `Params`,
-the whole file, are minbert.params.studies's, so that no job's code holds them. A model checks what
-one section can check on its own; what needs several sections (an ensemble's
+A model checks what one section can check on its own; what needs several sections (an ensemble's
 members exist, a teacher trains what its student distils) is minbert.params.validate's, after
 minbert.params.catalogue has expanded grids and seeds; minbert.params.load reads the files.
 """
 from __future__ import annotations
 
 import copy
-import re
-import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from minbert.core.errors import MinBertError
-from minbert.core.tasks import DEFAULT_TASKS, PAIR_TASKS, TASK_NAMES, TaskName
+from minbert.core.devices import DEVICES, PRECISIONS
+from minbert.core.tasks import DEFAULT_TASKS, TASK_NAMES
+from minbert.params.fields import LR_SCHEDULE, Downsample, Seed, Strict, refuse
+from minbert.params.finetune import FinetuneParams, RetrainHeadsParams, sts_batch_problem
 from minbert.params.messages import raise_validation
 
-# the multi-task schedules (minbert.train.schedules implements each)
-SCHEDULES = ("round_robin", "drop_round_robin", "simultaneous", "task_by_task", "sequential",
-             "proportional", "temperature")
-# pair heads: `cross` reads the cross-encoded pair; the others embed each sentence (minbert.model.heads)
-BI_ENCODER_HEADS = ("concat_uv", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear")
-PAIR_HEADS = ("cross",) + BI_ENCODER_HEADS
-
-# pair heads: cross = cross-encoder "[CLS] a [SEP] b [SEP]"; the others embed each sentence
-PairHead = Literal[PAIR_HEADS]
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-NAME_MAX = 100                                  # names become file names (and Slurm job names)
-SEED_MAX = 2**32 - 1                            # what every RNG in the pipeline accepts
-Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
-Pooling = Literal["cls", "mean", "pooler"]
-LR_SCHEDULE = "after warm-up: `linear` or `cosine` decay to 0 at the last update, or `constant`"
-
-
-def _holds_bool(value) -> bool:
-    if isinstance(value, bool):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(_holds_bool(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_bool(v) for v in value.values())
-    return False
-
-
-def _admits_bool(annotation) -> bool:
-    """Whether a field's type takes true/false anywhere (bool, Any, a nested model that checks its own)."""
-    if annotation is bool or annotation is Any or annotation is object:
-        return True
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return True
-    if typing.get_origin(annotation) is Literal:
-        return any(isinstance(a, bool) for a in typing.get_args(annotation))
-    return any(_admits_bool(a) for a in typing.get_args(annotation) if not isinstance(a, (str, int, float)))
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_as_number(cls, value, info):
-        # YAML reads yes/no/on/off/true/false as booleans, and pydantic would take them as 1/0: a
-        # number (a seed, a size, a list of seeds) is never given as true/false
-        field = cls.model_fields.get(info.field_name) if info.field_name else None
-        if field is not None and _holds_bool(value) and not _admits_bool(field.annotation):
-            raise ValueError("expected a number or text, not true/false (YAML reads yes, no, on, off as "
-                             "booleans); write the value itself")
-        return value
-
+Device = Literal[DEVICES]
+Precision = Literal[PRECISIONS]
+CLASSIFICATION_COMBINATIONS = ("mode", "mean_prob")    # how an ensemble combines (minbert.scoring.ensemble)
+SIMILARITY_COMBINATIONS = ("median", "mean")
+ClassificationCombination = Literal[CLASSIFICATION_COMBINATIONS]
+SimilarityCombination = Literal[SIMILARITY_COMBINATIONS]
 
 # ---------------------------------------------------------------- data (prepare)
 
@@ -111,257 +60,6 @@ class DataParams(Strict):
                              "counted by reason in summary.json (`drop`)")
     nli_dev_fraction: float = Field(0.1, gt=0, lt=1, description="share of NLI premise groups held out as nli-dev")
     seed: Seed = Field(11711, description="seeds the NLI train/dev split by premise group")
-
-
-class Downsample(Strict):
-    """How a stage subsamples its training data (seeded and stable: same seed, same rows)."""
-    mode: Literal["none", "smallest", "fixed"] = Field(
-        "none", description="`none` (all rows), `smallest` (every task cut to the smallest trained task) or "
-                            "`fixed` (at most `size` rows per task)")
-    size: int | None = Field(None, gt=0, description="rows per task, for `mode: fixed`")
-    caps: dict[TaskName, Annotated[int, Field(ge=0)] | None] = Field(
-        {}, description="per-task upper bounds applied after `mode`, e.g. `{para: 20000}`; they merge key by key "
-                        "from `base`, and `null` lifts a cap the base sets")
-
-    @model_validator(mode="after")
-    def _size_for_fixed(self):
-        if self.mode == "fixed" and self.size is None:
-            raise ValueError("mode 'fixed' needs 'size'")
-        return self
-
-
-# ---------------------------------------------------------------- model heads
-
-class SharedParams(Strict):
-    """Dense layers shared by some tasks between the encoder and their heads (000: all tasks,
-    768 -> 384, leaky ReLU; 003: Para and STS, two ReLU layers)."""
-    tasks: list[TaskName] = Field(list(PAIR_TASKS), description="the tasks whose heads read the shared layers, "
-                                                            "each once")
-    sizes: list[Annotated[int, Field(ge=1)]] = Field(
-        [], description="the layers' widths; `[]`: one layer of the encoder's width")
-    activation: Literal["leaky_relu", "relu", "gelu", "tanh"] = Field(
-        "leaky_relu", description="each layer is Linear, this activation, dropout")
-
-    @field_validator("tasks")
-    @classmethod
-    def _some_tasks(cls, v):
-        if not v or len(set(v)) != len(v):
-            raise ValueError("needs at least one task, each once")
-        return v
-
-
-Depth = Annotated[int, Field(ge=0, le=4)]
-
-
-class HeadsParams(Strict):
-    """The heads on the encoder and their losses (docs/finetuning.md, Heads and losses)."""
-    pooling: Pooling = Field("cls", description="sentence vector: `cls` (final [CLS] state), `mean` (mean over "
-                                                "non-padding tokens) or `pooler` (BERT's tanh pooler on [CLS])")
-    task_pooling: dict[TaskName, Pooling] = Field({}, description="another pooling for some tasks, e.g. `{sts: mean}` "
-                                                              "(004: STS mean-pooled)")
-    para: PairHead = Field("cross", description="the paraphrase pair head, one of the kinds below")
-    sts: PairHead = Field("cross", description="the similarity pair head, one of the kinds below")
-    sst: Literal["classifier", "prototypes"] = Field(
-        "classifier", description="`classifier` (an MLP on the sentence vector) or `prototypes` (003's SST_TO_STS: "
-                                  "the cosines of the sentence to `prototypes_per_label` training sentences of "
-                                  "each label, with their labels, through a linear layer; the prototypes are "
-                                  "embedded once, so the encoder must be frozen while this head trains)")
-    prototypes_per_label: int = Field(100, ge=1, le=1000, description="`sst: prototypes`: training sentences per "
-                                                                      "label it compares with (1-1000)")
-    sts_loss: Literal["mse", "pearson", "mse+pearson"] = Field(
-        "mse", description="`mse`, `pearson` (1 - Pearson r over the batch) or `mse+pearson` (their sum)")
-    cosine_target: Literal["0_1", "-1_1"] = Field(
-        "0_1", description="how STS labels are scaled for a `cosine` head: [0, 1] or `-1_1` for [-1, 1] (every "
-                           "other head, `cosine_linear` included: [0, 1])")
-    cosine_affine: bool = Field(
-        True, description="`cosine` and `cosine_linear` heads learn a scale `a` and shift `b` of the cosine (para "
-                          "starts at `a = 10, b = -7.5`, so a cosine of 0.75 is p 0.5; sts at 1 and 0); false: the "
-                          "plain cosine (`a = 1, b = 0`, fixed; a para logit is then the cosine itself)")
-    shared: SharedParams | None = Field(
-        None, description="dense layers shared by some tasks between the encoder and their heads: "
-                          "`{tasks, sizes, activation}` (below); null: none")
-    hidden_layers: Depth | dict[TaskName, Depth] = Field(
-        0, description="GELU layers (each Linear, GELU, dropout) before each head's output layer, as wide as the "
-                       "head's input vector (the encoder's hidden size, or the shared layers' output): one number "
-                       "(0-4) for every head, or per task, e.g. `{para: 1}` (unnamed tasks 0)")
-    extra_layers: dict[TaskName, Annotated[int, Field(ge=1, le=12)]] = Field(
-        {}, description="transformer layers a one-sentence task (`sst`, `cfimdb`) adds over the encoder's last "
-                        "hidden states, e.g. `{sst: 4}` (1-12, at most the encoder's depth): copies of the "
-                        "encoder's top layers, trained with the task's head at `head_lr`, also over a frozen "
-                        "encoder (003's FREEZE_SST)")
-    dropout: float = Field(0.1, ge=0, lt=1, description="dropout before each head's first layer and after each "
-                                                        "hidden and shared layer")
-    symmetric_pairs: bool = Field(
-        False, description="pair tasks read both sentence orders: each training pair is fed as `(a, b)` or "
-                           "`(b, a)`, drawn per pair and batch from the seed (so a re-run and a resumed run swap "
-                           "the same pairs); at evaluation and prediction the output is the mean of the outputs "
-                           "for `(a, b)` and `(b, a)` (twice the pair tasks' prediction cost). Paraphrase and "
-                           "similarity are symmetric relations; a cross-encoder and the `concat*` heads are not "
-                           "symmetric functions of the pair, so this is both augmentation and test-time averaging")
-    hybrid: list[Literal[PAIR_TASKS]] = Field(
-        [], description="pair tasks (`para`, `sts`, each once; the head must be a bi-encoder kind) that also get "
-                        "a cross-encoder term: the encoder reads each sentence alone and the pair as `[CLS] a "
-                        "[SEP] b [SEP]` (3 rows per pair in one batch; padding costs only attention), and the "
-                        "output is the bi-encoder head's plus a linear map of the cross-encoded pooled vector. One "
-                        "model with both views of the pair; with all-MiniLM-L6-v2 on the CS224N data it trained at "
-                        "half the bi-encoder's speed and scored below both the cross-encoder and the bi-encoder "
-                        "models (docs/results.md)")
-
-    @model_validator(mode="after")
-    def _hybrid_needs_bi_head(self):
-        for task in self.hybrid:
-            if getattr(self, task) == "cross":
-                bi_heads = ", ".join(BI_ENCODER_HEADS)
-                raise ValueError(f"hybrid lists {task}, whose head is already `cross`: give {task} a "
-                                 f"bi-encoder head ({bi_heads})")
-        if len(set(self.hybrid)) != len(self.hybrid):
-            raise ValueError("hybrid lists a task twice")
-        paired = [t for t in self.extra_layers if t in PAIR_TASKS]
-        if paired:
-            raise ValueError(f"extra_layers lists {paired[0]}: extra transformer layers are for one-sentence tasks "
-                             f"({', '.join(t for t in TASK_NAMES if t not in PAIR_TASKS)})")
-        return self
-
-    def pooling_of(self, task: str) -> str:
-        return self.task_pooling.get(task, self.pooling)
-
-    def depth(self, task: str) -> int:
-        """Hidden layers of `task`'s head."""
-        return self.hidden_layers.get(task, 0) if isinstance(self.hidden_layers, dict) else self.hidden_layers
-
-
-class SmartParams(Strict):
-    """SMART (docs/regularisers.md): a smoothness-inducing adversarial term on the word-embedding
-    output and a Bregman proximal point term against a momentum copy of the model."""
-    enabled: bool = Field(False, description="add both SMART terms to the training loss")
-    lambda_s: float = Field(1.0, ge=0, description="weight of the smoothness-inducing adversarial term")
-    mu: float = Field(1.0, ge=0, description="weight of the Bregman proximal point term")
-    beta: float = Field(0.99, ge=0, lt=1, description="momentum of the slowly updated parameter copy")
-    steps: int = Field(1, ge=1, description="adversarial ascent steps (normalised)")
-    step_size: float = Field(1e-3, gt=0, description="size of each ascent step")
-    epsilon: float = Field(1e-5, gt=0, description="projection radius (infinity norm) around the embeddings")
-    noise_var: float = Field(1e-5, gt=0, description="variance of the Gaussian noise the ascent starts from")
-    tasks: list[TaskName] | None = Field(None, description="the tasks SMART regularises (trained ones); null: every "
-                                                       "task")
-
-
-class DistillParams(Strict):
-    """Training on a teacher's outputs as well as the gold labels (knowledge distillation): the
-    teacher (an experiment, a repeated experiment or an ensemble) predicts the training data first;
-    each distilled task's loss is (1 - weight) x the gold-label loss + weight x the loss against the
-    teacher: softened class probabilities (temperature T, the KL divergence times T^2) for sst and
-    para, the teacher's scores for sts."""
-    teacher: str = Field(description="an experiment, a repeated experiment (all its seeds) or an ensemble (its "
-                                     "members); never the student itself, nor one that learns from the student "
-                                     "through its own teachers")
-    weight: float = Field(0.5, ge=0, le=1, description="share of the teacher term in the loss, 0-1: 0 trains "
-                                                       "exactly as without distillation (the same weights), 1 "
-                                                       "ignores the gold labels")
-    temperature: float = Field(2.0, gt=0, description="T: softens the teacher's and the student's distributions "
-                                                      "for the classification and binary tasks (sst, para, "
-                                                      "cfimdb); unused for sts")
-    tasks: list[TaskName] | None = Field(None, description="the distilled tasks; null: every trained task the teacher "
-                                                       "predicts. A named task the teacher's models do not all "
-                                                       "predict is an error; the other trained tasks learn from "
-                                                       "the gold labels alone")
-
-
-class FinetuneParams(Strict):
-    """Multi-task fine-tuning (docs/finetuning.md): the tasks, their schedule, the optimiser, the
-    heads and the regularisers."""
-    tasks: list[TaskName] = Field(list(DEFAULT_TASKS), description="the tasks trained, each once (any of `sst`, "
-                                                               "`para`, `sts`, `cfimdb`)")
-    schedule: Literal[SCHEDULES] = Field("round_robin", description="which tasks each update trains on "
-                                                                    "(Schedules below)")
-    epoch_unit: str = Field("smallest", description="one epoch is one pass over the `smallest` or `largest` task, "
-                                                    "or over the named task (a trained one)")
-    temperature: float = Field(2.0, gt=0, description="`schedule: temperature` only: tasks drawn with probability "
-                                                      "proportional to `n_t ** (1 / temperature)` (not the "
-                                                      "distillation temperature)")
-    task_weights: dict[TaskName, Annotated[float, Field(ge=0)]] = Field(
-        {}, description="a factor on each task's loss (unnamed tasks 1), e.g. `{sst: 2.0}`; only trained tasks")
-    epochs: int = Field(3, ge=1, description="training epochs")
-    batch_size: int = Field(32, ge=1, description="the global batch, also under `torchrun`")
-    lr: float = Field(2e-5, gt=0, description="AdamW learning rate of the encoder")
-    head_lr: float | None = Field(None, gt=0, description="AdamW learning rate of everything else (heads, shared "
-                                                          "layers, extra layers); null: `lr`")
-    weight_decay: float = Field(0.01, ge=0, description="AdamW; no decay on biases, LayerNorm weights and other "
-                                                        "parameters of fewer than 2 dimensions")
-    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of the run's updates (all epochs, all stages "
-                                                             "of `sequential`) with linear warm-up")
-    lr_schedule: Literal["linear", "cosine", "constant"] = Field("linear", description=LR_SCHEDULE)
-    grad_clip: float | None = Field(1.0, gt=0, description="global gradient-norm clip; `null`: none")
-    hidden_dropout: float | None = Field(
-        None, ge=0, lt=1, description="dropout of the embeddings and of every layer's attention and feed-forward "
-                                      "outputs (`hidden_dropout_prob`, the papers' \"BERT dropout probability\"); "
-                                      "it leaves attention dropout alone; null: the checkpoint's")
-    attention_dropout: float | None = Field(
-        None, ge=0, lt=1, description="dropout on the attention probabilities (`attention_probs_dropout_prob`); "
-                                      "null: the checkpoint's")
-    freeze_encoder: bool = Field(False, description="train only the heads (the frozen baseline); not together "
-                                                    "with `retrain_heads.enabled`")
-    frozen_encoder_dropout: bool = Field(
-        False, description="with `freeze_encoder`: keep the frozen encoder's dropout active, as the course's code "
-                           "does (its BERT stays in train mode); off, the frozen encoder runs deterministically, "
-                           "and its sentence embeddings are computed once per split and the heads train on them "
-                           "(`minbert.train.frozen`; not with SMART, nor for a task with `extra_layers`)")
-    gradient_checkpointing: bool = Field(False, description="recompute each layer in the backward pass: less "
-                                                            "memory, more compute")
-    heads: HeadsParams = Field(HeadsParams(), description="the heads and losses (Heads and losses below)")
-    smart: SmartParams = Field(SmartParams(), description="the SMART regulariser (Regularisers below)")
-    pcgrad: bool = Field(False, description="PCGrad: project conflicting task gradients (with `schedule: "
-                                            "simultaneous`, at least two tasks; Regularisers below)")
-    downsample: Downsample = Field(Downsample(mode="smallest"), description="how the training splits are cut "
-                                                                            "(Downsampling below)")
-    walk_through: list[TaskName] = Field(
-        [], description="trained tasks whose batches continue across epochs. Without it every epoch reshuffles "
-                        "each task and starts it afresh, so a task larger than the epoch unit sees a new random "
-                        "part of its data each epoch; a task walked through continues where the last epoch "
-                        "stopped, in passes over all its data, so one pass spans several epochs (002: "
-                        "`epoch_unit: sst`, `walk_through: [para]`, all of Quora read pass after pass)")
-    distill: DistillParams | None = Field(None, description="learn from a teacher's outputs as well "
-                                                            "(Distillation below); null: no teacher")
-    evals_per_epoch: int = Field(1, ge=1, le=100, description="dev evaluations per epoch, evenly spaced over its "
-                                                              "updates, the last at its end: each is a row of "
-                                                              "history.csv (`epoch` then counts fractions of an "
-                                                              "epoch) and a candidate for the model kept. More show "
-                                                              "where a short run's dev curve flattens (the report's "
-                                                              "training check), at the cost of one dev pass each")
-    max_steps_per_epoch: int | None = Field(None, ge=1, description="cut every epoch to at most this many updates "
-                                                                    "(demo, tests, quick runs); the lr schedule is "
-                                                                    "built on the cut epochs")
-    checkpoint_every: int = Field(1, ge=1, description="epochs between resumable states (`last.pt`: model, "
-                                                       "optimiser, SMART's teacher, RNGs; 1.3-1.8 GB on "
-                                                       "bert-base): an interrupted run resumes, exactly, from the "
-                                                       "last one saved")
-    compile: bool = Field(False, description="`torch.compile` the encoder, in place (checkpoints unchanged): fused "
-                                             "kernels and fewer launches, for a GPU (`bench/gpu_train.py "
-                                             "--compile` measures it); on a CPU the compilation takes minutes")
-
-    @field_validator("tasks")
-    @classmethod
-    def _nonempty_unique(cls, v):
-        if not v:
-            raise ValueError("needs at least one task")
-        if len(set(v)) != len(v):
-            raise ValueError("lists a task twice")
-        return v
-
-
-class RetrainHeadsParams(Strict):
-    """A second stage with the fine-tuned encoder frozen: the heads of `tasks` are (re)initialised
-    and trained; the other heads are kept as they are (003 trains SST this way over a model
-    fine-tuned on Para and STS)."""
-    enabled: bool = Field(False, description="run the stage (not together with `finetune.freeze_encoder`)")
-    tasks: list[TaskName] | None = Field(None, description="the heads to train; null: every fine-tuned task's. A task "
-                                                       "not fine-tuned is added (003 trains SST this way over a "
-                                                       "model fine-tuned on Para and STS)")
-    schedule: Literal[SCHEDULES] = Field("round_robin", description="as `finetune.schedule`, with the largest task "
-                                                                    "as the epoch unit")
-    epochs: int = Field(2, ge=1, description="training epochs of the heads")
-    batch_size: int = Field(32, ge=1, description="the global batch")
-    lr: float = Field(1e-3, gt=0, description="for the heads (the encoder is frozen)")
-    downsample: Downsample = Field(Downsample(mode="none"), description="full data by default, as in the papers")
 
 
 # ---------------------------------------------------------------- pretraining
@@ -403,7 +101,7 @@ class PretrainParams(Strict):
                                                                     "schedule is built on the cut epochs")
     dev_size: int | None = Field(None, ge=1, description="mlm and nli: evaluate on a seeded subset of at most this "
                                                          "many dev examples (quick runs)")
-    precision: Literal["auto", "bf16", "fp32"] | None = Field(
+    precision: Precision | None = Field(
         None, description="`auto`, `bf16` or `fp32` for this pretraining only (e.g. `fp32` to keep a pretraining "
                           "in float32 while fine-tuning runs in bf16); null: the base's `precision`")
     finetune: dict[str, Any] = Field(
@@ -416,18 +114,11 @@ class PretrainParams(Strict):
 
 # ---------------------------------------------------------------- experiments
 
-class ExperimentParams(Strict):
-    """One experiment = base deep-merged with its overrides."""
-    model: str = Field("all-MiniLM-L6-v2", description="the checkpoint fine-tuned: a Hugging Face name or a folder")
-    seed: Seed = Field(11711, description="seeds every random choice of the experiment (data order, heads, "
-                                          "downsampling, dropout)")
-    repeats: Annotated[int, Field(ge=1, le=100)] | list[Seed] = Field(
-        1, description="run the experiment with several seeds, each a job of its own named <name>.seed<seed>: N "
-                       "seeds (seed, seed + 1, ...) or the list of seeds; studies show the mean and spread over "
-                       "them")
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="`auto` (CUDA when there is a GPU), `cpu` or `cuda`")
-    precision: Literal["auto", "bf16", "fp32"] = Field(
+class NetworkSettings(Strict):
+    """How a stage runs the network: keys of an experiment (in `base` or its own), and the part of
+    the settings of every stage that runs the network (minbert.params.settings) that says so."""
+    device: Device = Field("auto", description="`auto` (CUDA when there is a GPU), `cpu` or `cuda`")
+    precision: Precision = Field(
         "auto", description="auto: bf16 autocast where bf16 is native (CUDA GPUs from Ampere on, CPUs with "
                             "avx512_bf16 / amx_bf16), float32 elsewhere; bf16 / fp32: that precision on every "
                             "device (fp32 on CUDA multiplies matrices in TF32)")
@@ -435,10 +126,31 @@ class ExperimentParams(Strict):
         False, description="pin the algorithms (torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace, the "
                            "math attention backend): a CUDA run repeats bit for bit, at some cost in speed")
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads of torch; null: its default")
+
+    @classmethod
+    def keys_of(cls, source) -> dict:
+        """These settings' keys with their values in `source` (an experiment, or a stage's settings)."""
+        return {k: getattr(source, k) for k in cls.model_fields}
+
+
+class TrainingSettings(NetworkSettings):
+    """How a stage that trains runs its steps, as well."""
     cuda_graphs: bool = Field(
         True, description="on a CUDA GPU, each training step shape is recorded once as a CUDA graph and replayed "
                           "(batches padded to a few fixed lengths; docs/finetuning.md, 'On a GPU'): the step costs "
                           "a few launches instead of a thousand; false: every kernel launched one by one")
+
+
+class ExperimentParams(TrainingSettings):
+    """One experiment = base deep-merged with its overrides; its keys of how the network runs (device,
+    precision, ...: `TrainingSettings`) are those of every stage it runs."""
+    model: str = Field("all-MiniLM-L6-v2", description="the checkpoint fine-tuned: a Hugging Face name or a folder")
+    seed: Seed = Field(11711, description="seeds every random choice of the experiment (data order, heads, "
+                                          "downsampling, dropout)")
+    repeats: Annotated[int, Field(ge=1, le=100)] | list[Seed] = Field(
+        1, description="run the experiment with several seeds, each a job of its own named <name>.seed<seed>: N "
+                       "seeds (seed, seed + 1, ...) or the list of seeds; studies show the mean and spread over "
+                       "them")
     max_length: int = Field(128, ge=8, le=512, description="word pieces per input (a pair's two sentences "
                                                            "together); longer inputs are cut")
     pretrain: str | None = Field(None, description="start from this pretraining's output (a name in "
@@ -462,15 +174,28 @@ class ExperimentParams(Strict):
                                  f"run again, not another sample)")
         return value
 
+    @model_validator(mode="after")
+    def _stages_run_together(self):
+        """Fine-tuning and head retraining agree."""
+        ft, rh = self.finetune, self.retrain_heads
+        if rh.enabled and ft.freeze_encoder:
+            raise refuse("retrain_heads.enabled", "the encoder is already frozen in finetune "
+                                                  "(finetune.freeze_encoder); drop one of them")
+        sts = sts_batch_problem(ft.heads.sts_loss, rh.tasks or ft.tasks, rh.batch_size, rh.downsample) \
+            if rh.enabled else None
+        if sts:
+            raise refuse(f"retrain_heads.{sts[0]}", sts[1])
+        return self
+
 
 class EnsembleParams(Strict):
     """An ensemble over experiments' predictions."""
     members: list[str] = Field(description="experiments (two or more), or a repeated experiment, which stands for "
                                            "its seeds")
-    classification: Literal["mode", "mean_prob"] = Field(
+    classification: ClassificationCombination = Field(
         "mode", description="how classification tasks combine: the members' majority label (`mode`) or the "
                             "label of their mean probabilities (`mean_prob`)")
-    similarity: Literal["median", "mean"] = Field("median", description="how similarity scores combine")
+    similarity: SimilarityCombination = Field("median", description="how similarity scores combine")
     description: str = Field("", description="a sentence on the ensemble, for the report")
 
     @field_validator("members")
@@ -479,7 +204,6 @@ class EnsembleParams(Strict):
         if not v:
             raise ValueError("an ensemble needs members (two or more experiments, or one repeated experiment)")
         return v
-
 
 
 class ExportParams(Strict):
@@ -508,22 +232,12 @@ def deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
-def resolve_experiment(raw_base: dict, overrides: dict, name: str, where: str = "params.yaml") -> ExperimentParams:
-    """Experiment `name`: `base` deep-merged with its overrides, validated (a one-line error naming
-    `experiments.<name>.<key>`)."""
-    merged = deep_merge(raw_base or {}, overrides or {})
+def resolve_experiment(base: ExperimentParams, overrides: dict, name: str,
+                       where: str = "params.yaml") -> ExperimentParams:
+    """Experiment `name`: `base` (the keys it sets) deep-merged with its overrides, validated (a
+    one-line error naming `experiments.<name>.<key>`)."""
+    merged = deep_merge(base.model_dump(exclude_unset=True), overrides or {})
     try:
         return ExperimentParams.model_validate(merged)
     except ValidationError as err:
         raise_validation(err, ExperimentParams, where, prefix=f"experiments.{name}.")
-
-
-def check_name(name, where: str, what: str) -> None:
-    """A name that becomes a file name (an experiment's, a grid cell's, a seed's, an ensemble's):
-    a one-line error when it has other characters or is too long."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise MinBertError(f"{where}: {what} name {name!r} must be letters, digits, '_', '-', '.' "
-                           f"(starting with a letter or digit)")
-    if len(name) > NAME_MAX:
-        raise MinBertError(f"{where}: {what} name '{name[:40]}...' has {len(name)} characters; names become file "
-                           f"names, keep them to {NAME_MAX}")

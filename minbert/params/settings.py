@@ -11,29 +11,25 @@ from __future__ import annotations
 
 from typing import Literal
 
+from minbert.core.layout import TRAINING_STAGES
+from minbert.params.fields import Downsample, Strict
+from minbert.params.finetune import FinetuneParams, SmartParams
 from minbert.params.schema import (
-    Downsample,
-    FinetuneParams,
+    ClassificationCombination,
+    NetworkSettings,
     PretrainParams,
-    SmartParams,
-    Strict,
+    SimilarityCombination,
+    TrainingSettings,
     deep_merge,
 )
 
-Device = Literal["auto", "cpu", "cuda"]
+TrainingStage = Literal[TRAINING_STAGES]     # the training stage whose model a later stage reads
 
 
-class NetworkSettings(Strict):
-    """How a stage that runs the network runs it."""
-    device: Device = "auto"
-    precision: Literal["auto", "bf16", "fp32"] = "auto"   # resolved per device by minbert.core.runtime
-    deterministic: bool = False
-    threads: int | None = None
-
-
-class TrainingSettings(NetworkSettings):
-    """How a stage that trains runs its steps."""
-    cuda_graphs: bool = True                # training steps captured on CUDA (minbert.train.step)
+def extras_off() -> dict:
+    """What a training derived from an experiment's fine-tuning leaves out of it (head retraining,
+    paraphrase-first): its regularisers, its distillation and its walk through tasks across epochs."""
+    return {"smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None}
 
 
 class PretrainSettings(TrainingSettings):
@@ -59,17 +55,17 @@ class RetrainSettings(TrainingSettings):
 
 class PredictSettings(NetworkSettings):
     batch_size: int
-    model_stage: Literal["finetune", "retrain_heads"]   # which training stage's model predicts
+    model_stage: TrainingStage              # which training stage's model predicts
 
 
 class TeachSettings(NetworkSettings):
-    members: dict[str, Literal["finetune", "retrain_heads"]]   # the experiments it averages -> which model
+    members: dict[str, TrainingStage]       # the experiments it averages -> which model
     tasks: list[str]                        # the tasks it predicts (the ones its students distil)
-    similarity: Literal["mean", "median"] = "mean"   # how a regression task's scores are combined
+    similarity: SimilarityCombination = "mean"   # how a regression task's scores are combined
 
 
 class ExportSettings(Strict):
-    model_stage: Literal["finetune", "retrain_heads"]   # which training stage's model is exported
+    model_stage: TrainingStage              # which training stage's model is exported
     description: str = ""                   # the experiment's, for the model card
     license: str
     language: str
@@ -79,8 +75,8 @@ class ExportSettings(Strict):
 
 class EnsembleSettings(Strict):
     members: list[str]
-    classification: str
-    similarity: str
+    classification: ClassificationCombination
+    similarity: SimilarityCombination
 
 
 def pretrain_splits(s: PretrainSettings) -> list[tuple[str, str]]:
@@ -101,5 +97,4 @@ def para_first_config(s: PretrainSettings) -> FinetuneParams:
         "lr": pre.lr, "weight_decay": pre.weight_decay, "warmup_ratio": pre.warmup_ratio,
         "lr_schedule": pre.lr_schedule, "grad_clip": pre.grad_clip,
         "downsample": Downsample(mode="none"),
-        "max_steps_per_epoch": pre.max_steps_per_epoch, "smart": SmartParams(), "pcgrad": False,
-        "freeze_encoder": False, "distill": None, "walk_through": []})
+        "max_steps_per_epoch": pre.max_steps_per_epoch, "freeze_encoder": False, **extras_off()})

@@ -13,14 +13,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from minbert.core.tasks import TASKS, TaskName
+from minbert.params.fields import Strict
 from minbert.params.messages import close
-from minbert.params.schema import (
-    DataParams,
-    EnsembleParams,
-    ExportParams,
-    PretrainParams,
-    Strict,
-)
+from minbert.params.schema import DataParams, EnsembleParams, ExperimentParams, ExportParams, PretrainParams
 
 PAPER_OVERALL = {"leaderboard": "overall", "mean": "mean"}   # a paper's overall formula -> metrics.json key
 # what a paper column reads: its overall score (in the paper's formula) or one task's metric
@@ -334,7 +329,8 @@ class Params(Strict):
     catalogue: str = Field("demo", description="`demo`: the sections of params.yaml; NAME: the sections of "
                                                "params/NAME.yaml instead")
     data: DataParams = Field(DataParams(), description="how `prepare` reads and checks the raw files")
-    base: dict[str, Any] = Field({}, description="the settings every experiment starts from (an experiment's keys)")
+    base: ExperimentParams = Field(ExperimentParams(), description="the settings every experiment starts from (an "
+                                                                   "experiment's keys)")
     pretrainings: dict[str, PretrainParams] = Field({}, description="named pretrainings; experiments refer to them "
                                                                     "by name and share one output")
     experiments: dict[str, dict[str, Any]] = Field(description="named experiments, each what it changes in `base` "

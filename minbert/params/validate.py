@@ -14,17 +14,11 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
+from minbert.params.fields import check_name
+from minbert.params.finetune import FinetuneParams
 from minbert.params.messages import close, raise_validation
-from minbert.params.schema import (
-    ExperimentParams,
-    FinetuneParams,
-    check_name,
-    deep_merge,
-    resolve_experiment,
-)
+from minbert.params.schema import ExperimentParams, deep_merge
 from minbert.params.studies import Params
-
-MULTI_TASK_UPDATES = ("simultaneous",)          # the schedules whose updates sum several tasks' losses
 
 
 def model_tasks(exp: ExperimentParams) -> list[str]:
@@ -51,11 +45,12 @@ def teacher_members(teacher: str, experiments: dict, groups: dict, ensembles: di
 
 
 def check_params(params: Params, experiments: dict[str, ExperimentParams], groups: dict[str, list[str]],
-                 where: str = "params.yaml") -> None:
+                 where: str = "params.yaml", templates: dict[str, ExperimentParams] | None = None) -> None:
     """Every cross-section check of expanded params, in the order a reader meets the sections:
     `params` with its grid cells and seeds expanded, `experiments` every experiment that runs (a
-    repeated one as its seeds), `groups` each repeated experiment's seeds. Changes none of them."""
-    check_experiments(params, where)
+    repeated one as its seeds), `groups` each repeated experiment's seeds, `templates` the resolved
+    experiments that only a grid runs. Changes none of them."""
+    check_experiments(params, {**(templates or {}), **experiments}, where)
     for kind, names in (("pretraining", params.pretrainings), ("ensemble", params.ensembles)):
         for name in names:
             check_name(name, where, kind)
@@ -75,22 +70,13 @@ def check_params(params: Params, experiments: dict[str, ExperimentParams], group
                                f"or a paper table")
 
 
-def check_experiments(params: Params, where: str) -> None:
-    """Each experiment (a grid's template included) names a known pretraining, weights only tasks it
-    trains and counts its epochs in a task it trains."""
-    for name, ov in params.experiments.items():
-        exp = resolve_experiment(params.base, ov, name, where)
+def check_experiments(params: Params, experiments: dict[str, ExperimentParams], where: str) -> None:
+    """Each experiment (a grid's template included) names a known pretraining (what its own settings
+    must agree on is its model's check: FinetuneParams', ExperimentParams')."""
+    for name, exp in experiments.items():
         if exp.pretrain is not None and exp.pretrain not in params.pretrainings:
             raise MinBertError(f"{where}: key 'experiments.{name}.pretrain': unknown pretraining "
                                f"'{exp.pretrain}'{close(exp.pretrain, params.pretrainings)}")
-        for t in exp.finetune.task_weights:
-            if t not in exp.finetune.tasks:
-                raise MinBertError(f"{where}: key 'experiments.{name}.finetune.task_weights.{t}': "
-                                   f"task '{t}' is not trained in this experiment")
-        unit = exp.finetune.epoch_unit
-        if unit not in ("smallest", "largest") and unit not in exp.finetune.tasks:
-            raise MinBertError(f"{where}: key 'experiments.{name}.finetune.epoch_unit': '{unit}' is "
-                               f"not smallest, largest or one of the experiment's tasks")
 
 
 def check_ensembles(params: Params, experiments: dict, groups: dict, where: str) -> None:
@@ -148,26 +134,10 @@ def check_papers(params: Params, runnable: set, where: str) -> None:
                                        f"experiment, ensemble or study{close(name, runnable | studies)}")
 
 
-def check_sts_batches(sts_loss: str, tasks, batch_size: int, downsample, key: str, where: str) -> None:
-    """A Pearson loss over batches of one STS pair: the correlation of one pair is undefined, so the
-    loss is a constant and STS never learns from it (nothing else would say so)."""
-    if sts_loss == "mse" or "sts" not in tasks:
-        return
-    rows = [n for n in (downsample.size if downsample.mode == "fixed" else None, downsample.caps.get("sts"))
-            if n is not None]
-    per_batch = min([batch_size, *rows])
-    if per_batch < 2:
-        what = f"{key}.batch_size" if per_batch == batch_size else f"{key}.downsample"
-        raise MinBertError(f"{where}: key '{what}': sts_loss '{sts_loss}' correlates the STS scores of a batch, "
-                           f"and a batch of {per_batch} pair has no correlation (the loss would be constant and STS "
-                           f"would not train); use batches of at least 2 STS pairs or sts_loss: mse")
-
-
-def check_combinations(params: Params, experiments: dict[str, ExperimentParams], where: str,
-                       groups: dict | None = None) -> None:
-    """Settings that validate one by one but cannot run together."""
+def check_pretrainings(params: Params, where: str) -> None:
+    """A pretraining has the data it reads, and only paraphrase-first trains with fine-tuning settings
+    (validated as base.finetune changed by them)."""
     data = params.data
-    base_finetune = ExperimentParams.model_validate(params.base).finetune
     for name, pre in params.pretrainings.items():
         if pre.kind == "nli" and data.nli_file is None:
             raise MinBertError(f"{where}: key 'pretrainings.{name}.kind': NLI pretraining needs NLI data; "
@@ -183,90 +153,32 @@ def check_combinations(params: Params, experiments: dict[str, ExperimentParams],
                                f"with the fine-tuning settings (this one is {pre.kind}); remove it")
         if pre.finetune:
             try:
-                FinetuneParams.model_validate(deep_merge(base_finetune.model_dump(), pre.finetune))
+                FinetuneParams.model_validate(deep_merge(params.base.finetune.model_dump(), pre.finetune))
             except ValidationError as err:
                 raise_validation(err, FinetuneParams, where, prefix=f"pretrainings.{name}.finetune.")
+
+
+def check_combinations(params: Params, experiments: dict[str, ExperimentParams], where: str,
+                       groups: dict | None = None) -> None:
+    """Settings of several sections that validate one by one but cannot run together (what one
+    experiment's settings must agree on is its model's own check: minbert.params.schema)."""
+    check_pretrainings(params, where)
     for name, exp in experiments.items():
-        ft, key = exp.finetune, f"experiments.{name}"
-        check_sts_batches(ft.heads.sts_loss, ft.tasks, ft.batch_size, ft.downsample, f"{key}.finetune", where)
-        if exp.retrain_heads.enabled:
-            rh = exp.retrain_heads
-            check_sts_batches(ft.heads.sts_loss, rh.tasks or ft.tasks, rh.batch_size, rh.downsample,
-                              f"{key}.retrain_heads", where)
-        if ft.pcgrad and len(ft.tasks) < 2:
-            raise MinBertError(f"{where}: key '{key}.finetune.pcgrad': PCGrad needs at least "
-                               f"two tasks (got {ft.tasks})")
-        if ft.pcgrad and ft.schedule not in MULTI_TASK_UPDATES:
-            raise MinBertError(f"{where}: key '{key}.finetune.pcgrad': PCGrad projects the gradients of the tasks "
-                               f"of one update, and under schedule '{ft.schedule}' every update trains one task, so it "
-                               f"would do nothing; use schedule: simultaneous")
-        unknown = [t for t in (ft.smart.tasks or []) if t not in ft.tasks]
-        if ft.smart.enabled and unknown:
-            raise MinBertError(f"{where}: key '{key}.finetune.smart.tasks': '{unknown[0]}' is not "
-                               f"trained by this experiment (finetune.tasks: {ft.tasks})")
-        untrained = [t for t in ft.walk_through if t not in ft.tasks]
-        if untrained:
-            raise MinBertError(f"{where}: key '{key}.finetune.walk_through': '{untrained[0]}' is not trained by this "
-                               f"experiment (finetune.tasks: {ft.tasks})")
-        if ft.freeze_encoder and exp.retrain_heads.enabled:
-            raise MinBertError(f"{where}: key '{key}.retrain_heads.enabled': the encoder is "
-                               f"already frozen in finetune (finetune.freeze_encoder); drop one of them")
-        if ft.frozen_encoder_dropout and not ft.freeze_encoder:
-            raise MinBertError(f"{where}: key '{key}.finetune.frozen_encoder_dropout': applies to a frozen encoder "
-                               f"only and would do nothing here; drop it or set finetune.freeze_encoder: true")
-        if ft.heads.sst == "prototypes" and "sst" in ft.tasks and not ft.freeze_encoder:
-            raise MinBertError(f"{where}: key '{key}.finetune.heads.sst': a prototypes head compares sentences with "
-                               f"prototypes embedded once, so it trains over a frozen encoder: train sst in "
-                               f"retrain_heads (retrain_heads.tasks: [sst]) or set finetune.freeze_encoder")
-        if exp.pretrain is not None:
-            pre = params.pretrainings[exp.pretrain]
-            # every task reads the sentence embedding NLI trained (a task's own pooling included)
-            other = next((t for t in model_tasks(exp) if ft.heads.pooling_of(t) != pre.nli.pooling), None)
-            if pre.kind == "nli" and other is not None:
-                where_key = (f"task_pooling.{other}" if other in ft.heads.task_pooling else "pooling")
-                raise MinBertError(f"{where}: key '{key}.finetune.heads.{where_key}': the NLI pretraining "
-                                   f"'{exp.pretrain}' trains {pre.nli.pooling}-pooled sentence embeddings but "
-                                   f"{other} reads '{ft.heads.pooling_of(other)}'; set the same pooling in both "
-                                   f"(pretrainings.{exp.pretrain}.nli.pooling)")
-    groups = groups or {}
-    for name, exp in experiments.items():
-        d = exp.finetune.distill
-        if d is None:
+        pre = params.pretrainings[exp.pretrain] if exp.pretrain is not None else None
+        if pre is None or pre.kind != "nli":
             continue
-        key = f"experiments.{name}.finetune.distill"
-        members = teacher_members(d.teacher, experiments, groups, params.ensembles)
-        if members is None:
-            known = set(experiments) | set(groups) | set(params.ensembles)
-            raise MinBertError(f"{where}: key '{key}.teacher': unknown experiment or ensemble "
-                               f"'{d.teacher}'{close(d.teacher, known)}")
-        if name in members:
-            raise MinBertError(f"{where}: key '{key}.teacher': '{name}' cannot be its own teacher")
-        chain, seen = members, {name}
-        while chain:   # a teacher (or its teachers) learning from this experiment would never start
-            if seen & set(chain):
-                raise MinBertError(f"{where}: key '{key}.teacher': '{d.teacher}' learns (through its teachers) "
-                                   f"from '{name}' itself; break the cycle")
-            seen |= set(chain)
-            nxt = []
-            for m in chain:
-                dm = experiments[m].finetune.distill
-                if dm is not None:
-                    nxt += teacher_members(dm.teacher, experiments, groups, params.ensembles) or []
-            chain = nxt
-        taught = shared_tasks(members, experiments)
-        wanted = set(d.tasks or exp.finetune.tasks)
-        if d.tasks is not None:
-            untrained = [t for t in d.tasks if t not in exp.finetune.tasks]
-            if untrained:
-                raise MinBertError(f"{where}: key '{key}.tasks': '{untrained[0]}' is not trained by this "
-                                   f"experiment (finetune.tasks: {exp.finetune.tasks}); distil only tasks it trains")
-            missing = sorted(wanted - taught)
-            if missing:
-                raise MinBertError(f"{where}: key '{key}.tasks': the teacher '{d.teacher}' does not predict "
-                                   f"{missing[0]}")
-        if not (wanted & taught & set(exp.finetune.tasks)):
-            raise MinBertError(f"{where}: key '{key}.teacher': '{d.teacher}' predicts none of the tasks this "
-                               f"experiment trains")
+        heads = exp.finetune.heads
+        # every task reads the sentence embedding NLI trained (a task's own pooling included)
+        other = next((t for t in model_tasks(exp) if heads.pooling_of(t) != pre.nli.pooling), None)
+        if other is not None:
+            where_key = f"task_pooling.{other}" if other in heads.task_pooling else "pooling"
+            raise MinBertError(f"{where}: key 'experiments.{name}.finetune.heads.{where_key}': the NLI pretraining "
+                               f"'{exp.pretrain}' trains {pre.nli.pooling}-pooled sentence embeddings but {other} "
+                               f"reads '{heads.pooling_of(other)}'; set the same pooling in both "
+                               f"(pretrainings.{exp.pretrain}.nli.pooling)")
+    for name, exp in experiments.items():
+        if exp.finetune.distill is not None:
+            check_teacher(params, experiments, groups or {}, name, where)
     for ens_name, ens in params.ensembles.items():
         if len(set(ens.members)) != len(ens.members):
             raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': lists a member twice")
@@ -274,3 +186,39 @@ def check_combinations(params: Params, experiments: dict[str, ExperimentParams],
                                     if m in experiments)) if ens.members else set()
         if not common and all(m in experiments for m in ens.members):
             raise MinBertError(f"{where}: key 'ensembles.{ens_name}.members': the members share no task")
+
+
+def check_teacher(params: Params, experiments: dict[str, ExperimentParams], groups: dict, name: str,
+                  where: str) -> None:
+    """A student's teacher exists, is not the student nor learns from it, and predicts the tasks it
+    distils (that they are trained is the student's own check)."""
+    exp = experiments[name]
+    d = exp.finetune.distill
+    key = f"experiments.{name}.finetune.distill"
+    members = teacher_members(d.teacher, experiments, groups, params.ensembles)
+    if members is None:
+        known = set(experiments) | set(groups) | set(params.ensembles)
+        raise MinBertError(f"{where}: key '{key}.teacher': unknown experiment or ensemble "
+                           f"'{d.teacher}'{close(d.teacher, known)}")
+    if name in members:
+        raise MinBertError(f"{where}: key '{key}.teacher': '{name}' cannot be its own teacher")
+    chain, seen = members, {name}
+    while chain:   # a teacher (or its teachers) learning from this experiment would never start
+        if seen & set(chain):
+            raise MinBertError(f"{where}: key '{key}.teacher': '{d.teacher}' learns (through its teachers) "
+                               f"from '{name}' itself; break the cycle")
+        seen |= set(chain)
+        nxt = []
+        for m in chain:
+            dm = experiments[m].finetune.distill
+            if dm is not None:
+                nxt += teacher_members(dm.teacher, experiments, groups, params.ensembles) or []
+        chain = nxt
+    taught = shared_tasks(members, experiments)
+    wanted = set(d.tasks or exp.finetune.tasks)
+    missing = sorted(wanted - taught)
+    if d.tasks is not None and missing:
+        raise MinBertError(f"{where}: key '{key}.tasks': the teacher '{d.teacher}' does not predict {missing[0]}")
+    if not (wanted & taught & set(exp.finetune.tasks)):
+        raise MinBertError(f"{where}: key '{key}.teacher': '{d.teacher}' predicts none of the tasks this "
+                           f"experiment trains")

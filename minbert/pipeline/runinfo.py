@@ -89,10 +89,10 @@ class UpToDate(Exception):
 def network_record(network) -> dict:
     """Where a stage that runs the network runs and in which precision, as the run record says it
     (minbert.params.settings.NetworkSettings; nothing is set up here)."""
-    from minbert.core.runtime import pick_device, resolve_precision
+    from minbert.core.runtime import pick_device, precision_on
 
     device = pick_device(network.device)
-    return {"device": device, "precision": resolve_precision(network.precision, device)}
+    return {"device": device, "precision": precision_on(network.precision, device)}
 
 
 @contextlib.contextmanager

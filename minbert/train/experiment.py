@@ -1,6 +1,8 @@
-"""From a job's settings (minbert.params.settings) to trained models and prediction files.
+"""From a job's settings (minbert.params.settings) to a trained model: fine-tuning and head
+retraining, each from its data, its starting model and its run options.
 
-The stage CLIs (stages/finetune.py, retrain_heads.py, predict.py) are thin wrappers around these.
+The stage CLIs stages/finetune.py and stages/retrain_heads.py are thin wrappers around these (the
+predictions are minbert.scoring.predict's).
 """
 from __future__ import annotations
 

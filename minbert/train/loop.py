@@ -56,7 +56,7 @@ from minbert.model.multitask import (
 )
 from minbert.model.outputs import correlation_only, predictions
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.schema import FinetuneParams
+from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import (
     average_gradients,
     barrier,
@@ -456,14 +456,14 @@ def finish(tr: Training, state: TrainState, out_dir: Path) -> None:
         log.warning("no epoch had every dev metric defined, so none is selected as the best; the model of the "
                     "last epoch is kept (its undefined metrics stay undefined in metrics.json)")
     best = torch.load(tr.best_path, map_location="cpu", weights_only=True)
-    calibrate(tr, best)
+    fit_calibration(tr, best)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch_save(best, out_dir / MODEL_FILE)
     write_history(out_dir / HISTORY_FILE, state.history)
     shutil.rmtree(tr.state_dir, ignore_errors=True)
 
 
-def calibrate(tr: Training, best: dict) -> None:
+def fit_calibration(tr: Training, best: dict) -> None:
     """A regression head trained with the correlation loss alone predicts on a scale of its own:
     fit scale and shift of its predictions to the training labels (least squares), kept in the
     checkpoint, so predictions land on the label scale without clipping that would change their

@@ -11,7 +11,7 @@ import torch
 
 from minbert.core.tasks import TASKS
 from minbert.model.multitask import MultitaskModel
-from minbert.params.schema import FinetuneParams
+from minbert.params.finetune import FinetuneParams
 from minbert.train.losses import distill_loss, task_loss
 from minbert.train.regularisers import Ascent, bregman_term, smart_adversarial_loss
 

@@ -12,6 +12,7 @@ from minbert.model.checkpoint import load_checkpoint
 from minbert.params.settings import (
     FinetuneSettings,
     PretrainSettings,
+    TrainingSettings,
     para_first_config,
 )
 from minbert.train.experiment import finetune_experiment
@@ -25,8 +26,7 @@ def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, des
     as resumable multi-task fine-tuning; its best encoder is the pretrained model. Writes the
     pretraining's outputs (minbert.train.pretrained) and returns its metrics."""
     ft = FinetuneSettings(model=start_model, seed=s.seed, max_length=s.max_length, finetune=para_first_config(s),
-                          device=s.device, precision=s.precision, deterministic=s.deterministic,
-                          threads=s.threads, cuda_graphs=s.cuda_graphs)
+                          **TrainingSettings.keys_of(s))
     with tempfile.TemporaryDirectory(prefix="para_first.") as work:
         options = FitOptions(Path(work), state_dir=files.state_dir, description=description, evaluate_first=True,
                              checkpoint_extra={"experiment": name or "para_first", "stage": "pretrain"})

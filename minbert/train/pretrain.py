@@ -48,7 +48,7 @@ from minbert.params.schema import PretrainParams
 from minbert.params.settings import PretrainSettings, pretrain_splits
 from minbert.train.mlm import MlmObjective, build_mlm_head
 from minbert.train.nli import NliObjective, nli_examples, subset_examples
-from minbert.train.optim import build_adamw, set_lr
+from minbert.train.optim import AdamW, build_adamw, set_lr
 from minbert.train.pretrained import PretrainFiles, write_pretrained
 from minbert.train.resumable import load_training_state, save_training_state
 
@@ -259,7 +259,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
 class _Updates:
     """What each update of a pretraining uses; `schedule`: the run's (total updates, warm-up updates)."""
     objective: object
-    optimizer: torch.optim.Optimizer
+    optimizer: AdamW
     params: list
     pparams: PretrainParams
     runtime: Runtime

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from minbert.core.io import atomic_path, write_json
-from minbert.model.weights import resolve_model, save_hf_folder
+from minbert.model.weights import model_folder, save_hf_folder
 
 HISTORY_COLUMNS = ["epoch", "train_loss", "dev_loss"]
 
@@ -37,7 +37,7 @@ def write_pretrained(files: PretrainFiles, start_model: str, encoder, history: l
                      mlm_head: dict | None = None) -> dict:
     """The three outputs (each atomically), then the state folder goes; returns the metrics."""
     with atomic_path(files.model) as tmp:
-        save_hf_folder(tmp, encoder, tokenizer_folder=resolve_model(start_model), mlm_head=mlm_head)
+        save_hf_folder(tmp, encoder, tokenizer_folder=model_folder(start_model), mlm_head=mlm_head)
     write_pretraining_history(files.history, history)
     write_json(files.metrics, metrics)
     shutil.rmtree(files.state_dir, ignore_errors=True)

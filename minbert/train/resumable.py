@@ -20,6 +20,7 @@ import torch
 
 from minbert.core.io import torch_save
 from minbert.core.provenance import describe_change
+from minbert.train.optim import AdamW
 
 STATE_FORMAT = "minbert-train-state-3"
 
@@ -57,7 +58,7 @@ def _tuples(obj):
 
 
 def save_training_state(path: Path, *, fingerprint: str, description: dict, position: dict,
-                        modules: dict[str, torch.nn.Module | None], optimizer: torch.optim.Optimizer,
+                        modules: dict[str, torch.nn.Module | None], optimizer: AdamW,
                         device: torch.device, generators: dict[str, torch.Generator]) -> None:
     """Write the state atomically (a kill while writing leaves the previous one)."""
     torch_save({"format": STATE_FORMAT, "fingerprint": fingerprint, "description": description,
@@ -67,7 +68,7 @@ def save_training_state(path: Path, *, fingerprint: str, description: dict, posi
 
 
 def load_training_state(path: Path, *, fingerprint: str, description: dict,
-                        modules: dict[str, torch.nn.Module | None], optimizer: torch.optim.Optimizer,
+                        modules: dict[str, torch.nn.Module | None], optimizer: AdamW,
                         device: torch.device, generators: dict[str, torch.Generator],
                         log: logging.Logger) -> dict | None:
     """Restore the modules, optimiser and RNGs from the state at `path` and return the loop's

@@ -27,7 +27,7 @@ import logging
 import numpy as np
 import torch
 
-from minbert.params.schema import FinetuneParams
+from minbert.params.finetune import FinetuneParams
 from minbert.train.optim import set_lr
 
 log = logging.getLogger("minbert.train.step")

@@ -17,13 +17,14 @@ from minbert.core.runtime import autocast
 from minbert.data.batches import TaskData
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.schema import FinetuneParams
+from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import DistInfo
 from minbert.train.objectives import TaskObjective, build_objective
+from minbert.train.optim import AdamW
 from minbert.train.resumable import load_training_state, save_training_state
 from minbert.train.schedules import epoch_plan, sequential_phases
 
-log = logging.getLogger("minbert.train.loop")
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- the plan
@@ -111,7 +112,7 @@ class Training:
     dev: dict[str, TaskData]
     cfg: FinetuneParams
     options: FitOptions
-    optimizer: torch.optim.Optimizer
+    optimizer: AdamW
     params: list
     momentum: object | None                     # SMART's momentum copy of the model (or None)
     generators: dict[str, torch.Generator]
