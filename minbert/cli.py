@@ -331,6 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--private", action="store_true")
     u.add_argument("--revision", help="a branch of the repository (default: main)")
     u.set_defaults(func=upload_command)
+    ap.commands = {"predict": p, "submission": s, "upload": u, "estimate": estimate_parser(sub)}
+    return ap
+
+
+def estimate_parser(sub) -> argparse.ArgumentParser:
     e = sub.add_parser("estimate", help="how long a params file's pipeline will take on this machine",
                        description="Every training run's planned updates, dev evaluations, pretraining steps and "
                                    "predictions, priced by the encoder's step time measured here now (seconds), "
@@ -339,12 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"], help="default: the params' base device")
     e.add_argument("--threads", type=int, help="CPU threads (default: the params' base threads, else torch's)")
     e.set_defaults(func=estimate_command)
-    ap.commands = {"predict": p, "submission": s, "upload": u, "estimate": e}
-    return ap
+    return e
 
 
 def estimate_command(args) -> None:
-    from minbert.core.runtime import pick_device, resolve_precision
+    from minbert.core.runtime import pick_device, precision_on
     from minbert.params.load import load_params
     from minbert.pipeline.estimate import describe, estimate, measure
 
@@ -354,7 +358,7 @@ def estimate_command(args) -> None:
     threads = args.threads or base.threads
     cost = measure(base.model, device, base.precision, threads)
     dev = pick_device(device)
-    where = f"{dev.type} ({resolve_precision(base.precision, dev)}" + (f", {threads} threads" if threads else "") + ")"
+    where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + ")"
     print(describe(estimate(lp, cost), where))
 
 

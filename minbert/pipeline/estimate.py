@@ -57,12 +57,12 @@ def measure(model: str, device: str = "auto", precision: str = "auto", threads: 
     """The encoder's pass time at 8 and 32 sentences of LENGTH word pieces on this machine's device."""
     import torch
 
-    from minbert.core.runtime import autocast, pick_device, resolve_precision, set_threads
+    from minbert.core.runtime import autocast, pick_device, precision_on, set_threads
     from minbert.model.weights import load_encoder
 
     set_threads(threads)
     dev = pick_device(device)
-    bf16 = resolve_precision(precision, dev) == "bf16"
+    bf16 = precision_on(precision, dev) == "bf16"
     encoder, _, _ = load_encoder(model)
     encoder.to(dev)
     fits = {}

@@ -1,0 +1,74 @@
+"""`minbert estimate`: a pipeline's work priced before it starts. The updates are the ones the loop
+plans (minbert.train.training.Plan on the rows after downsampling), each priced at the encoder's
+measured pass time; checked here against a hand count with a made-up step cost, and the command's
+one line on the demo."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, child_env
+
+from minbert.params import load_params
+from minbert.pipeline.estimate import StepCost, estimate, fit_seconds, sentences, train_rows
+
+PARAMS = """\
+data: {dir: DATA, nli_file: null}
+base:
+  model: all-MiniLM-L6-v2
+  finetune: {epochs: 2, batch_size: 10, tasks: [sst, sts], schedule: round_robin, downsample: {mode: smallest},
+             heads: {sts: cosine}, evals_per_epoch: 3}
+experiments:
+  plain: {}
+  frozen: {finetune: {freeze_encoder: true}}
+"""
+COST = StepCost(train=(0.0, 1e-3), forward=(0.0, 1e-4))    # a second per thousand sentences trained
+
+
+@pytest.fixture()
+def lp(tmp_path):
+    (tmp_path / "params.yaml").write_text(PARAMS.replace("DATA", str(REPO / "data" / "demo")))
+    return load_params(tmp_path / "params.yaml")
+
+
+def test_a_fine_tuning_costs_its_planned_updates_and_evaluations(lp):
+    rows = train_rows(lp)
+    assert rows["train"]["sst"] == rows["train"]["sts"] == 600 and rows["dev"]["sts"] == 200   # the demo's
+    exp = lp.experiments["plain"]
+    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], COST, exp.seed)
+    # round-robin over 600 rows per task at batch 10: 60 updates of each task an epoch, one task's batch
+    # each (sst one sentence, sts a pair: 10 and 20 sentences), for 2 epochs; 3 dev passes an epoch
+    # over 200 sst sentences and 200 pairs, in batches of 128, forward only
+    assert updates == 240
+    train = 120 * 10 * 1e-3 + 120 * 20 * 1e-3
+    evals = 2 * 3 * math.ceil((200 + 400) / 128) * 128 * 1e-4
+    assert seconds == pytest.approx(train + evals)
+
+
+def test_a_frozen_encoder_without_dropout_costs_one_pass_over_its_data(lp):
+    rows = train_rows(lp)
+    exp = lp.experiments["frozen"]
+    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], COST, exp.seed)
+    assert updates == 240 and seconds == pytest.approx((600 + 1200) * 1e-4)
+
+
+def test_the_whole_estimate_adds_every_job(lp):
+    est = estimate(lp, COST)
+    assert est.jobs == 4 and est.updates == 480                   # two fine-tunings and their predictions
+    assert set(est.seconds) == {"finetune", "predict"}
+    assert est.total == pytest.approx(sum(s for s, _ in est.longest))
+    assert sentences("sts", lp.experiments["plain"].finetune.heads) == 2 and sentences("sst", None) == 1
+
+
+@pytest.mark.slow
+def test_the_command_says_how_long_before_anything_runs(tmp_path, tiny_model_dir):
+    (tmp_path / "params.yaml").write_text(PARAMS.replace("DATA", str(REPO / "data" / "demo"))
+                                          .replace("all-MiniLM-L6-v2", str(tiny_model_dir)))
+    out = subprocess.run([sys.executable, "-m", "minbert.cli", "estimate", "--params", "params.yaml", "--device", "cpu",
+                          "--threads", "1"], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip()
+    assert line.startswith("about ") and "of work on cpu (fp32, 1 threads), one job at a time: 4 jobs, 480 training " \
+                                          "updates" in line and "the longest: " in line
