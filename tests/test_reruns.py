@@ -358,7 +358,7 @@ def interrupted_then_resumed(folder: Path, change=None):
     job = job_for("params.yaml", "finetune", "e", L)
     s = FinetuneSettings(**job.settings)
     options = FitOptions(Path(L.training("e", "finetune")), state_dir=Path(L.state("finetune", "e")),
-                         description=job.runtime_description([s.model]), stop_after_epochs=1,
+                         description=job.runtime_description(), stop_after_epochs=1,
                          checkpoint_extra={"experiment": "e", "stage": "finetune"})
     experiment.finetune_experiment(s, L.data, options, start_model=s.model)
     assert (folder / L.state("finetune", "e") / "last.pt").is_file()

@@ -13,16 +13,36 @@ def fingerprint_of(description: dict) -> str:
     return hashlib.sha256(canonical(description).encode()).hexdigest()[:16]
 
 
+def with_runtime(description: dict, device: str, precision: str, world: int) -> dict:
+    """A job's description with where and how it runs (device type, resolved precision, processes):
+    what its fingerprint covers, so a state saved on a CPU in fp32 never resumes on a GPU in bf16 and
+    a run in another precision is another run. A description that says it already is left as it is."""
+    if "runtime" in description:
+        return description
+    return {**description, "runtime": {"device": device, "precision": precision, "world": world}}
+
+
 def canonical(obj) -> str:
     return json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
 
 
+_HASHES: dict[tuple, str] = {}
+
+
 def file_hash(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
+    """The content hash of a file (SHA-256, 16 hex digits). Kept for the process by the file's
+    identity and change time (device, inode, size, modification and status-change times: an edit in
+    place changes the last even where the first is put back), so a file read by many jobs of one
+    plan is hashed once."""
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _HASHES:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _HASHES[key] = h.hexdigest()[:16]
+    return _HASHES[key]
 
 
 def path_hash(path: str | os.PathLike) -> str | None:

@@ -27,6 +27,7 @@ PROJECT_PACKAGES = ("minbert", "stages", "workflow")
 NOT_JOB_CODE = {
     "minbert.pipeline.plan": "the planner: what it decides for a job is the job's description",
     "minbert.pipeline.code": "the planner's code closures",
+    "minbert.pipeline.registry": "the stage registry: what a job reads and writes is its description and job file",
     "minbert.params.load": "the params loader: a job receives its settings resolved",
     "minbert.params.catalogue": "catalogue expansion (grids, seeds): its result is in the settings",
     "minbert.params.validate": "cross-section checks: they decide what is accepted, not what a job computes",
@@ -163,11 +164,22 @@ class _Documentation(ast.NodeTransformer):
         return node
 
 
+_CODE_HASHES: dict[tuple, str] = {}
+
+
 def code_hash(path: str | Path) -> str:
     """The hash of what a code file does: a Python file's syntax tree without docstrings, comments,
     layout and help texts; any other file (a template) byte for byte. A Python file that does not
-    parse is hashed byte for byte too (running it fails anyway)."""
-    data = Path(path).read_bytes()
+    parse is hashed byte for byte too (running it fails anyway). Kept for the process while the file
+    is unchanged (its identity, size and times), so a plan of many jobs parses each file once."""
+    st = Path(path).stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _CODE_HASHES:
+        _CODE_HASHES[key] = _code_hash(Path(path).read_bytes(), str(path))
+    return _CODE_HASHES[key]
+
+
+def _code_hash(data: bytes, path: str) -> str:
     if str(path).endswith(".py"):
         try:
             tree = _Documentation().visit(ast.parse(data, filename=str(path)))
