@@ -36,6 +36,7 @@ if str(REPO) not in sys.path:
 
 from minbert.core.errors import MinBertError  # noqa: E402
 from minbert.core.layout import Layout  # noqa: E402
+from minbert.core.provenance import one_pass  # noqa: E402
 from minbert.core.tasks import TASKS  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, LoadedParams, load_params  # noqa: E402
 from minbert.pipeline import finished  # noqa: E402
@@ -78,11 +79,22 @@ def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO
     """Write every job's description file whose content changed, and remove the records of finished
     work of jobs the params no longer have (minbert.pipeline.finished.prune); returns the jobs."""
     all_jobs = jobs(params, repo)
-    with _in(repo):
+    with _in(repo), one_pass():
         for job in all_jobs:
             write_job_file(job)
         finished.prune(LAYOUT.results, all_jobs)
+        _prune_job_files(all_jobs)
     return all_jobs
+
+
+def _prune_job_files(all_jobs: list[Job]) -> None:
+    """Remove the job files of jobs the params no longer have: a target naming one finds no job file,
+    as for a name the params never had."""
+    wanted = {Path(j.job_file) for j in all_jobs}
+    folder = Path(LAYOUT.job_files)
+    for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
+        if path not in wanted and not path.is_symlink():
+            path.unlink()
 
 
 def check_sources(all_jobs: list[Job], params_path: str | Path, repo: Path = REPO) -> None:
@@ -148,11 +160,13 @@ NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 
 def rule_groups(all_jobs: list[Job]) -> list[tuple[str, str, Job, str]]:
     """The Snakemake rules: (rule name, stage, pattern job, pattern of its {name} wildcard). One rule
-    per stage, unless its jobs declare outputs of different shapes (each predictions file is an
-    output, and experiments predict different tasks): then one rule per shape, the first named
-    after the stage, the others `<stage>_2`, `<stage>_3`, .... Each rule's {name} matches exactly
-    its jobs' names, so a target naming no job (an unknown experiment, an export not listed in
-    export.experiments) is Snakemake's own "no rule to produce" error."""
+    per stage, whose {name} is any name (a constraint listing thousands of names would make every
+    match Snakemake does as long as the list: quadratic work); a target naming no job (an unknown
+    experiment, an export not listed in export.experiments) then lacks its first input, the job file
+    of that name (`SnakemakeDag.inputs_after`), which is Snakemake's own one-line "missing input"
+    error. A stage whose jobs declare outputs of different shapes (each predictions file is an
+    output, and experiments predict different tasks) has one rule per shape, the first named after
+    the stage, the others `<stage>_2`, `<stage>_3`, ..., each {name} matching exactly its jobs' names."""
     return [(rule, stage, sample, pattern) for rule, stage, sample, pattern, _ in _rules(all_jobs)]
 
 
@@ -164,7 +178,8 @@ def _rules(all_jobs: list[Job]) -> list[tuple[str, str, Job, str, list[Job]]]:
     out = []
     for stage, by_shape in shapes.items():
         for k, (sample, group) in enumerate(by_shape.values()):
-            name = "|".join(re.escape(j.name) for j in group) if group[0].name is not None else NAME_PATTERN
+            exact = len(by_shape) > 1 and group[0].name is not None
+            name = "|".join(re.escape(j.name) for j in group) if exact else NAME_PATTERN
             out.append((stage if k == 0 else f"{stage}_{k + 1}", stage, sample, name, group))
     return out
 
@@ -183,8 +198,13 @@ class SnakemakeDag:
         read = {self.maker[d].id for j in all_jobs for d in j.deps if d in self.maker}
         self.checkpoint_rules = {self.rule_of[i] for i in read}
 
-    def job(self, stage: str, wildcards) -> Job:
-        return self.jobs[stage if "name" not in wildcards.keys() else f"{stage}@{wildcards.name}"]
+    def job(self, stage: str, wildcards) -> Job | None:
+        """The job of `stage` the wildcards name; None for a name the params do not have."""
+        return self.jobs.get(stage if "name" not in wildcards.keys() else f"{stage}@{wildcards.name}")
+
+    def cmd(self, stage: str, wildcards) -> str:
+        job = self.job(stage, wildcards)
+        return job.cmd if job is not None else ""
 
     def upstream(self, job: Job) -> list[tuple[str, dict]]:
         """The checkpoint rules (and their wildcards) of the jobs whose outputs `job` reads, but those
@@ -199,6 +219,8 @@ class SnakemakeDag:
         """A job's inputs, once the checkpoints it reads from have run (Snakemake's `checkpoints`
         object: asking it for a checkpoint that has still to run defers the job until it has)."""
         job = self.job(stage, wildcards)
+        if job is None:          # no such job: its job file is missing, Snakemake's own one-line error
+            return [LAYOUT.job_file(stage, wildcards.name)]
         for rule_name, names in self.upstream(job):
             getattr(checkpoints, rule_name).get(**names)
         return self.inputs(job)
@@ -309,8 +331,8 @@ def _dvc_stage_name(job: Job) -> str:
 def params_source(lp: LoadedParams, params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[str]:
     """The params files DVC tracks: the params file, and the catalogue file it takes sections from."""
     files = [str(params_path)]
-    if lp.source is not None and Path(lp.source).resolve() != (repo / params_path).resolve():
-        files.append(Path(lp.source).resolve().relative_to(repo.resolve()).as_posix())
+    if lp.source is not None and Path(lp.source).resolve() != (Path(repo) / params_path).resolve():
+        files.append(Path(lp.source).resolve().relative_to(Path(repo).resolve()).as_posix())
     return files
 
 
@@ -318,6 +340,7 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: Loa
              all_jobs: list[Job] | None = None) -> dict:
     """dvc.yaml as a dict: the resolve stage, one stage per job, metrics and plots for DVC's views
     (`lp`, `all_jobs`: the params and jobs of `params_path`, where already at hand)."""
+    repo = Path(repo)
     lp = lp or _loaded(params_path, repo)
     all_jobs = all_jobs if all_jobs is not None else jobs(lp, repo)
     params_arg = "" if str(params_path) == "params.yaml" else f" --params {params_path}"

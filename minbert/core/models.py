@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
-from minbert.core.provenance import file_hash
+from minbert.core.provenance import file_hash, remembered
 
 PACKAGED_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 HUB_FILES = ["config.json", "model.safetensors", "pytorch_model.bin", "vocab.txt",
@@ -93,7 +93,11 @@ def _hub_offline() -> bool:
 def model_hash(name: str | os.PathLike) -> str | None:
     """The content hash of the files a model loads (`MODEL_FILES` in the folder `name` resolves to);
     None for a local folder that is not there (the stage then says so). A name that resolves
-    nowhere is the resolver's one-line error."""
+    nowhere is the resolver's one-line error. Once per model within a plan (provenance.one_pass)."""
+    return remembered(("model", str(name), os.getcwd()), lambda: _model_hash(name))
+
+
+def _model_hash(name: str | os.PathLike) -> str | None:
     if Path(str(name)).expanduser().is_dir() or _looks_like_path(str(name)):
         folder = Path(str(name)).expanduser()
         if not folder.is_dir():

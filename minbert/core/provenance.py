@@ -2,6 +2,7 @@
 fingerprint of a job's description, how two descriptions differ, and the git revision."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -27,6 +28,28 @@ def canonical(obj) -> str:
 
 
 _HASHES: dict[tuple, str] = {}
+_PASS: dict | None = None
+
+
+@contextlib.contextmanager
+def one_pass():
+    """Within the block, `remembered` values are computed once: the planner describes thousands of
+    jobs that share a few code closures and models, whose files do not change while it writes them."""
+    global _PASS
+    outer, _PASS = _PASS, ({} if _PASS is None else _PASS)
+    try:
+        yield
+    finally:
+        _PASS = outer
+
+
+def remembered(key: tuple, compute):
+    """`compute()`, once per `key` inside `one_pass()`; every time outside it."""
+    if _PASS is None:
+        return compute()
+    if key not in _PASS:
+        _PASS[key] = compute()
+    return _PASS[key]
 
 
 def file_hash(path: str | os.PathLike) -> str:

@@ -21,7 +21,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import os
 from pathlib import Path
+
+from minbert.core.provenance import remembered
 
 PROJECT_PACKAGES = ("minbert", "stages", "workflow")
 NOT_JOB_CODE = {
@@ -97,16 +100,28 @@ def _code_data(tree: ast.AST, folder: Path) -> list[Path]:
 
 
 _CLOSURES: dict[tuple, list[Path]] = {}
+_SHOWN: dict[tuple, list[str]] = {}
 
 
 def code_closure(*roots: str) -> list[str]:
     """The project files the modules `roots` run: their import closure within the project packages,
     package `__init__` files included, plus declared code data, less `NOT_JOB_CODE` (unless named as
-    a root). Sorted paths, relative to the working directory when inside it."""
+    a root). Sorted paths, relative to the working directory when inside it. Kept for the process
+    (a plan asks it once per job, of a few sets of roots)."""
     key = tuple(sorted(roots))
     if key not in _CLOSURES:
         _CLOSURES[key] = _closure(list(roots))
-    return sorted(_display(p) for p in _CLOSURES[key])
+    shown = (key, os.getcwd())
+    if shown not in _SHOWN:
+        _SHOWN[shown] = sorted(_display(p) for p in _CLOSURES[key])
+    return list(_SHOWN[shown])
+
+
+def code_hashes(*roots: str) -> dict[str, str]:
+    """Each file of the closure of `roots` with the hash of what it does (`code_hash`); once per
+    closure within a plan (minbert.core.provenance.one_pass)."""
+    key = ("code", tuple(sorted(roots)), os.getcwd())
+    return dict(remembered(key, lambda: {p: code_hash(p) for p in code_closure(*roots)}))
 
 
 def _closure(modules: list[str]) -> list[Path]:
@@ -172,7 +187,7 @@ def code_hash(path: str | Path) -> str:
     layout and help texts; any other file (a template) byte for byte. A Python file that does not
     parse is hashed byte for byte too (running it fails anyway). Kept for the process while the file
     is unchanged (its identity, size and times), so a plan of many jobs parses each file once."""
-    st = Path(path).stat()
+    st = os.stat(path)
     key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _CODE_HASHES:
         _CODE_HASHES[key] = _code_hash(Path(path).read_bytes(), str(path))

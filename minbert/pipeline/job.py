@@ -54,6 +54,7 @@ class Job:
     deps: list[str] = field(default_factory=list)    # reads as the engines track them (set by the planner)
     holders: dict[str, list[str]] = field(default_factory=dict)   # dep -> the reads inside it (the planner's)
     recorded: dict | None = field(default=None, repr=False)   # the description as read from its job file
+    _described: dict | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, stage: str, name: str | None, settings, layout: Layout) -> Job:
@@ -148,13 +149,15 @@ class Job:
         content hash of each source). A job read from its file gives the description written there."""
         if self.recorded is not None:
             return self.recorded
-        from minbert.pipeline.code import code_closure, code_hash
+        if self._described is None:       # computed once per job: the planner asks it more than once
+            from minbert.pipeline.code import code_hashes
 
-        out = {"stage": self.stage, "name": self.name, "settings": self.settings, "reads": self._portable_reads(),
-               "code": {p: code_hash(p) for p in code_closure(*self.code_roots)}}
-        if self.sources or self.models:
-            out["sources"] = self.source_hashes()
-        return out
+            out = {"stage": self.stage, "name": self.name, "settings": self.settings,
+                   "reads": self._portable_reads(), "code": code_hashes(*self.code_roots)}
+            if self.sources or self.models:
+                out["sources"] = self.source_hashes()
+            self._described = out
+        return self._described
 
     def runtime_description(self) -> dict:
         """The description with the content hash of everything it reads, as it is now (the sources
@@ -170,7 +173,7 @@ class Job:
         """The job file's content: the description and where the job writes."""
         where = {"results": self.results, "reports": self.reports, "writes": self.writes,
                  "run_record": self.run_record}
-        return json.dumps({"format": JOB_FORMAT, "description": self.description(), "job": where}, indent=1,
+        return json.dumps({"format": JOB_FORMAT, "description": self.description(), "job": where},
                           sort_keys=True, default=str) + "\n"
 
     @classmethod

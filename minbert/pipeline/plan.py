@@ -141,17 +141,32 @@ def write_job_file(job: Job) -> bool:
     content with the one it recorded). A description that is the one the outputs were made from
     (their run record says so: an edit undone, or outputs made by DVC) gets the date the run
     started, so it counts as older than them; any other new content is newer."""
-    from minbert.core.io import write_text
-
     path = Path(job.job_file)
     text = job.file_text()
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return False
-    write_text(path, text)
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    _replace(path, text)
     started = _made_from(job, job.description())
     if started is not None:
         os.utime(path, (started, started))
     return True
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write a job file at once (a temporary beside it, renamed over it): one create and one rename,
+    as a plan of thousands of jobs writes thousands of them."""
+    from minbert.core.io import TEMP_SUFFIX
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 RUN_ONLY = ("read_hashes", "runtime")     # in a run record's description, beside the job's own

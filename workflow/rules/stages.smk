@@ -51,7 +51,7 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
             message: MESSAGES and dag.stage_message(stage_name)
             wildcard_constraints: name=name_pattern
             params:
-                cmd=lambda wc, s=stage_name: SNAKE.job(s, wc).cmd,
+                cmd=lambda wc, s=stage_name: SNAKE.cmd(s, wc),
             threads: dag.stage_threads(stage_name, GPUS, JOBS_PER_GPU, workflow.cores, ON_THIS_MACHINE)
             resources: **dag.stage_resources(stage_name, GPUS)
             conda: "../envs/minbert.yaml"
