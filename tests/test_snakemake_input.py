@@ -70,3 +70,14 @@ def test_missing_raw_data_is_one_line_not_a_run_on_stale_prepared_data(repo, tmp
         assert "Job stats" not in out
     finally:
         shutil.rmtree(repo / "results" / "data")
+
+
+def test_an_alias_bomb_is_one_line_before_the_plan(repo):
+    """A 1 KB params file whose YAML aliases nest nine deep (a billion values): refused in one line
+    when the Snakefile reads it (it kept Snakemake busy for hours)."""
+    from test_bounds import BOMB
+
+    (repo / "bomb.yaml").write_text(BOMB)
+    out = dry_run(repo, "--config", "params=bomb.yaml")
+    assert re.search(r"WorkflowError.*\n.*bomb\.yaml: its YAML aliases \(\*name\) expand to more than 1,000,000 "
+                     r"values", out), out[-2000:]
