@@ -34,13 +34,14 @@ def test_an_alias_bomb_is_refused_in_one_line_in_well_under_a_second(tmp_path):
 
 def test_an_alias_inside_itself_is_refused(tmp_path):
     (tmp_path / "params.yaml").write_text("experiments:\n  e: &e {description: x, also: [*e]}\n")
-    with pytest.raises(MinBertError, match=r"a YAML alias \(\*name\) inside the very mapping or list it names repeats it without end"):
+    with pytest.raises(MinBertError, match=r"a YAML alias \(\*name\) inside the very mapping or list it names "
+                                           r"repeats it without end"):
         load_params(tmp_path / "params.yaml")
 
 
 def test_anchors_a_params_file_uses_for_sharing_are_fine(tmp_path):
-    (tmp_path / "params.yaml").write_text("base:\n  finetune: &ft {epochs: 1, lr: 1.0e-4}\n"
-                                          "experiments:\n  a: {finetune: *ft}\n  b: {finetune: {<<: *ft, lr: 2.0e-4}}\n")
+    (tmp_path / "params.yaml").write_text("base:\n  finetune: &ft {epochs: 1, lr: 1.0e-4}\nexperiments:\n"
+                                          "  a: {finetune: *ft}\n  b: {finetune: {<<: *ft, lr: 2.0e-4}}\n")
     lp = load_params(tmp_path / "params.yaml")
     assert lp.experiments["b"].finetune.lr == 2e-4 and lp.experiments["a"].finetune.epochs == 1
 

@@ -103,3 +103,68 @@ def test_a_stage_run_by_hand_plans_its_own_job_alone(tmp_path, monkeypatch):
     seconds = time.perf_counter() - t0
     assert job.reads["predictions"][0] == "results/experiments/g.lr5e-05.s7/predictions/sst-dev.csv"
     assert seconds < 10, f"{seconds:.1f} s to plan one job of 900 experiments"
+
+
+def _model_copy(src: Path, dest: Path) -> Path:
+    import shutil
+
+    dest.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json"):   # the weights: alike
+        if (src / name).is_file():
+            shutil.copy2(src / name, dest / name)
+    return dest
+
+
+def test_a_new_release_of_the_packaged_model_changes_its_jobs(tmp_path, monkeypatch, minilm_dir):
+    """The packaged model's files are hashed into the description of every job that loads it (as
+    raw data is), so a new release (here: one byte of its tokenizer) changes their job files, which
+    both engines re-run; the same files elsewhere change nothing."""
+    from minbert.core import models
+    from minbert.core.provenance import one_pass
+
+    monkeypatch.chdir(tmp_path)
+    settings = {"model": "all-MiniLM-L6-v2", "seed": 1, "max_length": 32,
+                "finetune": {"tasks": ["sst"]}}
+    release = _model_copy(minilm_dir, tmp_path / "release1")
+    monkeypatch.setattr(models, "packaged_minilm_folder", lambda: release)
+
+    def described():
+        with one_pass():
+            return Job.build("finetune", "a", settings, Layout()).file_text()
+
+    first = described()
+    assert json.loads(first)["description"]["sources"]["all-MiniLM-L6-v2"]
+    moved = _model_copy(release, tmp_path / "elsewhere")
+    monkeypatch.setattr(models, "packaged_minilm_folder", lambda: moved)
+    assert described() == first
+    text = (moved / "tokenizer.json").read_text()
+    (moved / "tokenizer.json").write_text(text.replace('"[UNK]"', '"[unk]"', 1))
+    assert described() != first
+
+
+def test_a_hub_model_is_the_snapshot_in_the_local_cache(tmp_path, monkeypatch):
+    """A Hub id resolves to its snapshot in the local Hugging Face cache (offline, no network asked
+    when it is there); a new snapshot there (`huggingface-cli download ID` fetched a release) is a
+    new model for the jobs that load it."""
+    from minbert.core.models import model_hash, resolve_model
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--org--tiny-bert"
+
+    def snapshot(revision: str, config: str) -> None:
+        folder = repo / "snapshots" / revision
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(config)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(revision)
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    snapshot("a" * 40, '{"hidden_size": 32}')
+    assert resolve_model("org/tiny-bert") == repo / "snapshots" / ("a" * 40)
+    first = model_hash("org/tiny-bert")
+    snapshot("b" * 40, '{"hidden_size": 64}')
+    assert model_hash("org/tiny-bert") != first

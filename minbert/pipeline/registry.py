@@ -159,8 +159,9 @@ def _evaluate_io(L: Layout, name, s) -> StageIO:
 
 
 def _teach_io(L: Layout, name, s) -> StageIO:
-    return StageIO({"splits": _splits(L, s.tasks, ("train",)), "models": [L.model(m, st) for m, st in s.members.items()]},
-                   {"outputs": [L.teacher(name)]}, files={L.teacher(name): [L.teacher_file(name, t) for t in s.tasks]})
+    models = [L.model(m, stage) for m, stage in s.members.items()]
+    return StageIO({"splits": _splits(L, s.tasks, ("train",)), "models": models}, {"outputs": [L.teacher(name)]},
+                   files={L.teacher(name): [L.teacher_file(name, t) for t in s.tasks]})
 
 
 def _ensemble_io(L: Layout, name, s) -> StageIO:
@@ -197,7 +198,7 @@ def _ensemble_settings(lp, name):
 
 
 def _report_code(settings) -> list[str]:
-    from minbert.pipeline.code import PARAMS_LOADER      # the report reads the params itself
+    from minbert.pipeline.code import PARAMS_LOADER  # the report reads the params itself
 
     return list(PARAMS_LOADER)
 
@@ -224,7 +225,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           _predict_io, names=lambda lp: lp.experiments, settings=lambda lp, n: S.predict_settings(lp.experiments[n]),
           model=PredictSettings, named="experiment"),
     Stage("evaluate", "score the predictions of {name}", {"threads": 1, "mem_mb": 2000, "runtime": 10}, _evaluate_io,
-          names=lambda lp: lp.experiments, settings=lambda lp, n: EvaluateSettings(tasks=model_tasks(lp.experiments[n])),
+          names=lambda lp: lp.experiments,
+          settings=lambda lp, n: EvaluateSettings(tasks=model_tasks(lp.experiments[n])),
           model=EvaluateSettings, named="experiment", metrics=("metrics",)),
     Stage("teach", "teacher {name}: its outputs on the training data", {**NETWORK, "mem_mb": 16000, "runtime": 120},
           _teach_io, names=S.teachers, settings=lambda lp, n: S.teach_settings(lp, n, S.teachers(lp)[n]),
