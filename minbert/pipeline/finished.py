@@ -130,11 +130,15 @@ def prune(results: str, jobs) -> list[Path]:
     removed = []
     if not folder.is_dir():
         return removed
-    for entry in sorted(folder.rglob("*"), key=lambda p: -len(p.parts)):
-        if entry.is_dir() and not entry.is_symlink() and (entry / LEGACY_MANIFEST).is_file():
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-        elif entry.suffix == ".json" and entry.is_file() and entry not in wanted and entry.name != LEGACY_MANIFEST:
-            entry.unlink()
-            removed.append(entry)
+    for root, dirs, files in os.walk(folder):          # links are not followed
+        here = Path(root)
+        legacy = [d for d in dirs if (here / d / LEGACY_MANIFEST).is_file() and not (here / d).is_symlink()]
+        for d in legacy:
+            shutil.rmtree(here / d, ignore_errors=True)
+            removed.append(here / d)
+        dirs[:] = [d for d in dirs if d not in legacy]
+        for f in files:
+            if f.endswith(".json") and here / f not in wanted and not (here / f).is_symlink():
+                (here / f).unlink()
+                removed.append(here / f)
     return removed
