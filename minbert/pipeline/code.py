@@ -139,10 +139,24 @@ def _closure(modules: list[str]) -> list[Path]:
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
         files.add(path)
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-        files.update(_code_data(tree, path.parent))
-        todo += sorted(_imports(tree, name, path.name == "__init__.py"))
+        data, imports = _module_facts(path, name)
+        files.update(data)
+        todo += imports
     return sorted(p.resolve() for p in files)
+
+
+_FACTS: dict[tuple, tuple[list[Path], list[str]]] = {}
+
+
+def _module_facts(path: Path, name: str) -> tuple[list[Path], list[str]]:
+    """A module's declared code data and the modules it imports, parsed once per process while the
+    file is unchanged (the closures of a plan's stages share most modules)."""
+    st = os.stat(path)
+    key = (str(path), name, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _FACTS:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+        _FACTS[key] = (_code_data(tree, path.parent), sorted(_imports(tree, name, path.name == "__init__.py")))
+    return _FACTS[key]
 
 
 def _display(path: Path) -> str:
