@@ -38,10 +38,9 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
             job = Job.build(spec.name, name, spec.settings(lp, name), layout)
             by_name.setdefault((spec.name,) if name is None else (spec.what, name), []).append(job)
     jobs = [j for group in by_name.values() for j in group]
-    jobs = _link(jobs + [_report(lp, layout, jobs)])
     for job in jobs:    # an engine deletes a job's outputs before it runs: refuse before any engine starts
         refuse_inputs_inside_outputs(job)
-    return jobs
+    return _link(jobs + [_report(lp, layout, jobs)])
 
 
 def _report(lp: LoadedParams, layout: Layout, jobs: list[Job]) -> Job:
