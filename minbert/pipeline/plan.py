@@ -99,9 +99,6 @@ def _link(jobs: list[Job]) -> list[Job]:
     return ordered
 
 
-WHAT_IS_NAMED = {s.name: s.what for s in STAGES.values()}
-
-
 def job_for(params_path: str | Path, stage: str, name: str | None, layout: Layout = Layout()) -> Job:
     """One job of the pipeline (what a stage CLI runs by hand), planned alone: its settings, reads and
     outputs, without the other jobs (the report, which reads every output, plans them all); a

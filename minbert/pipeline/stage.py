@@ -21,7 +21,7 @@ from minbert.core.layout import Layout
 from minbert.pipeline.job import Job
 from minbert.pipeline.registry import STAGES
 
-NAMED = {"experiment": "the experiment's name in params.yaml", "name": "its name in params.yaml"}
+NAMED = {"experiment": "the experiment's name in params.yaml", "name": "its name in params.yaml"}   # default help
 
 
 @dataclass
