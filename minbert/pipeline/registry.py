@@ -50,7 +50,7 @@ class StageIO:
     writes: dict[str, list[str]]
     files: dict[str, list[str]] = field(default_factory=dict)   # the files inside a folder output, where known
     sources: list[str] = field(default_factory=list)           # reads no job makes (raw data, a model folder)
-    models: list[str] = field(default_factory=list)            # models named, not a path (packaged, Hub)
+    models: list[str] = field(default_factory=list)            # models it loads that no job makes: hashed by their files
 
 
 @dataclass(frozen=True)
