@@ -847,7 +847,8 @@ def test_an_engine_never_deletes_what_another_process_finished(tmp_path, tiny_mo
         if snake is not None:
             _stop(snake)
     assert snake.returncode == 0, out[-3000:]
-    assert "Removing output files of failed job" not in out and "up to date" in log.read_text()
+    assert "Removing output files of failed job" not in out
+    assert "finished by the process it waited for" in log.read_text()
     assert all((repo / o).is_file() for o in OUTPUTS)
     assert json.loads((repo / OUTPUTS[2]).read_text())["description"]["stage"] == "finetune"
 
@@ -882,7 +883,7 @@ def test_an_engine_never_deletes_what_another_process_finished(tmp_path, tiny_mo
             pass
     assert second.returncode == 0, out[-3000:]
     assert "Removing output files of failed job" not in out
-    assert all((repo / o).is_file() for o in OUTPUTS) and "up to date" in log.read_text()
+    assert all((repo / o).is_file() for o in OUTPUTS) and "finished by the process it waited for" in log.read_text()
     # the outputs are the orphan's run, which started before the recovery: trained once
     started = dt.datetime.fromisoformat(json.loads((repo / OUTPUTS[2]).read_text())["started"]).timestamp()
     assert started < recovery_started and not state.exists()
