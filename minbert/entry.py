@@ -6,7 +6,7 @@ import signal
 import sys
 from typing import Callable
 
-from minbert.core.errors import MinBertError
+from minbert.core.errors import MinBertError, one_line
 
 # what the file system says about a path the stage writes (a file where a folder should be, no permission)
 PATH_ERRORS = (errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG)
@@ -51,13 +51,18 @@ def failing_package(e: ImportError) -> str | None:
     return found or (top if top and top not in PROJECT else None)
 
 
+def _error(message: str) -> None:
+    """Print the one bounded error line (minbert.core.errors.one_line) and exit with status 2."""
+    print(f"error: {one_line(message)}", file=sys.stderr)
+    sys.exit(2)
+
+
 def _broken_install(package: str, e: ImportError) -> None:
     name = PIP_NAMES.get(package, package)
     detail = (str(e).splitlines() or [type(e).__name__])[0]
-    print(f"error: the Python package '{name}' is installed but cannot be imported ({type(e).__name__}: {detail}); "
-          f"a broken or mismatched installation: reinstall it with `pip install --force-reinstall "
-          f"'{requirement(package)}'` (or `pip install -e .` in a fresh environment)", file=sys.stderr)
-    sys.exit(2)
+    _error(f"the Python package '{name}' is installed but cannot be imported ({type(e).__name__}: {detail}); "
+           f"a broken or mismatched installation: reinstall it with `pip install --force-reinstall "
+           f"'{requirement(package)}'` (or `pip install -e .` in a fresh environment)")
 
 
 def _terminate(signum, frame):
@@ -77,8 +82,7 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
         print(e, file=sys.stderr)
         sys.exit(0)
     except MinBertError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _error(str(e))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
@@ -88,10 +92,9 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
             raise                      # the project's own module: a bug, not an installation problem
         if "." in (e.name or "") and sys.modules.get(top) is not None:   # torch there, torch._C missing
             _broken_install(top, e)
-        print(f"error: the Python package '{PIP_NAMES.get(top, top)}' is not installed (import {e.name} failed); "
-              f"install it with `pip install '{requirement(top)}'` (or `pip install -e .`, which installs everything "
-              f"the pipeline needs)", file=sys.stderr)
-        sys.exit(2)
+        _error(f"the Python package '{PIP_NAMES.get(top, top)}' is not installed (import {e.name} failed); install "
+               f"it with `pip install '{requirement(top)}'` (or `pip install -e .`, which installs everything the "
+               f"pipeline needs)")
     except ImportError as e:
         broken = failing_package(e)
         if broken is None:
@@ -99,18 +102,12 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
         _broken_install(broken, e)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            where = e.filename or "the disk"
-            print(f"error: no space left on {where}; free some space (or point --results elsewhere) and run "
-                  f"again", file=sys.stderr)
-            sys.exit(2)
+            _error(f"no space left on {e.filename or 'the disk'}; free some space (or point --results elsewhere) and "
+                   f"run again")
         if e.errno == errno.EFBIG:
-            where = e.filename or "a file the stage writes"
-            print(f"error: {where}: file too large for its file system or for the file size limit (ulimit -f; "
-                  f"FAT32 holds at most 4 GiB per file); write to another file system (point --results "
-                  f"elsewhere) or raise the limit, and run again", file=sys.stderr)
-            sys.exit(2)
+            _error(f"{e.filename or 'a file the stage writes'}: file too large for its file system or for the file "
+                   f"size limit (ulimit -f; FAT32 holds at most 4 GiB per file); write to another file system (point "
+                   f"--results elsewhere) or raise the limit, and run again")
         if e.errno in PATH_ERRORS and e.filename:
-            print(f"error: cannot write {e.filename}: {e.strerror}; check the path (--results, --out) and its "
-                  f"permissions", file=sys.stderr)
-            sys.exit(2)
+            _error(f"cannot write {e.filename}: {e.strerror}; check the path (--results, --out) and its permissions")
         raise

@@ -7,18 +7,18 @@ from __future__ import annotations
 from minbert.core.io import write_json
 from minbert.entry import run
 from minbert.pipeline.runinfo import running
-from minbert.pipeline.stage import stage_call
+from minbert.pipeline.stage import folder_of, stage_call
 from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_line
 
 
 def main(argv: list[str] | None = None) -> None:
-    call = stage_call("evaluate", __doc__, argv, named="experiment")
-    L, name = call.layout, call.name
+    call = stage_call("evaluate", __doc__, argv)
+    predictions = call.job.reads["predictions"]
     with running(call.job, force=call.args.force):
         # every file the job declares is scored, each checked against the split it claims
-        metrics = evaluate_folder(L.predictions(name), expected_files(call.job.reads), L)
-        write_json(L.metrics(name), metrics)
-    print(summary_line(name, metrics))
+        metrics = evaluate_folder(folder_of(predictions), expected_files(predictions), call.layout)
+        write_json(call.job.writes["metrics"][0], metrics)
+    print(summary_line(call.name, metrics))
 
 
 if __name__ == "__main__":

@@ -11,17 +11,17 @@ from __future__ import annotations
 from minbert.entry import run
 from minbert.params.settings import ExportSettings
 from minbert.pipeline.runinfo import running
-from minbert.pipeline.stage import stage_call
+from minbert.pipeline.stage import folder_of, stage_call
 from minbert.share.export import export_experiment
 
 
 def main(argv=None):
-    call = stage_call("export", __doc__, argv, named="experiment")
-    s, L, name = ExportSettings(**call.job.settings), call.layout, call.name
-    with running(call.job, force=call.args.force) as r:
-        r.fields["files"] = export_experiment(s, name, L.model(name, s.model_stage), L.run_record(s.model_stage, name),
-                                              L.predictions(name), [p for p in call.job.reads if p.endswith(".tsv")],
-                                              L.export(name), fingerprint=r.fingerprint)
+    call = stage_call("export", __doc__, argv)
+    s, job = ExportSettings(**call.job.settings), call.job
+    with running(job, force=call.args.force) as r:
+        r.fields["files"] = export_experiment(s, call.name, job.reads["model"][0], job.reads["record"][0],
+                                              folder_of(job.reads["predictions"]), job.reads["splits"],
+                                              job.writes["export"][0], fingerprint=r.fingerprint)
 
 
 if __name__ == "__main__":

@@ -11,18 +11,19 @@ from minbert.core.runtime import setup_logging
 from minbert.entry import run
 from minbert.params.settings import PredictSettings
 from minbert.pipeline.runinfo import running
-from minbert.pipeline.stage import stage_call
+from minbert.pipeline.stage import folder_of, stage_call
 from minbert.scoring.predict import predict_experiment
 
 
 def main(argv=None):
-    call = stage_call("predict", __doc__, argv, named="experiment")
-    s, L, name = PredictSettings(**call.job.settings), call.layout, call.name
+    call = stage_call("predict", __doc__, argv)
+    s, L, name, job = PredictSettings(**call.job.settings), call.layout, call.name, call.job
     setup_logging()
-    with running(call.job, s, force=call.args.force) as r:
+    with running(job, s, force=call.args.force) as r:
         expect = {"experiment": name, "stage": s.model_stage, "record_path": L.run_record(s.model_stage, name)}
-        r.fields["files"] = predict_experiment(s, L.model(name, s.model_stage), L.data, L.predictions(name),
-                                               cache_dir=L.token_cache, expect=expect)
+        r.fields["files"] = predict_experiment(r.settings, job.reads["model"][0], folder_of(job.reads["splits"]),
+                                               folder_of(job.writes["predictions"]), cache_dir=L.token_cache,
+                                               expect=expect)
 
 
 if __name__ == "__main__":

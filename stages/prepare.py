@@ -21,7 +21,7 @@ def main(argv=None) -> None:
     call = stage_call("prepare", __doc__, argv)
     setup_logging()
     with running(call.job, force=call.args.force) as r:
-        summary = prepare(DataParams(**call.job.settings), call.layout.data)
+        summary = prepare(DataParams(**call.job.settings), call.job.writes["data"][0])
         r.fields["rows_kept"] = sum(f["rows_kept"] for f in summary["files"].values())
     print(format_summary(summary))
 

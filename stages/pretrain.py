@@ -13,27 +13,27 @@ from pathlib import Path
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import setup_logging
 from minbert.entry import run
-from minbert.model.weights import model_folder
 from minbert.params.settings import PretrainSettings
 from minbert.pipeline.runinfo import running
-from minbert.pipeline.stage import main_process, stage_call
+from minbert.pipeline.stage import folder_of, main_process, stage_call
 from minbert.train import PRETRAINING_MODULES
 from minbert.train.pretrained import PretrainFiles
 
 
 def main(argv: list[str] | None = None) -> None:
     refuse_torchrun()
-    call = stage_call("pretrain", __doc__, argv, named="name", name_help="pretraining name in params.yaml "
-                                                                          "`pretrainings:`")
-    s, L, name = PretrainSettings(**call.job.settings), call.layout, call.name
+    call = stage_call("pretrain", __doc__, argv)
+    s, L, name, job = PretrainSettings(**call.job.settings), call.layout, call.name, call.job
     setup_logging()
-    with running(call.job, s, [model_folder(s.model)], main_process(), call.args.force) as r:
-        files = PretrainFiles(Path(L.data), Path(L.pretrain_model(name)), Path(L.pretrain_history(name)),
-                              Path(L.pretrain_metrics(name)), Path(L.state("pretrain", name)), Path(L.token_cache))
+    with running(job, s, main_process(), call.args.force) as r:
+        w = {k: Path(v[0]) for k, v in job.writes.items()}
+        files = PretrainFiles(Path(folder_of(job.reads["splits"])), w["model"], w["history"], w["metrics"],
+                              Path(L.state("pretrain", name)), Path(L.token_cache))
         kind = importlib.import_module(PRETRAINING_MODULES[s.pretraining.kind])
-        metrics = kind.pretrain(s, files, start_model=s.model, description=r.description, name=name)
+        metrics = kind.pretrain(r.settings, files, start_model=s.model, description=r.description, name=name,
+                                fingerprint=r.fingerprint)
         r.fields.update(kind=s.pretraining.kind, dev_loss_last=metrics.get("dev_loss_last"))
-    print(f"pretraining '{name}' ({s.pretraining.kind}) written to {L.pretrain(name)}")
+    print(f"pretraining '{name}' ({s.pretraining.kind}) written to {w['model'].parent}")
 
 
 def refuse_torchrun() -> None:

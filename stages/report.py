@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> None:
     from minbert.report import render_reports  # here, so a missing plotting package is one line (run)
 
     writable_folder(call.layout.reports, "--out")
-    refuse_over_inputs(call.layout.reports, "--out", call.job.reads, folders_read(call.job.reads, call.layout.results))
+    reads = call.job.read_paths
+    refuse_over_inputs(call.layout.reports, "--out", reads, folders_read(reads, call.layout.results))
     refuse_replacing([call.layout.final_report, call.layout.experiment_reports], "--out")
     with running(call.job, force=call.args.force):
         # the report shows every section of the params: its settings are the params file's content

@@ -12,22 +12,22 @@ from minbert.core.runtime import setup_logging
 from minbert.entry import run
 from minbert.params.settings import RetrainSettings
 from minbert.pipeline.runinfo import running
-from minbert.pipeline.stage import main_process, stage_call
+from minbert.pipeline.stage import folder_of, main_process, stage_call
 from minbert.train.experiment import retrain_heads_experiment
 from minbert.train.training import FitOptions
 
 
 def main(argv=None):
-    call = stage_call("retrain_heads", __doc__, argv, named="experiment")
-    s, L, name = RetrainSettings(**call.job.settings), call.layout, call.name
+    call = stage_call("retrain_heads", __doc__, argv)
+    s, L, name, job = RetrainSettings(**call.job.settings), call.layout, call.name, call.job
     setup_logging()
-    with running(call.job, s, main_process=main_process(), force=call.args.force) as r:
-        options = FitOptions(Path(L.training(name, "retrain_heads")), state_dir=Path(L.state("retrain_heads", name)),
-                             description=r.description,
+    with running(job, s, main_process=main_process(), force=call.args.force) as r:
+        options = FitOptions(Path(job.writes["model"][0]).parent, state_dir=Path(L.state("retrain_heads", name)),
+                             description=r.description, fingerprint=r.fingerprint,
                              checkpoint_extra={"experiment": name, "fingerprint": r.fingerprint})
         expect = {"experiment": name, "stage": "finetune", "record_path": L.run_record("finetune", name)}
-        res = retrain_heads_experiment(s, L.model(name, "finetune"), L.data, options, cache_dir=L.token_cache,
-                                       expect=expect)
+        res = retrain_heads_experiment(r.settings, job.reads["model"][0], folder_of(job.reads["splits"]), options,
+                                       cache_dir=L.token_cache, expect=expect)
         r.fields.update(best_epoch=res.best_epoch, best_dev=res.best_dev, train_seconds=round(res.seconds, 1))
 
 

@@ -12,20 +12,20 @@ from minbert.core.runtime import setup_logging
 from minbert.entry import run
 from minbert.params.settings import TeachSettings
 from minbert.pipeline.runinfo import running
-from minbert.pipeline.stage import stage_call
+from minbert.pipeline.stage import folder_of, stage_call
 from minbert.train.distill import teach
 
 
 def main(argv: list[str] | None = None) -> None:
-    call = stage_call("teach", __doc__, argv, named="name",
-                      name_help="the teacher: an experiment or ensemble a student distils from")
-    s, L = TeachSettings(**call.job.settings), call.layout
-    models = {m: L.model(m, stage) for m, stage in s.members.items()}
+    call = stage_call("teach", __doc__, argv)
+    s, L, job = TeachSettings(**call.job.settings), call.layout, call.job
+    models = dict(zip(s.members, job.reads["models"], strict=True))
+    out = job.writes["outputs"][0]
     setup_logging()
-    with running(call.job, s, force=call.args.force) as r:
+    with running(job, s, force=call.args.force) as r:
         records = {m: L.run_record(stage, m) for m, stage in s.members.items()}
-        r.fields["rows"] = teach(s, models, L.data, L.teacher(call.name), records)
-    print(f"teacher '{call.name}' ({len(s.members)} model(s)) wrote {L.teacher(call.name)}")
+        r.fields["rows"] = teach(r.settings, models, folder_of(job.reads["splits"]), out, records)
+    print(f"teacher '{call.name}' ({len(s.members)} model(s)) wrote {out}")
 
 
 if __name__ == "__main__":

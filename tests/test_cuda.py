@@ -58,7 +58,7 @@ def test_a_cuda_resume_is_bit_identical_under_deterministic(tiny_model_dir, prep
     part = tmp_path / "part"
     finetune_experiment(exp, prepared, part, stop_after_epochs=1)
     state = torch.load(last_state(part), map_location="cpu", weights_only=True)
-    assert state["cuda_rng"] is not None and state["description"]["device_type"] == "cuda"
+    assert state["cuda_rng"] is not None and state["description"]["runtime"]["device"] == "cuda"
     resumed = finetune_experiment(exp, prepared, part)
     assert resumed.best_dev == full.best_dev
     assert history(part).equals(history(tmp_path / "full"))

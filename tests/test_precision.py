@@ -64,12 +64,12 @@ def test_a_state_saved_in_another_precision_is_not_resumed(tiny_model_dir, tmp_p
     monkeypatch.setattr(runtime, "configure", lambda device, precision, deterministic=False: False)
     finetune_experiment(exp, data, out, stop_after_epochs=1)
     state = torch.load(out.with_name("run.state") / "last.pt", map_location="cpu", weights_only=True)
-    assert state["description"]["device_type"] == "cpu" and state["description"]["precision"] == "fp32"
+    assert state["description"]["runtime"] == {"device": "cpu", "precision": "fp32", "world": 1}
     monkeypatch.setattr(runtime, "configure", lambda device, precision, deterministic=False: True)
     with caplog.at_level("WARNING", logger="minbert.train.training"):
         res = finetune_experiment(exp, data, out)
     notice = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]
-    assert len(notice) == 1 and "precision: 'fp32' -> 'bf16'" in notice[0]
+    assert len(notice) == 1 and "runtime.precision: 'fp32' -> 'bf16'" in notice[0]
     assert len(res.history) == 2
 
 

@@ -618,10 +618,10 @@ def test_report_job_reads_every_seed_and_ensemble(rendered):
     from minbert.pipeline.plan import pipeline
 
     layout = rendered["layout"]
-    report = next(j for j in pipeline(rendered["params"], layout) if j.stage == "report")
+    reads = next(j for j in pipeline(rendered["params"], layout) if j.stage == "report").read_paths
     for name in ("rr.seed1", "rr.seed2", "rr.seed3", "cls", "imdb"):
-        assert f"{layout.predictions(name)}/sst-dev.csv" in report.reads and layout.metrics(name) in report.reads
-    assert f"{layout.ensemble_predictions('seeds')}/sst-dev.csv" in report.reads
+        assert f"{layout.predictions(name)}/sst-dev.csv" in reads and layout.metrics(name) in reads
+    assert f"{layout.ensemble_predictions('seeds')}/sst-dev.csv" in reads
 
 
 def test_mismatched_ids_and_stale_metrics_are_reported_not_hidden(rendered, tmp_path):

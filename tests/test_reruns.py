@@ -242,6 +242,31 @@ def test_snakemake_reruns_predict_for_a_deleted_predictions_file(snake_repo):
     assert snakemake_plan(snake_repo) == set()
 
 
+def _started(record) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(json.loads(record.read_text())["started"]).timestamp()
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_snakemake_forcerun_runs_the_job_again(snake_repo, monkeypatch):
+    """Issue 37: `snakemake --forcerun` started the stage, which found its kept outputs for the same
+    fingerprint and said "up to date", so docs/workflow.md's way to redo `precision: auto` jobs in
+    bf16 left the fp32 model. A job an engine starts always runs: the forced fine-tune trains, and
+    its run record says bf16."""
+    record = snake_repo / "results/runs/finetune/c.json"
+    before = _started(record)
+    time.sleep(1.1)                            # the record's start has whole seconds
+    monkeypatch.setenv("MINBERT_AUTO_PRECISION", "bf16")
+    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds", "--forcerun", "finetune",
+               "results/experiments/c/finetune/model.pt"], snake_repo)
+    assert job_ids(snake_repo, commands_run(log)) == {"finetune@c"}
+    assert _started(record) > before and json.loads(record.read_text())["precision"] == "bf16"
+    assert "up to date" not in (snake_repo / "results/logs/finetune/c.log").read_text()
+    # the last test of snake_repo: what reads c's new model is left to run
+
+
 # ---------------------------------------------------------------- DVC
 
 @pytest.fixture(scope="module")
@@ -358,7 +383,7 @@ def interrupted_then_resumed(folder: Path, change=None):
     job = job_for("params.yaml", "finetune", "e", L)
     s = FinetuneSettings(**job.settings)
     options = FitOptions(Path(L.training("e", "finetune")), state_dir=Path(L.state("finetune", "e")),
-                         description=job.runtime_description([s.model]), stop_after_epochs=1,
+                         description=job.runtime_description(), stop_after_epochs=1,
                          checkpoint_extra={"experiment": "e", "stage": "finetune"})
     experiment.finetune_experiment(s, L.data, options, start_model=s.model)
     assert (folder / L.state("finetune", "e") / "last.pt").is_file()
@@ -500,3 +525,16 @@ def test_dvc_restores_a_deleted_predictions_file(dvc_repo):
     for p in sorted(dates, key=lambda q: len(q.parts), reverse=True):   # DVC re-links the stage's outputs:
         if p.exists():                                                    # their dates as they were, for
             os.utime(p, ns=(dates[p].st_atime_ns, dates[p].st_mtime_ns))  # Snakemake in later tests
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_dvc_repro_force_runs_the_stage_again(dvc_repo):
+    """`dvc repro -f` runs the stage, which runs the job again (it said "up to date" and kept its
+    outputs before): the run record shows the new run."""
+    record = dvc_repo / "results/runs/finetune/c.json"
+    before = _started(record)
+    time.sleep(1.1)
+    log = run([DVC, "repro", "-f", "-s", "finetune-c"], dvc_repo)
+    assert stages_run(log) == {"finetune-c"} and "up to date" not in log
+    assert _started(record) > before           # the last test of dvc_repo: what reads c's model is left to run

@@ -27,11 +27,20 @@ def dry_run(repo, *args: str) -> str:
     return out
 
 
-@pytest.mark.parametrize("target", ["results/experiments/nosuch/metrics.json", "results/exports/a",
-                                    "results/experiments/nosuch/finetune/model.pt"])
-def test_a_target_the_params_do_not_make_is_snakemakes_own_one_line(repo, target):
+@pytest.mark.parametrize("target,job_file", [
+    ("results/experiments/nosuch/metrics.json", "results/jobs/evaluate/nosuch.json"),
+    ("results/exports/a", "results/jobs/export/a.json"),
+    ("results/experiments/nosuch/finetune/model.pt", "results/jobs/finetune/nosuch.json")])
+def test_a_target_the_params_do_not_make_is_snakemakes_own_one_line(repo, target, job_file):
+    """A rule's {name} is any name (a list of every name in its constraint made Snakemake's work
+    quadratic in the jobs); a name the params do not have has no job file, the first input of
+    every job: Snakemake's own "missing input" error, naming it."""
+    (repo / job_file).parent.mkdir(parents=True, exist_ok=True)
+    (repo / job_file).write_text("{}")       # a job file left from earlier params: removed when planning
     out = dry_run(repo, target)
-    assert re.search(r"MissingRuleException:\s*\nNo rule to produce " + re.escape(target), out), out[-2000:]
+    assert re.search(r"MissingInputException in rule \w+ .*\n.*\n\s+output: " + re.escape(target) +
+                     r".*\n.*\n\s+affected files:\n\s+" + re.escape(job_file), out), out[-2000:]
+    assert not (repo / job_file).exists()
 
 
 def test_the_exported_experiment_is_a_target(repo):
@@ -61,3 +70,14 @@ def test_missing_raw_data_is_one_line_not_a_run_on_stale_prepared_data(repo, tmp
         assert "Job stats" not in out
     finally:
         shutil.rmtree(repo / "results" / "data")
+
+
+def test_an_alias_bomb_is_one_line_before_the_plan(repo):
+    """A 1 KB params file whose YAML aliases nest nine deep (a billion values): refused in one line
+    when the Snakefile reads it (it kept Snakemake busy for hours)."""
+    from test_bounds import BOMB
+
+    (repo / "bomb.yaml").write_text(BOMB)
+    out = dry_run(repo, "--config", "params=bomb.yaml")
+    assert re.search(r"WorkflowError.*\n.*bomb\.yaml: its YAML aliases \(\*name\) expand to more than 1,000,000 "
+                     r"values", out), out[-2000:]

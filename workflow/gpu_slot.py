@@ -14,9 +14,10 @@ K > 1, the wrapper starts NVIDIA's Multi-Process Service for the machine (once; 
 -d`, its pipes in the lock folder) and makes the job its client, so the jobs' kernels run side by
 side. A first client is tried before any job relies on it; where MPS cannot start or serve (no
 control binary, a container that forbids it), that is remembered and jobs share by time slices as
-before (`--mps off` or MINBERT_MPS=0 never starts it; `bench/gpu_sharing.py` measures the gain). The visible GPUs are
-CUDA_VISIBLE_DEVICES's entries when it is set (Slurm sets it to the job's own devices, so two jobs
-on one node lock different files), else those `nvidia-smi -L` lists. Without any, the command runs
+before (`--mps off` or MINBERT_MPS=0 never starts it; `bench/gpu_sharing.py` measures the gain).
+
+The visible GPUs are CUDA_VISIBLE_DEVICES's entries when it is set (Slurm sets it to the job's own
+devices, so two jobs on one node lock different files), else those `nvidia-smi -L` lists. Without any, the command runs
 as it is (CPU). A job finding no free slot waits for one.
 """
 from __future__ import annotations

@@ -1,8 +1,25 @@
 """User-facing errors: one line that names the file or key and says what to do."""
 
+MAX_MESSAGE = 2000        # characters: a message quoting a long value keeps its head and its advice
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    """`text` as one bounded line: line breaks shown as \\n (a value quoted from a file may hold
+    them), and a message longer than `limit` cut in its middle, where a quoted value sits, keeping
+    the start (the file and key) and the end (what to do)."""
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 4
+    return f"{text[:head]} ... ({len(text) - head - tail:,} characters left out) ... {text[-tail:]}"
+
 
 class MinBertError(Exception):
     """An error caused by the user's input (files, params, names), not by a bug.
 
-    Stage CLIs print its message on one line and exit with status 2; no traceback.
+    Stage CLIs print its message on one line and exit with status 2; no traceback. The message is
+    one line of at most about MAX_MESSAGE characters, whatever it quotes (`one_line`).
     """
+
+    def __init__(self, message: object = "", *args):
+        super().__init__(one_line(str(message)), *args)

@@ -1,9 +1,10 @@
 """Where every file of results/ and reports/ lives: the one definition of the layout.
 
-The jobs (minbert.pipeline.plan), both engines (workflow/dag.py renders these paths as Snakemake patterns
-by passing `name="{name}"`, and formatted for dvc.yaml), the stages and the report loader all ask
-this module. Paths are strings relative to the working directory (POSIX separators), as the
-engines want them.
+The stage registry (minbert.pipeline.registry) derives what each job reads and writes from it, so
+the planner, both engines (workflow/dag.py's Snakemake patterns are these paths with the name
+"{name}") and the stages ask this module through the registry; the report's loader asks it
+directly. Paths are strings relative to the working directory (POSIX separators), as the engines
+want them.
 
     results/
       data/<task>-<split>.tsv, summary.json          prepare
@@ -18,8 +19,8 @@ engines want them.
       runs/<stage>[/<name>].json                      every job's run record (provenance)
       jobs/<stage>[/<name>].json                      every job's resolved description (engines' trigger)
       state/<stage>/<name>/                           resumable state of a running job (not an output)
-      finished/<stage>[/<name>]/                      the outputs of the job's last finished run, as hard
-                                                      links, and its fingerprint (not an output)
+      finished/<stage>[/<name>].json                  what the job's last finished run wrote: its
+                                                      fingerprint, each output's content hash (not an output)
       locks/<stage>[/<name>].lock                     who runs the job now (minbert.pipeline.lock; empty: nobody)
       logs/<stage>[/<name>].log, benchmarks/...       Snakemake's per-job logs and benchmarks
       cache/tokens/                                   tokenised texts (shared, keyed by content)
@@ -140,9 +141,13 @@ class Layout:
         return self._job("state", stage, name, "")
 
     def finished(self, stage: str, name: str | None = None) -> str:
-        """The outputs of the job's last finished run, as hard links, with its fingerprint
-        (minbert.pipeline.finished): a run of the same job restores them instead of running again."""
-        return self._job("finished", stage, name, "")
+        """The record of the job's last finished run (minbert.pipeline.finished): its fingerprint and
+        the content hash of every output it wrote."""
+        return self._job("finished", stage, name, ".json")
+
+    @property
+    def finished_records(self) -> str:
+        return self._r("finished")
 
     def lock(self, stage: str, name: str | None = None) -> str:
         """The job's lock (minbert.pipeline.lock): held by the one process running the job."""

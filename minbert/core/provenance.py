@@ -2,6 +2,7 @@
 fingerprint of a job's description, how two descriptions differ, and the git revision."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -13,16 +14,58 @@ def fingerprint_of(description: dict) -> str:
     return hashlib.sha256(canonical(description).encode()).hexdigest()[:16]
 
 
+def with_runtime(description: dict, device: str, precision: str, world: int) -> dict:
+    """A job's description with where and how it runs (device type, resolved precision, processes):
+    what its fingerprint covers, so a state saved on a CPU in fp32 never resumes on a GPU in bf16 and
+    a run in another precision is another run. A description that says it already is left as it is."""
+    if "runtime" in description:
+        return description
+    return {**description, "runtime": {"device": device, "precision": precision, "world": world}}
+
+
 def canonical(obj) -> str:
     return json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
 
 
+_HASHES: dict[tuple, str] = {}
+_PASS: dict | None = None
+
+
+@contextlib.contextmanager
+def one_pass():
+    """Within the block, `remembered` values are computed once: the planner describes thousands of
+    jobs that share a few code closures and models, whose files do not change while it writes them."""
+    global _PASS
+    outer, _PASS = _PASS, ({} if _PASS is None else _PASS)
+    try:
+        yield
+    finally:
+        _PASS = outer
+
+
+def remembered(key: tuple, compute):
+    """`compute()`, once per `key` inside `one_pass()`; every time outside it."""
+    if _PASS is None:
+        return compute()
+    if key not in _PASS:
+        _PASS[key] = compute()
+    return _PASS[key]
+
+
 def file_hash(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
+    """The content hash of a file (SHA-256, 16 hex digits). Kept for the process by the file's
+    identity and change time (device, inode, size, modification and status-change times: an edit in
+    place changes the last even where the first is put back), so a file read by many jobs of one
+    plan is hashed once."""
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _HASHES:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _HASHES[key] = h.hexdigest()[:16]
+    return _HASHES[key]
 
 
 def path_hash(path: str | os.PathLike) -> str | None:

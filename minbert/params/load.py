@@ -54,7 +54,7 @@ def read_yaml(path: str | Path):
     except UnicodeDecodeError as e:
         raise MinBertError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     try:
-        return yaml.load(text, Loader=_StrictLoader)   # noqa: S506 (a SafeLoader subclass)
+        return _bounded(yaml.load(text, Loader=_StrictLoader), path)   # noqa: S506 (a SafeLoader subclass)
     except _DuplicateKey as e:
         raise MinBertError(f"{path} line {e.second}: key '{e.key}' is given twice in one mapping (first on line "
                            f"{e.first}); keep one") from None
@@ -66,6 +66,42 @@ def read_yaml(path: str | Path):
         raise MinBertError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     except RecursionError:
         raise MinBertError(too_deep(path)) from None
+
+
+MAX_VALUES = 1_000_000     # what a params file's aliases may expand to (the papers' catalogue: about 4,200)
+
+
+def _bounded(data, path: Path):
+    """`data` as loaded, once the values its aliases expand to are counted: each mapping or list is
+    counted once however many aliases name it (`*a` shares the object `&a` made), so the count takes
+    time linear in the file, and a file whose aliases expand past MAX_VALUES (a "billion laughs":
+    nine nested lists of ten aliases each are a billion values, from 1 KB) or an alias inside
+    itself is refused in one line before anything walks it."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    open_now: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        children = [x for kv in node.items() for x in kv] if isinstance(node, dict) else node
+        if done:
+            open_now.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes.get(id(c), 1) for c in children)
+            if sizes[id(node)] > MAX_VALUES:
+                raise MinBertError(f"{path}: its YAML aliases (*name) expand to more than {MAX_VALUES:,} values (a "
+                                   f"'billion laughs' file?); a params file holds a few thousand: write the "
+                                   f"repeated part with fewer nested aliases")
+            continue
+        if id(node) in sizes:
+            continue
+        if id(node) in open_now:
+            raise MinBertError(f"{path}: a YAML alias (*name) inside the very mapping or list it names repeats it "
+                               f"without end; remove the alias")
+        open_now.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, (dict, list)) and id(c) not in sizes)
+    return data
 
 
 def too_deep(where) -> str:

@@ -20,7 +20,7 @@ from minbert.params.settings import (
     TeachSettings,
     extras_off,
 )
-from minbert.params.validate import shared_tasks, teacher_members
+from minbert.params.validate import model_tasks, shared_tasks, teacher_members
 
 
 def prepare_settings(lp: LoadedParams) -> DataParams:
@@ -56,7 +56,7 @@ def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
 
 
 def predict_settings(exp: ExperimentParams) -> PredictSettings:
-    return PredictSettings(batch_size=exp.predict_batch_size,
+    return PredictSettings(batch_size=exp.predict_batch_size, tasks=model_tasks(exp),
                            model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune",
                            **NetworkSettings.keys_of(exp))
 
@@ -67,13 +67,16 @@ def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
     hub = None if exp.pretrain or not model or model.startswith(("/", ".")) or Path(model).exists() else \
         {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}.get(model, model)
     ex = lp.params.export
-    return ExportSettings(model_stage=predict_settings(exp).model_stage, description=exp.description or "",
+    return ExportSettings(model_stage=predict_settings(exp).model_stage, tasks=model_tasks(exp),
+                          description=exp.description or "",
                           license=ex.license, language=ex.language, base_model=hub,
                           data=str(lp.params.data.dir))
 
 
-def ensemble_settings(ens: EnsembleParams) -> EnsembleSettings:
-    return EnsembleSettings(members=ens.members, classification=ens.classification, similarity=ens.similarity)
+def ensemble_settings(ens: EnsembleParams, tasks: list[str]) -> EnsembleSettings:
+    """An ensemble combines its members' predictions of `tasks` (those every member predicts)."""
+    return EnsembleSettings(members=ens.members, classification=ens.classification, similarity=ens.similarity,
+                            tasks=tasks)
 
 
 def teachers(lp: LoadedParams) -> dict[str, list[str]]:

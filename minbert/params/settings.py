@@ -56,6 +56,11 @@ class RetrainSettings(TrainingSettings):
 class PredictSettings(NetworkSettings):
     batch_size: int
     model_stage: TrainingStage              # which training stage's model predicts
+    tasks: list[str]                        # the tasks of that model: one predictions file per task and split
+
+
+class EvaluateSettings(Strict):
+    tasks: list[str]                        # the tasks whose predictions it scores
 
 
 class TeachSettings(NetworkSettings):
@@ -66,6 +71,7 @@ class TeachSettings(NetworkSettings):
 
 class ExportSettings(Strict):
     model_stage: TrainingStage              # which training stage's model is exported
+    tasks: list[str]                        # its tasks: the predictions and training data the card reads
     description: str = ""                   # the experiment's, for the model card
     license: str
     language: str
@@ -77,6 +83,7 @@ class EnsembleSettings(Strict):
     members: list[str]
     classification: ClassificationCombination
     similarity: SimilarityCombination
+    tasks: list[str]                        # the tasks every member predicts: one file per task and split
 
 
 def pretrain_splits(s: PretrainSettings) -> list[tuple[str, str]]:

@@ -21,12 +21,16 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import os
 from pathlib import Path
+
+from minbert.core.provenance import remembered
 
 PROJECT_PACKAGES = ("minbert", "stages", "workflow")
 NOT_JOB_CODE = {
     "minbert.pipeline.plan": "the planner: what it decides for a job is the job's description",
     "minbert.pipeline.code": "the planner's code closures",
+    "minbert.pipeline.registry": "the stage registry: what a job reads and writes is its description and job file",
     "minbert.params.load": "the params loader: a job receives its settings resolved",
     "minbert.params.catalogue": "catalogue expansion (grids, seeds): its result is in the settings",
     "minbert.params.validate": "cross-section checks: they decide what is accepted, not what a job computes",
@@ -96,16 +100,28 @@ def _code_data(tree: ast.AST, folder: Path) -> list[Path]:
 
 
 _CLOSURES: dict[tuple, list[Path]] = {}
+_SHOWN: dict[tuple, list[str]] = {}
 
 
 def code_closure(*roots: str) -> list[str]:
     """The project files the modules `roots` run: their import closure within the project packages,
     package `__init__` files included, plus declared code data, less `NOT_JOB_CODE` (unless named as
-    a root). Sorted paths, relative to the working directory when inside it."""
+    a root). Sorted paths, relative to the working directory when inside it. Kept for the process
+    (a plan asks it once per job, of a few sets of roots)."""
     key = tuple(sorted(roots))
     if key not in _CLOSURES:
         _CLOSURES[key] = _closure(list(roots))
-    return sorted(_display(p) for p in _CLOSURES[key])
+    shown = (key, os.getcwd())
+    if shown not in _SHOWN:
+        _SHOWN[shown] = sorted(_display(p) for p in _CLOSURES[key])
+    return list(_SHOWN[shown])
+
+
+def code_hashes(*roots: str) -> dict[str, str]:
+    """Each file of the closure of `roots` with the hash of what it does (`code_hash`); once per
+    closure within a plan (minbert.core.provenance.one_pass)."""
+    key = ("code", tuple(sorted(roots)), os.getcwd())
+    return dict(remembered(key, lambda: {p: code_hash(p) for p in code_closure(*roots)}))
 
 
 def _closure(modules: list[str]) -> list[Path]:
@@ -123,10 +139,24 @@ def _closure(modules: list[str]) -> list[Path]:
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
         files.add(path)
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-        files.update(_code_data(tree, path.parent))
-        todo += sorted(_imports(tree, name, path.name == "__init__.py"))
+        data, imports = _module_facts(path, name)
+        files.update(data)
+        todo += imports
     return sorted(p.resolve() for p in files)
+
+
+_FACTS: dict[tuple, tuple[list[Path], list[str]]] = {}
+
+
+def _module_facts(path: Path, name: str) -> tuple[list[Path], list[str]]:
+    """A module's declared code data and the modules it imports, parsed once per process while the
+    file is unchanged (the closures of a plan's stages share most modules)."""
+    st = os.stat(path)
+    key = (str(path), name, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _FACTS:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+        _FACTS[key] = (_code_data(tree, path.parent), sorted(_imports(tree, name, path.name == "__init__.py")))
+    return _FACTS[key]
 
 
 def _display(path: Path) -> str:
@@ -163,11 +193,22 @@ class _Documentation(ast.NodeTransformer):
         return node
 
 
+_CODE_HASHES: dict[tuple, str] = {}
+
+
 def code_hash(path: str | Path) -> str:
     """The hash of what a code file does: a Python file's syntax tree without docstrings, comments,
     layout and help texts; any other file (a template) byte for byte. A Python file that does not
-    parse is hashed byte for byte too (running it fails anyway)."""
-    data = Path(path).read_bytes()
+    parse is hashed byte for byte too (running it fails anyway). Kept for the process while the file
+    is unchanged (its identity, size and times), so a plan of many jobs parses each file once."""
+    st = os.stat(path)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _CODE_HASHES:
+        _CODE_HASHES[key] = _code_hash(Path(path).read_bytes(), str(path))
+    return _CODE_HASHES[key]
+
+
+def _code_hash(data: bytes, path: str) -> str:
     if str(path).endswith(".py"):
         try:
             tree = _Documentation().visit(ast.parse(data, filename=str(path)))

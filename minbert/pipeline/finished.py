@@ -1,165 +1,144 @@
-"""A job's finished work, kept: the outputs of its last finished run as hard links (no copy), with
-the fingerprint they were made under, in results/finished/<stage>[/<name>]/.
+"""A job's finished work, recorded by content: the fingerprint its last finished run had and the
+content hash, size and date of every output it wrote, in results/finished/<stage>[/<name>].json.
+No copy of an output is kept (nothing holds a second name of a file a user may edit in place, and
+deleting an output gives its disk back).
 
-Both engines delete a job's outputs before they run it, and Snakemake deletes them again when
-the job fails. So outputs that another process finished (a stage run by hand, the orphan of a
-killed engine that went on and finished) can vanish though they are exactly what the job would
-make. A run that finds the finished outputs of its own fingerprint (same settings, inputs and code)
-restores them, each as it was (same file, same date), and has nothing to run; the next run with
-another fingerprint replaces them when it finishes. An output is never modified in place (every
-stage writes a new file and renames it), so a hard link keeps exactly what the run wrote.
+- `record`: after a run, each output that came out byte for byte as the last finished run wrote it
+  gets the date it had then (a folder: each such file, and the folder when all of it is the same),
+  so an engine that judges by date (Snakemake without its own record of the run, e.g. after DVC made
+  the outputs) runs nothing downstream of a job whose outputs did not change; then the new record.
+- `in_place`: the job's outputs are what its last finished run of this fingerprint wrote, every file
+  hashed again (about a second for a bert-base checkpoint). A job that waited for another process
+  running it, or a stage run again by hand, then has nothing to run (minbert.pipeline.runinfo); an
+  output edited in place, replaced or removed since is not in place, and the job runs.
+- `prune`: the records of jobs a plan no longer has, and the folders of hard links an earlier
+  version kept there, are removed (the engines' planning calls it).
 """
 from __future__ import annotations
 
-import errno
 import json
-import logging
 import os
 import shutil
 from pathlib import Path
 
 from minbert.core.io import write_json
 from minbert.core.layout import Layout
-from minbert.pipeline.job import inside
+from minbert.core.provenance import file_hash
 
-log = logging.getLogger(__name__)
-MANIFEST = "finished.json"
-CANNOT_LINK = (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EMLINK, errno.EACCES)
+FORMAT = "minbert-finished-2"
+LEGACY_MANIFEST = "finished.json"          # inside a folder of hard links (the earlier way of keeping work)
 
 
-def keep(job, fingerprint: str) -> bool:
-    """Keep the job's outputs (just written) as its finished work; False where the file system
-    cannot hard-link them, or for outputs outside the results folder (the report's pages, which a
-    folder of the user's may hold): nothing is kept then."""
-    folder = Path(Layout(job.results).finished(job.stage, job.name))
-    if not all(inside(Path(out), Path(job.results)) for out in job.outputs):
-        return False
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+def _record_path(job) -> Path:
+    return Path(Layout(job.results).finished(job.stage, job.name))
+
+
+def _read(job) -> dict | None:
     try:
-        tmp.mkdir(parents=True)
-        for i, out in enumerate(job.outputs):
-            _link_tree(Path(out), tmp / str(i))
-        write_json(tmp / MANIFEST, {"fingerprint": fingerprint, "outputs": job.outputs})
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno in CANNOT_LINK:
-            log.debug("finished outputs not kept (%s)", e)
-            return False
-        raise
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
-    return True
+        info = json.loads(_record_path(job).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    ok = isinstance(info, dict) and info.get("format") == FORMAT and isinstance(info.get("outputs"), dict)
+    return info if ok else None
 
 
-def keep_dates(job) -> int:
-    """Give each output that came out byte for byte as the job's last finished run wrote it the date
-    it had then (a folder: each such file, and the folder itself when all of it is the same);
-    returns how many outputs were wholly the same. An engine that judges by date (Snakemake without
-    its own record of the run, e.g. after DVC made the outputs) then runs nothing downstream of a
-    job whose outputs did not change, as one that judges by content does."""
-    folder = Path(Layout(job.results).finished(job.stage, job.name))
+def _entry(path: Path) -> dict | None:
+    """What an output is now: a file's hash, size and date; a folder's date and its files' (hidden
+    entries, temporaries among them, left out); None when absent or neither (a link, a FIFO)."""
     try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return 0
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("outputs"), list):
-        return 0
-    earlier = dict(zip(manifest["outputs"], (folder / str(i) for i in range(len(manifest["outputs"])))))
-    return sum(_keep_dates(Path(out), earlier[out]) for out in job.outputs if out in earlier)
-
-
-def _keep_dates(out: Path, old: Path) -> bool:
-    """`out` takes `old`'s dates where its bytes are the same (a folder: file by file, then the
-    folder when all of it is); True when the whole of it is the same."""
-    if out.is_symlink() or old.is_symlink() or not out.exists():
-        return False
-    if out.is_dir() or old.is_dir():
-        if not (out.is_dir() and old.is_dir()):
-            return False
-        names = sorted(p.name for p in old.iterdir())
-        same = [_keep_dates(out / n, old / n) for n in names]      # every file, not only up to a change
-        whole = names == sorted(p.name for p in out.iterdir()) and all(same)
-    else:
-        whole = _same_bytes(out, old)
-    if whole:
-        st = old.stat()
-        os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
-    return whole
-
-
-def _same_bytes(a: Path, b: Path) -> bool:
-    """Two files with the same content."""
-    try:
-        if os.path.samefile(a, b):
-            return True
-        if a.stat().st_size != b.stat().st_size:
-            return False
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            while True:
-                x, y = fa.read(1 << 20), fb.read(1 << 20)
-                if x != y:
-                    return False
-                if not x:
-                    return True
+        st = os.lstat(path)
     except OSError:
+        return None
+    if os.path.islink(path):
+        return None
+    if os.path.isdir(path):
+        files = {}
+        for root, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for n in sorted(names):
+                if not n.startswith("."):
+                    sub = _entry(Path(root) / n)
+                    if sub is None or "files" in sub:
+                        return None
+                    files[(Path(root) / n).relative_to(path).as_posix()] = sub
+        return {"mtime_ns": st.st_mtime_ns, "files": files}
+    if not os.path.isfile(path):
+        return None
+    return {"sha256": file_hash(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _same(a: dict | None, b: dict | None) -> bool:
+    """Two entries with the same content (dates aside)."""
+    if a is None or b is None or ("files" in a) != ("files" in b):
         return False
+    if "files" in a:
+        return a["files"].keys() == b["files"].keys() and all(_same(a["files"][k], b["files"][k]) for k in a["files"])
+    return a.get("sha256") == b.get("sha256") and a.get("size") == b.get("size")
 
 
-def restore(job, fingerprint: str) -> bool:
-    """Put back the outputs of the job's finished run made under `fingerprint`, each output that is
-    not already that very file; False when there is no such run (nothing is touched then)."""
-    folder = Path(Layout(job.results).finished(job.stage, job.name))
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def in_place(job, fingerprint: str) -> bool:
+    """The job's outputs are, byte for byte, those its last finished run wrote, and that run had
+    `fingerprint` (the same settings, inputs, code and runtime)."""
+    info = _read(job)
+    if info is None or info.get("fingerprint") != fingerprint:
         return False
-    if not isinstance(manifest, dict) or manifest.get("fingerprint") != fingerprint \
-            or manifest.get("outputs") != job.outputs:
+    kept = info["outputs"]
+    if set(kept) != {job.portable(o) for o in job.outputs}:
         return False
-    kept = [folder / str(i) for i in range(len(job.outputs))]
-    if not all(k.exists() for k in kept):
-        return False
-    for out, k in zip(job.outputs, kept):
-        if not _same(Path(out), k):
-            _put_back(k, Path(out))
-    return True
+    return all(_same(_entry(Path(o)), kept[job.portable(o)]) for o in job.outputs)
 
 
-def _link_tree(src: Path, dest: Path) -> None:
-    """`dest` as hard links of `src` (a file, or a folder's files; a folder with its dates)."""
-    if src.is_dir():
-        dest.mkdir()
-        for entry in sorted(src.iterdir()):
-            _link_tree(entry, dest / entry.name)
-        st = src.stat()
-        os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
-    else:
-        os.link(src, dest)
+def _put_dates(path: Path, now: dict, then: dict) -> dict:
+    """Give `path` (entry `now`) the dates of `then` where its content is the same; the entry as it is
+    after."""
+    if "files" in now:
+        files = {k: (_put_dates(path / k, v, then["files"][k]) if "files" in then and k in then["files"] else v)
+                 for k, v in now["files"].items()}
+        now = {**now, "files": files}
+    if _same(now, then):
+        os.utime(path, ns=(then["mtime_ns"], then["mtime_ns"]))
+        return {**now, "mtime_ns": then["mtime_ns"]}
+    return now
 
 
-def _same(out: Path, kept: Path) -> bool:
-    """Whether `out` is already the kept file (or folder of the kept files)."""
-    if kept.is_dir():
-        if not out.is_dir() or out.is_symlink():
-            return False
-        names = sorted(p.name for p in kept.iterdir())
-        return names == sorted(p.name for p in out.iterdir()) and all(_same(out / n, kept / n) for n in names)
-    try:
-        return os.path.samefile(out, kept) and not out.is_symlink()
-    except OSError:
-        return False
+def record(job, fingerprint: str) -> int:
+    """Record the job's outputs (just written) as its finished work, after giving each output that
+    came out as the last finished run wrote it that run's dates; returns how many outputs were
+    wholly the same."""
+    before = (_read(job) or {}).get("outputs", {})
+    entries, same = {}, 0
+    for out in job.outputs:
+        now, key = _entry(Path(out)), job.portable(out)
+        if now is not None and key in before and isinstance(before[key], dict):
+            now = _put_dates(Path(out), now, before[key])
+            same += _same(now, before[key])
+        entries[key] = now
+    path = _record_path(job)
+    legacy = path.with_suffix("") if path.suffix == ".json" else None
+    if legacy is not None and (legacy / LEGACY_MANIFEST).is_file():
+        shutil.rmtree(legacy, ignore_errors=True)         # the hard links an earlier version kept
+    write_json(path, {"format": FORMAT, "fingerprint": fingerprint, "outputs": entries})
+    return same
 
 
-def _put_back(kept: Path, out: Path) -> None:
-    """Replace `out` by links to the kept files, at once (a temporary sibling, then a rename)."""
-    tmp = out.with_name(f".{out.name}.restoring")
-    if tmp.is_dir():
-        shutil.rmtree(tmp)
-    elif tmp.exists():
-        tmp.unlink()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _link_tree(kept, tmp)
-    if out.is_dir() and not out.is_symlink():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+def prune(results: str, jobs) -> list[Path]:
+    """Remove what results/finished holds for no job of `jobs` (the jobs of the plan): the records of
+    removed or renamed jobs, and every folder of hard links an earlier version kept (which held the
+    disk of outputs long deleted). Returns what was removed."""
+    folder = Path(Layout(results).finished_records)
+    wanted = {Path(Layout(results).finished(j.stage, j.name)) for j in jobs}
+    removed = []
+    if not folder.is_dir():
+        return removed
+    for root, dirs, files in os.walk(folder):          # links are not followed
+        here = Path(root)
+        legacy = [d for d in dirs if (here / d / LEGACY_MANIFEST).is_file() and not (here / d).is_symlink()]
+        for d in legacy:
+            shutil.rmtree(here / d, ignore_errors=True)
+            removed.append(here / d)
+        dirs[:] = [d for d in dirs if d not in legacy]
+        for f in files:
+            if f.endswith(".json") and here / f not in wanted and not (here / f).is_symlink():
+                (here / f).unlink()
+                removed.append(here / f)
+    return removed

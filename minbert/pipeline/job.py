@@ -3,29 +3,36 @@
 A job's description is
 - `settings`: what its stage reads from the params (minbert.params.settings, resolved: base merged,
   catalogue applied; cosmetic keys are in no stage's settings but the report's);
-- `reads`: the files and folders it reads (prepared splits, upstream models, raw data);
+- `reads`: the files and folders it reads, by name (`job.reads["splits"]`), as the stage registry
+  (minbert.pipeline.registry) derives them;
 - `code`: the code it runs (minbert.pipeline.code), each file with the hash of what it does;
-- `sources`: the content hash of each raw input no job makes (raw data), so new bytes re-run the
-  job and a new date alone does not.
-Its hash, with the content hashes of what it reads, is the job's fingerprint (the resume check,
-the run record).
+- `sources`: the content hash of each input no job makes (raw data; a model, by the files it loads,
+  whether a local folder, the packaged one or a Hub snapshot), so new bytes re-run the job and a new
+  date alone does not.
+Paths under the results folder (and the reports folder) are described relative to it
+(`<results>/data/sst-train.tsv`), so one folder named two ways (`results`, `$PWD/results`) is one
+job. The description's hash, with the content hashes of what the job reads, is its fingerprint
+(minbert.pipeline.runinfo: the resume check, the run record, its kept outputs).
 
 The job file, results/jobs/<stage>/<name>.json, holds the description and where the job writes.
 The planner (minbert.pipeline.plan) writes it when it changes; both engines depend on it; a stage
-started by an engine reads its job from it (`--job FILE`) and nothing else of the params.
+started by an engine reads its job from it (`--job FILE`) and nothing else of the params, once the
+file is checked against what the registry derives for its stage, name and settings.
 """
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
 from minbert.core.provenance import path_hash
+from minbert.pipeline.registry import STAGES, Stage
 
-JOB_FORMAT = "minbert-job-1"
+JOB_FORMAT = "minbert-job-2"
+RESULTS_MARK, REPORTS_MARK = "<results>", "<reports>"
 
 
 @dataclass
@@ -33,21 +40,36 @@ class Job:
     stage: str
     name: str | None
     settings: dict                                   # what the stage reads from the params (JSON types)
-    reads: list[str]                                 # files and folders it reads
-    outs: list[str]                                  # outputs (DVC caches these)
-    metrics: list[str] = field(default_factory=list)
-    plots: list[str] = field(default_factory=list)
+    reads: dict[str, list[str]]                      # what it reads, by name
+    writes: dict[str, list[str]]                     # what it writes, by name
     run_record: str = ""
-    cmd: str = ""
-    deps: list[str] = field(default_factory=list)    # `reads` as the engines see them: whole upstream outputs
-    sources: list[str] = field(default_factory=list)  # the deps no job makes (raw data): hashed in the description
     results: str = "results"                         # the results folder it runs in (its state, its lock)
     reports: str = "reports"                         # the reports folder (the report's pages)
-    code_roots: list[str] = field(default_factory=list)   # modules whose closure is its code (default: the stage's)
-    # the files inside each output folder, where the planner knows them (prepare's splits, a teacher's
-    # files): Snakemake declares those files, which it can compare by content (minbert.pipeline.code)
+    # the files inside each output folder, where known (prepare's splits, a teacher's files):
+    # Snakemake declares those files, which it can compare by content (minbert.pipeline.code)
     files: dict[str, list[str]] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)  # reads no job makes (raw data, a model folder)
+    models: list[str] = field(default_factory=list)   # the models it loads that no job makes (a folder or a name)
+    code_roots: list[str] = field(default_factory=list)   # modules whose closure is its code
+    deps: list[str] = field(default_factory=list)    # reads as the engines track them (set by the planner)
+    holders: dict[str, list[str]] = field(default_factory=dict)   # dep -> the reads inside it (the planner's)
     recorded: dict | None = field(default=None, repr=False)   # the description as read from its job file
+    _described: dict | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def build(cls, stage: str, name: str | None, settings, layout: Layout) -> Job:
+        """The job of `stage` named `name` with these settings (a model of minbert.params.settings,
+        or JSON types), in `layout`: what it reads and writes, as the registry derives them."""
+        spec = STAGES[stage]
+        model = settings if spec.model is None or isinstance(settings, spec.model) else spec.model(**settings)
+        io = spec.io(layout, name, model)
+        dumped = model if spec.model is None else model.model_dump(mode="json")
+        return cls(stage, name, dumped, io.reads, io.writes, layout.run_record(stage, name), layout.results,
+                   layout.reports, io.files, io.sources, io.models, spec.code_roots(model))
+
+    @property
+    def spec(self) -> Stage:
+        return STAGES[self.stage]
 
     @property
     def id(self) -> str:
@@ -55,7 +77,28 @@ class Job:
 
     @property
     def module(self) -> str:
-        return f"stages.{self.stage}"
+        return self.spec.module
+
+    @property
+    def read_paths(self) -> list[str]:
+        """Every path it reads, once each, in the order of its named reads."""
+        return list(dict.fromkeys(p for paths in self.reads.values() for p in paths))
+
+    def _named(self, names) -> list[str]:
+        return [p for n, paths in self.writes.items() if n in names for p in paths]
+
+    @property
+    def outs(self) -> list[str]:
+        """The outputs that are neither metrics nor plots (DVC caches these)."""
+        return [p for n, paths in self.writes.items() if n not in self.spec.metrics + self.spec.plots for p in paths]
+
+    @property
+    def metrics(self) -> list[str]:
+        return self._named(self.spec.metrics)
+
+    @property
+    def plots(self) -> list[str]:
+        return self._named(self.spec.plots)
 
     @property
     def outputs(self) -> list[str]:
@@ -67,39 +110,77 @@ class Job:
         """The outputs with each folder whose files are known listed file by file."""
         return [f for o in self.outputs for f in self.files.get(o, [o])]
 
+    @property
+    def job_file(self) -> str:
+        return Layout(self.results).job_file(self.stage, self.name)
+
+    @property
+    def cmd(self) -> str:
+        """The engines' command: the stage reads its job from the job file the engine depends on."""
+        named = [f"--{self.spec.named}", self.name] if self.spec.named else []
+        return " ".join(["python -m", self.module, *named, "--job", self.job_file])
+
+    # ------------------------------------------------------------ the description
+
+    def portable(self, path: str) -> str:
+        """`path` as the description names it: relative to the results (or reports) folder when
+        inside it, as given otherwise."""
+        for root, mark in ((self.results, RESULTS_MARK), (self.reports, REPORTS_MARK)):
+            root = root.rstrip("/") or "/"
+            if path == root:
+                return mark
+            if path.startswith(root + "/"):
+                return mark + path[len(root):]
+        return path
+
+    def _portable_reads(self) -> dict[str, list[str]]:
+        return {k: [self.portable(p) for p in paths] for k, paths in self.reads.items()}
+
+    def source_hashes(self) -> dict[str, str | None]:
+        """The content hash of each source: a raw file's bytes, a model's files (minbert.core.models)."""
+        from minbert.core.models import model_hash
+
+        out = {self.portable(p): path_hash(p) for p in self.sources if p not in self.models}
+        out.update({self.portable(m): model_hash(m) for m in self.models})
+        return out
+
     def description(self) -> dict:
         """The resolved description (settings, reads, the code with what each file does, and the
         content hash of each source). A job read from its file gives the description written there."""
         if self.recorded is not None:
             return self.recorded
-        from minbert.pipeline.code import code_closure, code_hash
+        if self._described is None:       # computed once per job: the planner asks it more than once
+            from minbert.pipeline.code import code_hashes
 
-        out = {"stage": self.stage, "name": self.name, "settings": self.settings, "reads": self.reads,
-               "code": {p: code_hash(p) for p in code_closure(*(self.code_roots or [self.module]))}}
-        if self.sources:
-            out["sources"] = {p: path_hash(p) for p in self.sources}
-        return out
+            out = {"stage": self.stage, "name": self.name, "settings": self.settings,
+                   "reads": self._portable_reads(), "code": code_hashes(*self.code_roots)}
+            if self.sources or self.models:
+                out["sources"] = self.source_hashes()
+            self._described = out
+        return self._described
 
-    def runtime_description(self, extra_reads: list[str | os.PathLike] = ()) -> dict:
-        """The description with the content hash of every read (and `extra_reads`, e.g. a model
-        folder outside the repository): what the fingerprint of a running job covers."""
-        description = self.description()
-        hashed = description.get("sources", {})          # a source's hash is in the description already
-        return {**description, "read_hashes": {p: hashed[p] if p in hashed else path_hash(p)
-                                               for p in [*self.reads, *map(str, extra_reads)]}}
+    def runtime_description(self) -> dict:
+        """The description with the content hash of everything it reads, as it is now (the sources
+        hashed again): what the fingerprint of a running job covers."""
+        hashes = self.source_hashes() if self.sources or self.models else {}
+        sources = set(self.sources)
+        hashes.update({self.portable(p): path_hash(p) for p in self.read_paths if p not in sources})
+        return {**self.description(), "read_hashes": hashes}
 
     # ------------------------------------------------------------ the job file
 
     def file_text(self) -> str:
         """The job file's content: the description and where the job writes."""
-        where = {k: v for k, v in asdict(self).items() if k not in ("settings", "reads", "recorded", "stage", "name")}
-        return json.dumps({"format": JOB_FORMAT, "description": self.description(), "job": where}, indent=1,
+        where = {"results": self.results, "reports": self.reports, "writes": self.writes,
+                 "run_record": self.run_record}
+        return json.dumps({"format": JOB_FORMAT, "description": self.description(), "job": where},
                           sort_keys=True, default=str) + "\n"
 
     @classmethod
     def read(cls, path: str | os.PathLike, stage: str, name: str | None) -> Job:
-        """The job of `stage`/`name` from its job file; a one-line error for a file that is missing,
-        unreadable, or another job's."""
+        """The job of `stage`/`name` from its job file, checked against what the registry derives for
+        that stage, name and settings (known settings only, the outputs the layout gives in its
+        results folder, the file where the planner writes it); a one-line error otherwise."""
         from minbert.core.io import read_input
 
         path = Path(path)
@@ -109,17 +190,63 @@ class Job:
             description, where = info["description"], info["job"]
             if info.get("format") != JOB_FORMAT:
                 raise ValueError("another format")
-            job = cls(stage=description["stage"], name=description["name"], settings=description["settings"],
-                      reads=description["reads"], recorded=description, **where)
+            got = (description["stage"], description["name"])
+            results, reports = where["results"], where["reports"]
+            if not (isinstance(results, str) and isinstance(reports, str) and isinstance(description, dict)):
+                raise TypeError("results, reports")
         except MinBertError:
             raise
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError, RecursionError) as e:
             raise MinBertError(f"{path}: not a job file of this version ({type(e).__name__}); {redo}") from None
-        if (job.stage, job.name) != (stage, name):
-            got = job.id
-            want = stage if name is None else f"{stage}@{name}"
-            raise MinBertError(f"{path}: holds job {got}, not {want}; check --job")
+        want = stage if name is None else f"{stage}@{name}"
+        if got != (stage, name):
+            raise MinBertError(f"{path}: holds job {_shown(got)}, not {want}; check --job")
+        job = cls.build(stage, name, _checked_settings(path, stage, description.get("settings")),
+                        Layout(results, reports))
+        job.recorded = description
+        _check_against_derived(path, job, description, where, redo)
         return job
+
+
+def _shown(got) -> str:
+    stage, name = (str(x)[:80] for x in got)
+    return stage if got[1] is None else f"{stage}@{name}"
+
+
+def _checked_settings(path: Path, stage: str, settings):
+    """A job file's settings as its stage's model reads them: a setting the stage does not know, or a
+    value it refuses, is one line naming the key."""
+    from pydantic import ValidationError
+
+    model = STAGES[stage].model
+    if model is None:
+        if not isinstance(settings, dict):
+            raise MinBertError(f"{path}: the report's settings are not a mapping; write it anew")
+        return settings
+    try:
+        return model.model_validate(settings)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "settings"
+        raise MinBertError(f"{path}: setting '{key}' of {stage}: {err['msg']}; a job file holds the settings the "
+                           f"planner resolved: write it anew (python -m workflow.dag --resolve)") from None
+
+
+def _check_against_derived(path: Path, job: Job, description: dict, where: dict, redo: str) -> None:
+    """The job file is where the planner writes it and lists what the registry derives: the outputs
+    in its results folder, and (but for the report, whose reads are the planner's list of every
+    output) its reads."""
+    if path.resolve() != Path(job.job_file).resolve():
+        raise MinBertError(f"{path}: the job file of {job.id} for the results folder {job.results[:200]} is "
+                           f"{job.job_file[:200]}, not this file; give --job that file, or {redo}")
+    derived = {"writes": job.writes, "run_record": job.run_record}
+    listed = {"writes": where.get("writes"), "run_record": where.get("run_record")}
+    if job.stage != "report":
+        derived["reads"], listed["reads"] = job._portable_reads(), description.get("reads")
+    for key, value in derived.items():
+        if listed[key] != value:
+            raise MinBertError(f"{path}: its {key} are not what the planner derives for {job.id} (a job file "
+                               f"edited by hand, or of another version); {redo}")
 
 
 def inside(path: Path, folder: Path) -> bool:
@@ -131,12 +258,12 @@ def inside(path: Path, folder: Path) -> bool:
         return False
 
 
-def refuse_inputs_inside_outputs(job: Job, extra_reads=()) -> None:
-    """No input of the job (raw data, the NLI file, a model folder) is, or lies inside, a path the job
-    replaces (its outputs, its resumable state): the job would delete what it is about to read (raw
-    CSVs fetched into results/data). Checked before anything is removed."""
+def refuse_inputs_inside_outputs(job: Job) -> None:
+    """No input of the job that no job makes (raw data, the NLI file, a model folder) is, or lies
+    inside, a path the job replaces (its outputs, its resumable state): the job would delete what it
+    is about to read (raw CSVs fetched into results/data). Checked before anything is removed."""
     replaced = [Path(p) for p in [*job.outputs, Layout(job.results).state(job.stage, job.name)]]
-    for read in [*job.reads, *job.sources, *map(str, extra_reads)]:
+    for read in job.sources:
         for out in replaced:
             if inside(Path(read), out):
                 raise MinBertError(f"{read}: an input of {job.id} lies inside {out}, which {job.id} deletes and "

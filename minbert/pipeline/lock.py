@@ -78,13 +78,15 @@ def describe(info: dict) -> str:
 
 @contextlib.contextmanager
 def job_lock(path: str | os.PathLike, job_id: str, wait: bool = True):
-    """Hold the lock of job `job_id` (file `path`) for the body. When another process has it, wait
-    for it to end (saying once who it is), or with `wait=False` refuse in one line naming the holder.
+    """Hold the lock of job `job_id` (file `path`) for the body, which gets who holds it (this
+    process) and whether it `waited`. When another process has it, wait for it to end (saying once
+    who it is), or with `wait=False` refuse in one line naming the holder.
 
     Waiting is what keeps finished work: a job the engine started while another process runs it
     (a stage started by hand, an orphan of a killed engine) must not fail, since the engine then
     deletes the outputs of a failed job, which are the other process's; after the wait the job
-    finds those outputs made for its description and keeps them (minbert.pipeline.runinfo)."""
+    finds those outputs made for its description, checks them by content and keeps them
+    (minbert.pipeline.runinfo)."""
     import fcntl
 
     path = Path(path)
@@ -97,6 +99,7 @@ def job_lock(path: str | os.PathLike, job_id: str, wait: bool = True):
             raise MinBertError(f"{path}: the job's lock file is a symlink; remove it (rm {path}) and run "
                                f"again") from None
         raise
+    waited = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -112,6 +115,7 @@ def job_lock(path: str | os.PathLike, job_id: str, wait: bool = True):
             print(f"{job_id} is already running ({describe(holder)}); waiting for it to finish", file=sys.stderr,
                   flush=True)
             fcntl.flock(fd, fcntl.LOCK_EX)      # an interruption (SIGTERM, Ctrl-C) ends the wait
+            waited = True
         earlier = _holder(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
         if earlier:
             log.warning("%s: taking over the lock of %s, which ended without releasing it (a crash); its "
@@ -122,7 +126,7 @@ def job_lock(path: str | os.PathLike, job_id: str, wait: bool = True):
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         try:
-            yield me
+            yield {**me, "waited": waited}
         finally:
             os.ftruncate(fd, 0)         # released: an empty lock file is a free one
     finally:

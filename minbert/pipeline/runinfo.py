@@ -4,18 +4,24 @@
 - first: no path the job writes under the results folder is (or lies under) a symlink, and the
   job's lock is taken (minbert.pipeline.lock: one process per job, whichever engine started it;
   a job that finds another process running it waits for it);
-- the job's fingerprint: the hash of its resolved description (minbert.pipeline.job) and of the
-  contents of what it reads, for the resume check of the training stages;
-- when the job's last finished run had this very fingerprint, its outputs are put back as they
-  were (minbert.pipeline.finished) and nothing runs (`UpToDate`): work another process finished,
-  or one an engine deleted, is never redone;
+- the job's fingerprint, once: the hash of its resolved description (minbert.pipeline.job), the
+  content hashes of what it reads, and, for a stage that runs the network, where and how it runs
+  (device type, the precision `auto` resolves to here, processes). The stage receives its network
+  settings with `auto` resolved (`Running.settings`), and the training stages resume only a state
+  saved under this very fingerprint;
+- nothing runs (`UpToDate`) only when the job's outputs are, byte for byte, what its last finished
+  run of this fingerprint wrote (minbert.pipeline.finished, every file hashed again), and either it
+  waited for another process that ran it (an engine's job started while a hand run, or an orphan of
+  a killed engine, ran it) or it was started by hand without `--force`. A job an engine starts
+  without waiting always runs: an engine runs a job because it judged it stale or was told to
+  (`snakemake --forcerun`, `dvc repro -f`), and it deletes the job's outputs first anyway;
 - before: the job's declared outputs left from an earlier run are removed (a failure can then
   never leave a stale output behind) and temporaries left by a killed run beside them are deleted;
   a folder outside the results folder (the report's pages under --out) loses only the files its
   manifest says the stage wrote there, never a user's own;
 - after success: results/runs/<stage>/<name>.json with the git revision, the environment and
   device, the precision that ran, wall time and peak memory, the fingerprint and the resolved
-  description; then the outputs are kept as the job's finished work.
+  description; then what the run wrote is recorded by content (minbert.pipeline.finished).
 """
 from __future__ import annotations
 
@@ -33,10 +39,10 @@ from pathlib import Path
 
 from minbert.core.io import MANIFEST, clean_stale_temporaries, refuse_links, remove_owned, write_json
 from minbert.core.layout import Layout
-from minbert.core.provenance import fingerprint_of, git_revision
+from minbert.core.provenance import fingerprint_of, git_revision, with_runtime
 from minbert.pipeline import finished
 from minbert.pipeline.job import Job, inside, refuse_inputs_inside_outputs
-from minbert.pipeline.lock import job_lock
+from minbert.pipeline.lock import engine, job_lock
 
 
 def peak_rss_mib() -> float:
@@ -62,10 +68,12 @@ def hardware(device="cpu") -> dict:
 
 @dataclass
 class Running:
-    """A running job: its fingerprint and description, and fields for its run record."""
+    """A running job: its fingerprint and description, its settings as it runs them (a network
+    stage's with device and precision resolved), and fields for its run record."""
     job: Job
     fingerprint: str
     description: dict
+    settings: object = None
     fields: dict = field(default_factory=dict)
 
 
@@ -86,34 +94,51 @@ class UpToDate(Exception):
     """The job's outputs for this very description and inputs are in place: nothing to run."""
 
 
-def network_record(network) -> dict:
-    """Where a stage that runs the network runs and in which precision, as the run record says it
-    (minbert.params.settings.NetworkSettings; nothing is set up here)."""
+def resolve_network(network) -> tuple[object, dict]:
+    """A network stage's settings (minbert.params.settings.NetworkSettings) with the device and the
+    precision `auto` resolved here, once, and the runtime its run record and fingerprint hold:
+    device type, precision, processes (torchrun's WORLD_SIZE)."""
     from minbert.core.runtime import pick_device, precision_on
 
     device = pick_device(network.device)
-    return {"device": device, "precision": precision_on(network.precision, device)}
+    precision = precision_on(network.precision, device)
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return network.model_copy(update={"device": device.type, "precision": precision}), \
+        {"device": device.type, "precision": precision, "world": world}
+
+
+def up_to_date(job: Job, fingerprint: str, waited: bool, force: bool) -> str | None:
+    """Why the job has nothing to run (its outputs are, by content, what its last finished run of this
+    fingerprint wrote, and it waited for that run or was started by hand), or None."""
+    if force or not (waited or engine() == "hand") or not finished.in_place(job, fingerprint):
+        return None
+    if waited:
+        return f"{job.id}: finished by the process it waited for, for these settings, inputs and code; its outputs " \
+               f"are in place (checked by content): nothing to run"
+    return f"{job.id}: up to date (its outputs for these settings, inputs and code are in place, as its last run " \
+           f"wrote them); nothing to run (--force runs it again)"
 
 
 @contextlib.contextmanager
-def running(job: Job, network=None, extra_reads=(), main_process: bool = True, force: bool = False):
+def running(job: Job, network=None, main_process: bool = True, force: bool = False):
     """Run `job`'s body (see the module docstring); yields a `Running`. `network`: the settings of a
-    stage that runs the network (its device and precision go into the record); `extra_reads`: what
-    the job reads outside its declared inputs (e.g. the packaged model folder); `force`: run even
-    when the finished outputs of this fingerprint are kept."""
+    stage that runs the network (its device and precision go into the record and the fingerprint,
+    resolved once); `force`: run even when the job's finished outputs are in place."""
     L = Layout(job.results)
     lock = job_lock(L.lock(job.stage, job.name), job.id) if main_process else contextlib.nullcontext()
     if main_process:
         for path in owned_paths(job):
             refuse_links(path, job.results)
-        refuse_inputs_inside_outputs(job, extra_reads)
-    record = network_record(network) if network is not None else {"device": "cpu"}
-    with lock:
-        description = job.runtime_description(extra_reads)
-        run = Running(job, fingerprint_of(description), description)
-        if main_process and not force and finished.restore(job, run.fingerprint):
-            raise UpToDate(f"{job.id}: up to date (its outputs for these settings, inputs and code are in place); "
-                           f"nothing to run")
+        refuse_inputs_inside_outputs(job)
+    settings, runtime = resolve_network(network) if network is not None else (None, {"device": "cpu"})
+    with lock as holding:
+        description = job.runtime_description()
+        if network is not None:
+            description = with_runtime(description, runtime["device"], runtime["precision"], runtime["world"])
+        run = Running(job, fingerprint_of(description), description, settings)
+        why = up_to_date(job, run.fingerprint, bool(holding and holding["waited"]), force) if main_process else None
+        if why:
+            raise UpToDate(why)
         if main_process:
             for out in job.outputs:
                 path = Path(out)
@@ -127,11 +152,10 @@ def running(job: Job, network=None, extra_reads=(), main_process: bool = True, f
                 "started": start.isoformat(timespec="seconds"),
                 "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "wall_seconds": round(time.perf_counter() - t0, 2), "peak_rss_mib": peak_rss_mib(),
-                **hardware(record["device"]), **{k: v for k, v in record.items() if k != "device"}, **run.fields,
-                "fingerprint": run.fingerprint, "description": description,
+                **hardware(runtime["device"]), **({"precision": runtime["precision"]} if network is not None else {}),
+                **run.fields, "fingerprint": run.fingerprint, "description": description,
             })
-            finished.keep_dates(job)       # outputs as they were: their dates as they were
-            finished.keep(job, run.fingerprint)
+            finished.record(job, run.fingerprint)    # outputs as they were: their dates as they were
 
 
 def owned_paths(job: Job) -> list[str]:

@@ -1,12 +1,14 @@
 """What every stage CLI shares: its arguments and its job.
 
-    call = stage_call("finetune", __doc__, argv, named="experiment")
+    call = stage_call("finetune", __doc__, argv)
     s = FinetuneSettings(**call.job.settings)
+    call.job.reads["splits"], call.job.writes["model"]
 
 An engine starts a stage with `--job results/jobs/<stage>/<name>.json`, the job file it depends on
-(minbert.pipeline.job): the stage reads its settings, inputs and outputs from it and nothing else
-of the params. By hand, without `--job`, the stage looks its job up in `--params` (the planner,
-minbert.pipeline.plan), with the same result.
+(minbert.pipeline.job): the stage reads its settings, inputs and outputs from it, checked against
+what the stage registry derives, and nothing else of the params. By hand, without `--job`, the
+stage plans its own job from `--params` (minbert.pipeline.plan.job_for), with the same result. How
+a stage's jobs are named on the command line (--experiment E, --name N) is the registry's.
 """
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ from typing import Callable
 
 from minbert.core.layout import Layout
 from minbert.pipeline.job import Job
+from minbert.pipeline.registry import STAGES
 
-NAMED = {"experiment": "the experiment's name in params.yaml", "name": "its name in params.yaml"}
+NAMED = {"experiment": "the experiment's name in params.yaml", "name": "its name in params.yaml"}   # default help
 
 
 @dataclass
@@ -32,29 +35,31 @@ class StageCall:
         return self.job.name
 
 
-def stage_parser(doc: str, named: str | None = None, name_help: str | None = None) -> argparse.ArgumentParser:
-    """--params, --results, --job and, for a stage with one job per name, `--<named>`."""
+def stage_parser(stage: str, doc: str) -> argparse.ArgumentParser:
+    """--params, --results, --job, --force and, for a stage with one job per name, `--<named>`."""
+    spec = STAGES[stage]
     p = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     p.add_argument("--params", default="params.yaml", help="the parameter file (default: params.yaml)")
     p.add_argument("--results", default="results", help="the results folder (default: results)")
     p.add_argument("--job", default=None, help="the job file an engine wrote (results/jobs/<stage>/<name>.json); "
-                                               "without it the job is looked up in --params")
-    p.add_argument("--force", action="store_true", help="run even when this job's outputs for the same settings, "
-                                                         "inputs and code are in place (kept from a finished run)")
-    if named:
-        p.add_argument(f"--{named}", required=True, help=name_help or NAMED[named])
+                                               "without it the job is planned from --params")
+    p.add_argument("--force", action="store_true", help="run even when this job's outputs, as its last run wrote "
+                                                         "them for the same settings, inputs and code, are in place")
+    if spec.named:
+        p.add_argument(f"--{spec.named}", required=True, help=spec.name_help or NAMED[spec.named])
     return p
 
 
-def stage_call(stage: str, doc: str, argv: list[str] | None, *, named: str | None = None, name_help: str | None = None,
+def stage_call(stage: str, doc: str, argv: list[str] | None, *,
                arguments: Callable[[argparse.ArgumentParser], None] | None = None, reports: str | None = None
                ) -> StageCall:
     """Parse the stage's arguments (`arguments` adds its own) and find its job. `reports`: the name of
     an argument holding the reports folder (the report stage's --out)."""
-    p = stage_parser(doc, named, name_help)
+    p = stage_parser(stage, doc)
     if arguments is not None:
         arguments(p)
     args = p.parse_args(argv)
+    named = STAGES[stage].named
     name = getattr(args, named) if named else None
     if args.job:
         job = Job.read(args.job, stage, name)
@@ -70,3 +75,16 @@ def stage_call(stage: str, doc: str, argv: list[str] | None, *, named: str | Non
 def main_process() -> bool:
     """False in the other ranks of a torchrun launch (only rank 0 writes outputs)."""
     return int(os.environ.get("RANK", "0")) == 0
+
+
+def folders_of(paths: list[str]) -> list[str]:
+    """The folders holding `paths` (a job's named reads or writes), once each, in order."""
+    return list(dict.fromkeys(str(os.path.dirname(p)) or "." for p in paths))
+
+
+def folder_of(paths: list[str]) -> str:
+    """The one folder holding all of `paths` (a predictions folder, the prepared data)."""
+    folders = folders_of(paths)
+    if len(folders) != 1:
+        raise ValueError(f"expected the files of one folder, got {len(folders)} folders")
+    return folders[0]

@@ -42,7 +42,7 @@ from minbert.core.metrics import (
     summarise,
     task_metric,
 )
-from minbert.core.provenance import fingerprint_of
+from minbert.core.provenance import fingerprint_of, with_runtime
 from minbert.core.runtime import autocast
 from minbert.core.tasks import TASKS
 from minbert.data.batches import Collator, TaskData, to_device
@@ -392,8 +392,7 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     description = options.description or {"settings": {"finetune": cfg.model_dump(), "seed": options.seed,
                                                        "bf16": options.bf16}, "sizes": sizes}
     # where and how it runs: a state saved on one device type or in one precision never resumes in another
-    description = {**description, "world": world, "device_type": device.type,
-                   "precision": "bf16" if options.bf16 else "fp32"}
+    description = with_runtime(description, device.type, "bf16" if options.bf16 else "fp32", world)
     model.to(device)
     if cfg.freeze_encoder:
         model.encoder.freeze(True)
@@ -412,7 +411,7 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
                   "pcgrad": torch.Generator(device="cpu").manual_seed(options.seed + 29)}
     tr = Training(model, tokenizer, {t: train[t] for t in tasks}, dev, cfg, options, optimizer,
                   [p for p in model.parameters() if p.requires_grad], momentum, generators,
-                  fingerprint_of(description), description, EpochTotals(tasks, device))
+                  options.fingerprint or fingerprint_of(description), description, EpochTotals(tasks, device))
     if device.type == "cuda" and options.cuda_graphs:
         from minbert.train.step import CapturedSteps, why_not_captured
 

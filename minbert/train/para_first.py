@@ -21,14 +21,15 @@ from minbert.train.training import FitOptions
 
 
 def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, description: dict | None = None,
-             name: str = "") -> dict:
+             name: str = "", fingerprint: str | None = None) -> dict:
     """The paraphrase task alone on all of Quora's training data (minbert.params.settings.para_first_config),
     as resumable multi-task fine-tuning; its best encoder is the pretrained model. Writes the
     pretraining's outputs (minbert.train.pretrained) and returns its metrics."""
     ft = FinetuneSettings(model=start_model, seed=s.seed, max_length=s.max_length, finetune=para_first_config(s),
                           **TrainingSettings.keys_of(s))
     with tempfile.TemporaryDirectory(prefix="para_first.") as work:
-        options = FitOptions(Path(work), state_dir=files.state_dir, description=description, evaluate_first=True,
+        options = FitOptions(Path(work), state_dir=files.state_dir, description=description, fingerprint=fingerprint,
+                             evaluate_first=True,
                              checkpoint_extra={"experiment": name or "para_first", "stage": "pretrain"})
         result = finetune_experiment(ft, files.data, options, cache_dir=files.cache)
         model, _, _ = load_checkpoint(Path(work) / MODEL_FILE)

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from minbert.core.errors import MinBertError
 from minbert.core.io import clean_stale_temporaries, torch_save
 from minbert.core.layout import BEST_STATE_FILE, STATE_FILE
-from minbert.core.provenance import fingerprint_of
+from minbert.core.provenance import fingerprint_of, with_runtime
 from minbert.core.runtime import Runtime, seed_everything, start_runtime
 from minbert.core.tasks import TASKS
 from minbert.data.downsample import downsample
@@ -148,9 +148,10 @@ class Resumable:
     (None: nothing is saved, nothing resumed) and the job's description, whose fingerprint a
     saved state must carry to be resumed."""
 
-    def __init__(self, state_dir, description: dict, modules: list, optimizer, device, generators: dict):
+    def __init__(self, state_dir, description: dict, modules: list, optimizer, device, generators: dict,
+                 fingerprint: str | None = None):
         self.dir = Path(state_dir) if state_dir is not None else None
-        self.description, self.fingerprint = description, fingerprint_of(description)
+        self.description, self.fingerprint = description, fingerprint or fingerprint_of(description)
         self.parts = {"modules": {f"module{i}": m for i, m in enumerate(modules)}, "optimizer": optimizer,
                       "device": device, "generators": generators}
         self.modules = modules
@@ -198,12 +199,13 @@ class Resumable:
 
 
 def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runtime, desc: str, *, state_dir=None,
-          description: dict | None = None) -> tuple[list[dict], float]:
+          description: dict | None = None, fingerprint: str | None = None) -> tuple[list[dict], float]:
     """Train `objective` for `pparams.epochs` and keep the epoch with the lowest dev loss (the
     modules end with its weights); returns (history rows, dev loss before training).
 
     With a `state_dir`, the resumable state is saved there after every epoch but the last, and a
-    state saved under the same `description` (default: the settings and data sizes) is resumed,
+    state saved under the same `description` (default: the settings and data sizes; `fingerprint`: the
+    job's, computed once by minbert.pipeline.runinfo from it) is resumed,
     exactly as fine-tuning does (minbert.train.loop); the caller removes the folder once the
     outputs are written."""
     modules = objective.modules()
@@ -220,8 +222,9 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
         description = {"settings": s.model_dump(), "sizes": {"train": len(objective.lengths("train")),
                                                              "dev": len(objective.lengths("dev"))}}
     # a state saved on one device type or in one precision never resumes in another
-    description = {**description, "world": 1, "device_type": runtime.device.type, "precision": runtime.precision}
-    saved = Resumable(state_dir, description, modules, optimizer, runtime.device, objective.generators())
+    description = with_runtime(description, runtime.device.type, runtime.precision, 1)
+    saved = Resumable(state_dir, description, modules, optimizer, runtime.device, objective.generators(),
+                      fingerprint)
     state, best = saved.resume(desc)
     if state is None:
         state = PretrainState(dev_before=mean_dev_loss(objective, runtime, pparams.batch_size))
@@ -299,7 +302,7 @@ def _setup(s: PretrainSettings, model_name: str):
 
 
 def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, *, state_dir=None,
-                 description: dict | None = None) -> PretrainResult:
+                 description: dict | None = None, fingerprint: str | None = None) -> PretrainResult:
     """Masked-LM further pretraining on the texts of the pretraining's `mlm.tasks` (resumable: see `train`)."""
     pparams = s.pretraining
     runtime, encoder, mlm_tensors, folder, tok = _setup(s, model_name)
@@ -310,14 +313,15 @@ def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=Non
     train_set = encode_texts(tok, train_frames, cache_dir)
     dev_set = _cap(encode_texts(tok, dev_frames, cache_dir), pparams.dev_size, s.seed)
     objective = MlmObjective(encoder, head, tok, train_set, dev_set, pparams.mlm.mask_prob, s.seed)
-    history, before = train(objective, pparams, s, runtime, "mlm", state_dir=state_dir, description=description)
+    history, before = train(objective, pparams, s, runtime, "mlm", state_dir=state_dir, description=description,
+                            fingerprint=fingerprint)
     metrics = {"mlm_head_loaded": loaded, "tasks": list(pparams.mlm.tasks),
                "train_examples": {t: len(f) for t, f in train_frames.items()}, "dev_examples": len(dev_set)}
     return PretrainResult(encoder.cpu(), head.cpu(), history, _loss_summary(history, before) | metrics)
 
 
 def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, data_dir="results/data", *,
-                 state_dir=None, description: dict | None = None) -> PretrainResult:
+                 state_dir=None, description: dict | None = None, fingerprint: str | None = None) -> PretrainResult:
     """NLI pretraining of sentence embeddings with the pretraining's `nli.objective` (resumable: see `train`)."""
     pparams = s.pretraining
     runtime, encoder, _, folder, tok = _setup(s, model_name)
@@ -329,7 +333,7 @@ def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=Non
     objective = NliObjective(encoder, tok, objective_name, examples["train"], examples["dev"],
                              pparams.nli.temperature, pparams.nli.margin, pparams.nli.pooling)
     history, before = train(objective, pparams, s, runtime, f"nli-{objective_name}", state_dir=state_dir,
-                            description=description)
+                            description=description, fingerprint=fingerprint)
     metrics = {"objective": objective_name, "pooling": pparams.nli.pooling,
                "train_examples": len(examples["train"]["parts"][0]), "dev_examples": len(examples["dev"]["parts"][0])}
     return PretrainResult(encoder.cpu(), None, history, _loss_summary(history, before) | metrics)
@@ -345,7 +349,7 @@ def _loss_summary(history: list[dict], before: float) -> dict:
 # ---------------------------------------------------------------- a pretraining job
 
 def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, description: dict | None = None,
-             name: str = "") -> dict:
+             name: str = "", fingerprint: str | None = None) -> dict:
     """Run a masked-LM or NLI pretraining from `start_model`; write the model folder, history.csv
     and metrics.json (minbert.train.pretrained); return the metrics.
 
@@ -355,7 +359,7 @@ def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, des
     outputs are written."""
     kind = s.pretraining.kind
     data = read_pretraining_data(files.data, s)
-    resumable = {"state_dir": files.state_dir, "description": description}
+    resumable = {"state_dir": files.state_dir, "description": description, "fingerprint": fingerprint}
     result = (pretrain_mlm(s, data, start_model, files.cache, **resumable) if kind == "mlm"
               else pretrain_nli(s, data, start_model, files.cache, files.data, **resumable))
     head = result.mlm_head.checkpoint_tensors() if result.mlm_head is not None else None

@@ -90,9 +90,11 @@ class FitOptions:
     device: torch.device = torch.device("cpu")  # training (minbert.train.experiment) sets them from its settings
     bf16: bool = False
     state_dir: Path | None = None               # the resumable state; default <out_dir>.state
-    # the job's resolved description (minbert.pipeline.plan): a state is resumed only when saved
-    # under the same one; default: the settings, seed and data sizes
+    # the job's resolved description and its fingerprint (minbert.pipeline.runinfo, which computes
+    # it once, runtime included): a state is resumed only when saved under the same one; default: the
+    # settings, seed and data sizes, with where and how the run runs
     description: dict | None = None
+    fingerprint: str | None = None
     dist_info: DistInfo = field(default_factory=DistInfo)
     resume: bool = True
     stop_after_epochs: int | None = None        # stop (state saved) after this many epochs of this call

@@ -1,5 +1,6 @@
-# One rule per stage, built from the jobs of workflow/dag.py (the {name} wildcard is the
-# experiment, pretraining or ensemble); a stage whose jobs declare outputs of different shapes
+# One rule per stage, built from the jobs of workflow/dag.py and the stage registry (the {name}
+# wildcard is the experiment, pretraining or ensemble; its paths are the layout's with the name
+# "{name}", its message and resources the registry's); a stage whose jobs declare outputs of different shapes
 # (predictions of different task sets) gets one rule per shape (dag.rule_groups). A job's inputs
 # are its job file and the outputs it reads; its command reads its job from the job file and
 # writes its output to the rule's log.
@@ -36,7 +37,7 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
             input: lambda wc, s=stage_name: SNAKE.inputs_after(checkpoints, s, wc)
             output: dag.snakemake_outputs(sample_job)
             log: dag.snakemake_log(sample_job)
-            message: MESSAGES and dag.STAGE_MESSAGES[stage_name]
+            message: MESSAGES and dag.stage_message(stage_name)
             wildcard_constraints: name=name_pattern
             threads: 1
             run: dag.run_in_process(SNAKE.job(RULE_STAGE[rule], wildcards), log[0])
@@ -47,10 +48,10 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
             output: dag.snakemake_outputs(sample_job)
             log: dag.snakemake_log(sample_job)
             benchmark: dag.snakemake_benchmark(sample_job)
-            message: MESSAGES and dag.STAGE_MESSAGES[stage_name]
+            message: MESSAGES and dag.stage_message(stage_name)
             wildcard_constraints: name=name_pattern
             params:
-                cmd=lambda wc, s=stage_name: SNAKE.job(s, wc).cmd,
+                cmd=lambda wc, s=stage_name: SNAKE.cmd(s, wc),
             threads: dag.stage_threads(stage_name, GPUS, JOBS_PER_GPU, workflow.cores, ON_THIS_MACHINE)
             resources: **dag.stage_resources(stage_name, GPUS)
             conda: "../envs/minbert.yaml"

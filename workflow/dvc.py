@@ -1,0 +1,173 @@
+"""dvc.yaml, generated from the pipeline's jobs (workflow/dag.py) for DVC: the `resolve` stage that
+rewrites the job files, then one stage per job with the same command, inputs and outputs as the
+Snakemake job; a job's dependencies listed as the folders it reads whole; DVC's plots. A test keeps
+the committed dvc.yaml equal to the generated one (`python -m workflow.dag --write-dvc`)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from minbert.core.tasks import TASKS
+from minbert.params import LoadedParams
+from minbert.pipeline.code import PROJECT_PACKAGES
+from minbert.pipeline.job import Job
+from workflow.dag import LAYOUT, REPO, RESOLVE_STAGE, _loaded, jobs
+
+
+def _dvc_stage_name(job: Job) -> str:
+    return job.id.replace("@", "-")
+
+
+def params_source(lp: LoadedParams, params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[str]:
+    """The params files DVC tracks: the params file, and the catalogue file it takes sections from."""
+    files = [str(params_path)]
+    if lp.source is not None and Path(lp.source).resolve() != (Path(repo) / params_path).resolve():
+        files.append(Path(lp.source).resolve().relative_to(Path(repo).resolve()).as_posix())
+    return files
+
+
+def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: LoadedParams | None = None,
+             all_jobs: list[Job] | None = None) -> dict:
+    """dvc.yaml as a dict: the resolve stage, one stage per job, metrics and plots for DVC's views
+    (`lp`, `all_jobs`: the params and jobs of `params_path`, where already at hand)."""
+    repo = Path(repo)
+    lp = lp or _loaded(params_path, repo)
+    all_jobs = all_jobs if all_jobs is not None else jobs(lp, repo)
+    params_arg = "" if str(params_path) == "params.yaml" else f" --params {params_path}"
+    folders = _DvcFolders(all_jobs)
+    stages = {RESOLVE_STAGE: {
+        "cmd": f"python -m workflow.dag --resolve{params_arg}",
+        "params": [{f: None} for f in params_source(lp, params_path, repo)],
+        # what the job files it writes hold: the code (each file's hash: the project's folders are
+        # enough to re-run it) and the sources' content hashes
+        "deps": sorted({p for p in PROJECT_PACKAGES if (repo / p).is_dir()} |
+                       set(folders.sources([s for j in all_jobs for s in j.sources]))),
+        "outs": [{LAYOUT.job_files: {"persist": True, "cache": False}}],
+    }}
+    for job in all_jobs:
+        # the job file holds the content hash of the job's code closure: it changes when that code
+        # does, so the code files are not listed again here (the resolve stage reads them).
+        # DVC compares one metrics file, the report's summary (`dvc exp show` stays readable); each
+        # job's own metrics file is a cached output like the others. Metrics and curves are cached:
+        # DVC reads them for every commit and experiment (`dvc exp show`, `metrics diff`, `plots diff`)
+        metrics = [m for m in job.metrics if m == LAYOUT.summary_metrics]
+        st: dict = {"cmd": job.cmd, "deps": [job.job_file] + folders.deps(job),
+                    "outs": job.outs + [m for m in job.metrics if m not in metrics] + [job.run_record]}
+        if metrics:
+            st["metrics"] = metrics
+        if job.plots:
+            st["plots"] = job.plots
+        stages[_dvc_stage_name(job)] = st
+    return {"stages": stages, "plots": _dvc_plot_views(all_jobs)}
+
+
+def _ancestors(path: str, itself: bool = True) -> list[str]:
+    """The folders above `path` (and `path` itself), as prefixes of its parts."""
+    parts = path.split("/")
+    return ["/".join(parts[:k]) for k in range(len(parts) if itself else len(parts) - 1, 0, -1)]
+
+
+class _DvcFolders:
+    """A job's dependencies as dvc.yaml lists them: a folder where the job reads everything in it
+    that any job writes (a predictions folder, every fine-tuning's run record), one line where the
+    Snakefile needs a file each (Snakemake compares files by content, DVC folders by hash); raw
+    files sharing a folder as that folder. Linear: each folder's count of outputs is counted once."""
+
+    def __init__(self, all_jobs: list[Job]):
+        self.outputs = {o for j in all_jobs for o in j.outputs}
+        self.total: dict[str, int] = {}
+        for o in self.outputs:
+            for folder in _ancestors(o):
+                self.total[folder] = self.total.get(folder, 0) + 1
+
+    def deps(self, job: Job) -> list[str]:
+        sources = set(job.sources)
+        deps = [d for d in job.deps if d not in sources]
+        read: dict[str, int] = {}
+        for d in (d for d in deps if d in self.outputs):
+            for folder in _ancestors(d):
+                read[folder] = read.get(folder, 0) + 1
+        own = {f for o in job.outputs for f in _ancestors(o, itself=False)}
+        out: list[str] = []
+        for dep in deps:
+            folder = self._widest(dep, read, own)
+            if folder not in out:
+                out.append(folder)
+        return out + [s for s in self.sources(job.sources) if s not in out]
+
+    def _widest(self, dep: str, read: dict[str, int], own: set[str]) -> str:
+        """The widest folder above `dep` whose every output the job reads (and none of its own)."""
+        best, parts = dep, dep.split("/")
+        for k in range(len(parts) - 1, 1, -1):            # never the results folder itself
+            folder = "/".join(parts[:k])
+            if not self.total.get(folder) or folder in own or read.get(folder, 0) != self.total[folder]:
+                break
+            best = folder
+        return best
+
+    @staticmethod
+    def sources(sources: list[str]) -> list[str]:
+        """Raw files that share a folder with another raw file: that folder, once."""
+        by_folder: dict[str, list[str]] = {}
+        for s in sources:
+            by_folder.setdefault(str(Path(s).parent.as_posix()), []).append(s)
+        out = []
+        for folder, files in by_folder.items():
+            for item in ([folder] if len(set(files)) > 1 and folder not in (".", "") else files):
+                if item not in out:
+                    out.append(item)
+        return sorted(out)
+
+
+def _dvc_plot_views(all_jobs: list[Job]) -> list:
+    """Top-level plots: the dev curves per experiment and the SST/Quora dev confusion matrices."""
+    views = []
+    for job in all_jobs:
+        if job.stage == "finetune":
+            cols = [f"dev_{t}_{TASKS[t].metric}" for t in job.settings["finetune"]["tasks"]]
+            views.append({f"{job.name}-dev-curves": {"x": "epoch", "y": {job.plots[0]: cols},
+                                                     "title": f"{job.name}: dev metrics per epoch"}})
+        if job.stage in ("predict", "ensemble"):
+            tasks = set(job.settings["tasks"])
+            for task in (t for t in TASKS if t in tasks and TASKS[t].kind != "regression"):
+                views.append({f"{job.name}-{task}-dev-confusion": {
+                    "template": "confusion", "x": "prediction",
+                    "y": {next(o for o in job.outs if o.endswith(f"/{task}-dev.csv")): "label"},
+                    "title": f"{job.name}: {task} dev confusion"}})
+    return views
+
+
+HEADER = ("# Generated by `python -m workflow.dag --write-dvc` from the params file; do not edit by hand.\n"
+          "# The Snakefile builds the same jobs from workflow/dag.py.\n")
+
+
+def render_dvc(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: LoadedParams | None = None,
+               all_jobs: list[Job] | None = None) -> str:
+    return HEADER + yaml.safe_dump(dvc_yaml(params_path, repo, lp, all_jobs), sort_keys=False, width=120)
+
+
+def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
+    """Record the outputs in dvc.lock (`dvc commit --force`) without touching their timestamps.
+
+    DVC re-links committed files into the workspace, which would make them look newer to
+    Snakemake than the jobs that read them; restoring the times keeps a later Snakemake run a no-op.
+    """
+    import subprocess
+
+    times = {}
+    for job in all_jobs:
+        for out in job.outputs + [job.job_file]:
+            path = repo / out
+            for p in ([path] + sorted(path.rglob("*")) if path.is_dir() else [path]):
+                if p.exists():
+                    st = p.stat()
+                    times[p] = (st.st_atime_ns, st.st_mtime_ns)
+    ok = subprocess.run(["dvc", "commit", "--force", "--quiet"], cwd=repo).returncode == 0
+    for p in sorted(times, key=lambda q: len(q.parts), reverse=True):   # files before their folders
+        if p.exists():
+            os.utime(p, ns=times[p], follow_symlinks=False)
+    return ok
+
+
