@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, help="rows per batch (default: the experiment's predict stage's, "
                                                   "else 64)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda when available")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp32"],
+    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"],
                    help="default: the experiment's predict stage's setting, else auto (bf16 where it is native): "
                         "the stage's batches and precision give its numbers")
     p.add_argument("--bf16", action="store_true", help="the same as --precision bf16")

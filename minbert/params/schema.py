@@ -266,6 +266,17 @@ class DistillParams(Strict):
                                                        "the gold labels alone")
 
 
+class EarlyStopping(Strict):
+    """Stop a fine-tuning when its dev selection score has stopped improving (as the Hugging Face
+    Trainer's EarlyStoppingCallback)."""
+    patience: int = Field(3, ge=1, description="dev evaluations in a row (each of `evals_per_epoch` counts) whose "
+                                               "selection score (history.csv's `dev_score`) is not above the best "
+                                               "so far by more than `min_delta`; then training stops (in sequential "
+                                               "fine-tuning, the task's phase stops and the next begins)")
+    min_delta: float = Field(0.0, ge=0, description="the smallest rise of the selection score that counts as an "
+                                                    "improvement")
+
+
 class FinetuneParams(Strict):
     """Multi-task fine-tuning (docs/finetuning.md): the tasks, their schedule, the optimiser, the
     heads and the regularisers."""
@@ -327,6 +338,16 @@ class FinetuneParams(Strict):
                                                               "epoch) and a candidate for the model kept. More show "
                                                               "where a short run's dev curve flattens (the report's "
                                                               "training check), at the cost of one dev pass each")
+    early_stopping: EarlyStopping | None = Field(
+        None, description="`{patience, min_delta}`: stop when the dev selection score has not improved for `patience` "
+                          "evaluations (the model kept is still the best evaluated; the lr schedule stays the one "
+                          "planned for every epoch); null: train every epoch")
+    gradient_accumulation_steps: int = Field(
+        1, ge=1, le=64, description="split each task's batch of an update into this many micro-batches whose "
+                                    "gradients add up before the one optimiser step: the same update (same "
+                                    "`batch_size`, same examples, the same numbers up to float rounding) in about "
+                                    "1/N of the activation memory, at the cost of N smaller passes. Not with PCGrad, "
+                                    "SMART or a correlation STS loss, which need the whole batch at once")
     max_steps_per_epoch: int | None = Field(None, ge=1, description="cut every epoch to at most this many updates "
                                                                     "(demo, tests, quick runs); the lr schedule is "
                                                                     "built on the cut epochs")
@@ -346,6 +367,22 @@ class FinetuneParams(Strict):
         if len(set(v)) != len(v):
             raise ValueError("lists a task twice")
         return v
+
+    @model_validator(mode="after")
+    def _accumulation_splits_the_batch(self):
+        k = self.gradient_accumulation_steps
+        if k > 1:
+            whole = [what for on, what in ((self.pcgrad, "PCGrad (`pcgrad`) projects whole per-task gradients"),
+                                           (self.smart.enabled, "SMART perturbs the whole batch"),
+                                           ("pearson" in self.heads.sts_loss and "sts" in self.tasks,
+                                            f"the STS loss `{self.heads.sts_loss}` correlates over the whole batch"))
+                     if on]
+            if whole:
+                raise ValueError(f"gradient_accumulation_steps {k}: {whole[0]}; set gradient_accumulation_steps: 1")
+            if k > self.batch_size:
+                raise ValueError(f"gradient_accumulation_steps {k} is more than batch_size {self.batch_size}; each "
+                                 f"micro-batch needs an example")
+        return self
 
 
 class RetrainHeadsParams(Strict):
@@ -403,8 +440,8 @@ class PretrainParams(Strict):
                                                                     "schedule is built on the cut epochs")
     dev_size: int | None = Field(None, ge=1, description="mlm and nli: evaluate on a seeded subset of at most this "
                                                          "many dev examples (quick runs)")
-    precision: Literal["auto", "bf16", "fp32"] | None = Field(
-        None, description="`auto`, `bf16` or `fp32` for this pretraining only (e.g. `fp32` to keep a pretraining "
+    precision: Literal["auto", "bf16", "fp16", "fp32"] | None = Field(
+        None, description="`auto`, `bf16`, `fp16` or `fp32` for this pretraining only (e.g. `fp32` to keep a pretraining "
                           "in float32 while fine-tuning runs in bf16); null: the base's `precision`")
     finetune: dict[str, Any] = Field(
         {}, description="para_first only: what it changes in `base.finetune`, whose heads, dropout and other "
@@ -427,10 +464,12 @@ class ExperimentParams(Strict):
                        "them")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="`auto` (CUDA when there is a GPU), `cpu` or `cuda`")
-    precision: Literal["auto", "bf16", "fp32"] = Field(
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         "auto", description="auto: bf16 autocast where bf16 is native (CUDA GPUs from Ampere on, CPUs with "
-                            "avx512_bf16 / amx_bf16), float32 elsewhere; bf16 / fp32: that precision on every "
-                            "device (fp32 on CUDA multiplies matrices in TF32)")
+                            "avx512_bf16 / amx_bf16), fp16 autocast with loss scaling on a CUDA GPU without "
+                            "bf16 (T4, V100), float32 elsewhere; bf16 / fp16 / fp32: that precision on every "
+                            "device (fp16 trains with a gradient scaler; fp32 on CUDA multiplies matrices in "
+                            "TF32)")
     deterministic: bool = Field(
         False, description="pin the algorithms (torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace, the "
                            "math attention backend): a CUDA run repeats bit for bit, at some cost in speed")

@@ -26,7 +26,7 @@ Device = Literal["auto", "cpu", "cuda"]
 class NetworkSettings(Strict):
     """How a stage that runs the network runs it."""
     device: Device = "auto"
-    precision: Literal["auto", "bf16", "fp32"] = "auto"   # resolved per device by minbert.core.runtime
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"   # resolved per device by minbert.core.runtime
     deterministic: bool = False
     threads: int | None = None
 
@@ -102,4 +102,4 @@ def para_first_config(s: PretrainSettings) -> FinetuneParams:
         "lr_schedule": pre.lr_schedule, "grad_clip": pre.grad_clip,
         "downsample": Downsample(mode="none"),
         "max_steps_per_epoch": pre.max_steps_per_epoch, "smart": SmartParams(), "pcgrad": False,
-        "freeze_encoder": False, "distill": None, "walk_through": []})
+        "freeze_encoder": False, "distill": None, "walk_through": [], "early_stopping": None})

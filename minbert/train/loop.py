@@ -60,6 +60,7 @@ from minbert.params.schema import FinetuneParams
 from minbert.train.distributed import (
     average_gradients,
     barrier,
+    from_main,
     refuse_batch_statistics,
 )
 from minbert.train.losses import task_loss
@@ -81,12 +82,13 @@ CHECK_EVERY = 50    # updates between the host's reads of the device's running t
 
 # ---------------------------------------------------------------- evaluation
 
-def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, device, bf16: bool,
+def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, device, precision: bool | str,
                 features: dict | None = None) -> dict[str, float]:
     """Dev metrics and losses of every labelled task, plus overall/mean when they apply; a task
-    with stored embeddings of a frozen encoder (`features`, minbert.train.frozen) runs its head only."""
+    with stored embeddings of a frozen encoder (`features`, minbert.train.frozen) runs its head only.
+    `precision`: the run's autocast ('bf16', 'fp16', 'fp32'; True stands for bf16)."""
     out: dict[str, float] = {}
-    amp = lambda: autocast(device, bf16)  # noqa: E731
+    amp = lambda: autocast(device, precision)  # noqa: E731
     for task, data in dev.items():
         if data.labels is None or len(data) == 0:
             continue
@@ -115,10 +117,11 @@ def train_mode(tr: Training) -> None:
         tr.model.encoder.eval()
 
 
-def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
+def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
     """Train the updates of the state's current epoch, evaluating dev at its `evals_per_epoch` points
     before the last (each a history row, `evaluate`); returns the last part's history row (train
-    part), which `end_of_epoch` evaluates."""
+    part), which `end_of_epoch` evaluates, or None when early stopping ended the epoch at one of
+    its evaluations. With gradient accumulation each task's batch comes as micro-batches."""
     cfg, pi = tr.cfg, state.phase
     phase_tasks = plan.phases[pi]
     collator = Collator(tr.tokenizer, fixed_shapes=tr.captured is not None)
@@ -126,6 +129,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
                              shard=(tr.dist.rank, tr.dist.world), features=tr.features.get(t),
                              walked=plan.walked(pi, state.epoch, t) if t in cfg.walk_through else None)
                for i, t in enumerate(phase_tasks)}
+    parts = cfg.gradient_accumulation_steps
     updates = plan.epochs[(pi, state.epoch)]
     points = set(eval_points(len(updates), cfg.evals_per_epoch)[:-1])
     tr.totals.reset()
@@ -135,8 +139,10 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
     bar = tqdm(updates, desc=desc, unit="upd", leave=False, dynamic_ncols=True,
                disable=not (tr.options.progress and tr.dist.main), mininterval=1.0 if sys.stderr.isatty() else 15.0)
     for k, update_tasks in enumerate(bar):
-        batches = [(task, streams[task].next()) for task in update_tasks]     # built on the host
-        labels = [b["labels"].numpy() for _, b in batches]
+        # built on the host; with gradient accumulation, each task's batch as its micro-batches
+        batches = [(task, streams[task].next() if parts == 1 else streams[task].next_parts(parts))
+                   for task in update_tasks]
+        labels = [np.concatenate([p["labels"].numpy() for p in _parts(b)]) for _, b in batches]
         if tr.captured is not None:
             lr = tr.captured.step(state, plan, batches, labels)
         else:
@@ -149,10 +155,19 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
             row = train_row(tr, state, plan, (k + 1) / len(updates), lr, time.perf_counter() - t0, n_examples - done)
             t0, done = time.perf_counter(), n_examples
             evaluate(tr, state, plan, row)
+            if tr.cfg.early_stopping and from_main(tr.dist, state.stopped, tr.device):
+                state.stopped = True               # on every rank, as the main one decided
+                bar.close()
+                return None
             tr.totals.reset()
             train_mode(tr)
     bar.close()
     return train_row(tr, state, plan, 1.0, lr, time.perf_counter() - t0, n_examples - done)
+
+
+def _parts(batch: dict | list[dict]) -> list[dict]:
+    """A task's batch of an update as its micro-batches (one, without gradient accumulation)."""
+    return batch if isinstance(batch, list) else [batch]
 
 
 def train_row(tr: Training, state: TrainState, plan: Plan, fraction: float, lr: float, seconds: float,
@@ -184,13 +199,16 @@ def pcgrad_order(tr: Training, batches: list) -> list[list[int]] | None:
     return pcgrad_orders(len(batches), tr.generators["pcgrad"])
 
 
-def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[str, dict]],
+def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[str, dict | list[dict]]],
                labels: list[np.ndarray], orders: list[list[int]] | None = None) -> float:
     """One update from host batches [(task, batch)] and their labels as the host has them: forward,
-    backward (PCGrad when asked), the all-reduce under torchrun, clip, step. The host reads no value
-    the device computed (no sync): labels stay on the host, losses and outputs go to the run's
-    totals. Returns the learning rate."""
-    cfg, totals = tr.cfg, tr.totals
+    backward (PCGrad when asked), the all-reduce under torchrun, clip, step. A task's batch may come
+    as micro-batches (gradient accumulation): each adds its share of the batch's mean loss to the
+    gradients before the one step. An fp16 run scales the loss (tr.scaler) and skips a step whose
+    gradients overflowed. The host reads no value the device computed (no sync; fp16's overflow
+    check apart): labels stay on the host, losses and outputs go to the run's totals. Returns the
+    learning rate."""
+    cfg, totals, scaler = tr.cfg, tr.totals, tr.scaler
     lr = set_lr(tr.optimizer, state.update, plan.total_updates, plan.warmup, cfg.lr_schedule)
     tr.optimizer.zero_grad(set_to_none=True)
     totals.flag.zero_()
@@ -198,26 +216,39 @@ def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[
     if pcgrad and orders is None:
         orders = pcgrad_order(tr, batches)
     pc_losses = []
-    for (task, host_batch), y in zip(batches, labels):
-        batch = to_device(host_batch, tr.device)
-        with tr.amp():
-            loss, out = tr.objective(task)(batch)
-        totals.add_loss(task, loss, len(y), state.update, totals.flag)
-        totals.add_outputs(task, out.detach().float(), y)
-        weighted = cfg.task_weights.get(task, 1.0) * loss
-        if pcgrad:
-            pc_losses.append(weighted)
-        else:
-            weighted.backward()
+    for task, host_batch in batches:
+        parts = _parts(host_batch)
+        n = sum(len(p["labels"]) for p in parts)
+        for part in parts:
+            batch = to_device(part, tr.device)
+            y = part["labels"].numpy()
+            with tr.amp():
+                loss, out = tr.objective(task)(batch)
+            totals.add_loss(task, loss, len(y), state.update, totals.flag)
+            totals.add_outputs(task, out.detach().float(), y)
+            weighted = cfg.task_weights.get(task, 1.0) * loss
+            if len(parts) > 1:                  # the part's share of the whole batch's mean
+                weighted = weighted * (len(y) / n)
+            if pcgrad:
+                pc_losses.append(weighted)
+            else:
+                (scaler.scale(weighted) if scaler is not None else weighted).backward()
     if pc_losses:
         from minbert.train.regularisers import pcgrad_backward
 
+        pc_losses = [scaler.scale(x) for x in pc_losses] if scaler is not None else pc_losses
         pcgrad_backward(pc_losses, tr.params, world=tr.dist.world, with_stats=False, orders=orders)
     average_gradients(tr.params, tr.dist.world, totals.flag)
     totals.flagged += totals.flag
+    if scaler is not None:
+        scaler.unscale_(tr.optimizer)
     if cfg.grad_clip:
         torch.nn.utils.clip_grad_norm_(tr.params, cfg.grad_clip, foreach=True)
-    tr.optimizer.step()
+    if scaler is not None:
+        scaler.step(tr.optimizer)       # skipped when the scaled gradients overflowed
+        scaler.update()
+    else:
+        tr.optimizer.step()
     if tr.momentum is not None:
         tr.momentum.update(tr.model)
     state.update += 1
@@ -246,7 +277,7 @@ def diverged(tr: Training, what: str) -> None:
     if tr.dist.main:
         shutil.rmtree(tr.state_dir, ignore_errors=True)
     advice = ["lower the learning rate"] + ([] if tr.cfg.grad_clip else ["set grad_clip (e.g. 1.0)"]) + \
-        (["set precision: fp32"] if tr.options.bf16 else [])
+        (["set precision: fp32"] if tr.options.bf16 or tr.options.fp16 else [])
     raise MinBertError(f"training diverged: {what}; {', '.join(advice[:-1]) + ' or ' if len(advice) > 1 else ''}"
                        f"{advice[-1]}, then run again (nothing was written)")
 
@@ -258,7 +289,7 @@ def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
     only; the others train on)."""
     if not tr.dist.main:
         return
-    dev = dev_metrics(tr.model, tr.dev, tr.tokenizer, tr.device, tr.options.bf16, tr.dev_features)
+    dev = dev_metrics(tr.model, tr.dev, tr.tokenizer, tr.device, tr.precision, tr.dev_features)
     finite = torch.stack([torch.isfinite(p).all() for p in tr.model.parameters()]).all()   # one read
     bad = [f"dev {k}" for k, v in dev.items() if v is not None and not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
     if bad:
@@ -277,12 +308,34 @@ def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
     log.info("epoch %g (%s): %s", row["epoch"], row["phase"],
              ", ".join(f"{k}={'undefined' if v is None else format(v, '.4f')}" for k, v in row.items()
                        if k.startswith("dev_")))
+    early_stop(tr, state, score)
     keep_best(tr, state, row, dev, score)
 
 
-def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict, t_start: float) -> None:
-    """Evaluate on dev, keep the best model, save the resumable state (main rank only)."""
-    evaluate(tr, state, plan, row)
+def early_stop(tr: Training, state: TrainState, score: float | None) -> None:
+    """Count the evaluations since the selection score last rose by more than `min_delta` (against
+    the phase's best before this one); at `patience` of them the phase stops (`state.stopped`)."""
+    rule = tr.cfg.early_stopping
+    if rule is None:
+        return
+    if score is not None and score > state.phase_best + rule.min_delta:
+        state.stale = 0
+        return
+    state.stale += 1
+    if state.stale >= rule.patience:
+        state.stopped = True
+        log.info("early stopping: dev_score has not improved by more than %g for %d evaluations (best %.4f at "
+                 "epoch %g); %s", rule.min_delta, state.stale, state.phase_best, state.best_epoch,
+                 "this task's phase ends" if tr.cfg.schedule == "sequential" else "training ends")
+
+
+def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict | None, t_start: float) -> None:
+    """Evaluate on dev (unless early stopping ended the epoch at an evaluation: `row` None), keep
+    the best model, save the resumable state (main rank only). Every rank learns from the main one
+    whether early stopping ends the phase."""
+    if row is not None:
+        evaluate(tr, state, plan, row)
+    state.stopped = from_main(tr.dist, state.stopped, tr.device) if tr.cfg.early_stopping else state.stopped
     state.epoch += 1
     state.seconds = time.perf_counter() - t_start
     if not tr.dist.main:
@@ -290,7 +343,7 @@ def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict, t_start
     write_best(tr)
     # the resumable state every `checkpoint_every` epochs and at the end of each phase (a later
     # phase starts from it); the last epoch's is not needed: the run finishes right after it
-    last_of_phase = state.epoch == tr.cfg.epochs
+    last_of_phase = state.epoch == tr.cfg.epochs or state.stopped
     if last_of_phase and state.phase + 1 == len(plan.phases):
         return
     if state.epoch % tr.cfg.checkpoint_every == 0 or last_of_phase:
@@ -334,6 +387,7 @@ def end_of_phase(tr: Training, state: TrainState, plan: Plan) -> None:
         state.phase_best = -math.inf
     state.phase += 1
     state.epoch = 0
+    state.stale, state.stopped = 0, False
 
 
 # ---------------------------------------------------------------- fit
@@ -357,11 +411,11 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     state = (resume_state(tr) if options.resume else None) or TrainState()
     store_frozen_features(tr, plan)
     if options.evaluate_first and state.dev_before is None and tr.dist.main:
-        state.dev_before = dev_metrics(model, dev, tokenizer, tr.device, options.bf16)
+        state.dev_before = dev_metrics(model, dev, tokenizer, tr.device, tr.precision)
     t_start = time.perf_counter() - state.seconds
     epochs_run = 0
     while state.phase < len(plan.phases):
-        while state.epoch < cfg.epochs:
+        while state.epoch < cfg.epochs and not state.stopped:
             if options.stop_after_epochs is not None and epochs_run >= options.stop_after_epochs:
                 return _result(state, t_start)
             row = run_epoch(tr, state, plan)
@@ -389,11 +443,11 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     world, device = options.dist_info.world, options.device
     refuse_batch_statistics(cfg.heads.sts_loss, tasks, world)
     sizes = {t: len(train[t]) for t in tasks}
+    precision = "bf16" if options.bf16 else "fp16" if options.fp16 else "fp32"
     description = options.description or {"settings": {"finetune": cfg.model_dump(), "seed": options.seed,
                                                        "bf16": options.bf16}, "sizes": sizes}
     # where and how it runs: a state saved on one device type or in one precision never resumes in another
-    description = {**description, "world": world, "device_type": device.type,
-                   "precision": "bf16" if options.bf16 else "fp32"}
+    description = {**description, "world": world, "device_type": device.type, "precision": precision}
     model.to(device)
     if cfg.freeze_encoder:
         model.encoder.freeze(True)
@@ -413,10 +467,12 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     tr = Training(model, tokenizer, {t: train[t] for t in tasks}, dev, cfg, options, optimizer,
                   [p for p in model.parameters() if p.requires_grad], momentum, generators,
                   fingerprint_of(description), description, EpochTotals(tasks, device))
+    if options.fp16:   # float16's range needs the loss scaled up, and the gradients checked for overflow
+        tr.scaler = torch.amp.GradScaler(device.type)
     if device.type == "cuda" and options.cuda_graphs:
         from minbert.train.step import CapturedSteps, why_not_captured
 
-        reason = why_not_captured(cfg, world)
+        reason = why_not_captured(cfg, world, precision)
         if reason is None:
             tr.captured = CapturedSteps(tr)
         else:

@@ -147,11 +147,12 @@ class Resumable:
     (None: nothing is saved, nothing resumed) and the job's description, whose fingerprint a
     saved state must carry to be resumed."""
 
-    def __init__(self, state_dir, description: dict, modules: list, optimizer, device, generators: dict):
+    def __init__(self, state_dir, description: dict, modules: list, optimizer, device, generators: dict,
+                 scaler=None):
         self.dir = Path(state_dir) if state_dir is not None else None
         self.description, self.fingerprint = description, fingerprint_of(description)
-        self.parts = {"modules": {f"module{i}": m for i, m in enumerate(modules)}, "optimizer": optimizer,
-                      "device": device, "generators": generators}
+        self.parts = {"modules": {**{f"module{i}": m for i, m in enumerate(modules)}, "scaler": scaler},
+                      "optimizer": optimizer, "device": device, "generators": generators}
         self.modules = modules
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -220,7 +221,9 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
                                                              "dev": len(objective.lengths("dev"))}}
     # a state saved on one device type or in one precision never resumes in another
     description = {**description, "world": 1, "device_type": runtime.device.type, "precision": runtime.precision}
-    saved = Resumable(state_dir, description, modules, optimizer, runtime.device, objective.generators())
+    # fp16: the loss scaled up for float16's range, a step skipped where the gradients overflowed
+    scaler = torch.amp.GradScaler(runtime.device.type) if runtime.fp16 else None
+    saved = Resumable(state_dir, description, modules, optimizer, runtime.device, objective.generators(), scaler)
     state, best = saved.resume(desc)
     if state is None:
         state = PretrainState(dev_before=mean_dev_loss(objective, runtime, pparams.batch_size))
@@ -231,14 +234,14 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
         sampler.set_epoch(epoch)
         batches = [b for _, b in zip(range(steps_per_epoch), sampler)]
         t0 = time.perf_counter()
-        train_loss = train_epoch(_Updates(objective, optimizer, params, pparams, runtime, schedule), state, batches,
+        train_loss = train_epoch(_Updates(objective, optimizer, params, pparams, runtime, schedule, scaler), state, batches,
                                  f"{desc} epoch {epoch}/{pparams.epochs}")
         dev_loss = mean_dev_loss(objective, runtime, pparams.batch_size)
         if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
             saved.discard()    # resumed with the same settings it would diverge again
             raise MinBertError(f"{desc}: the {'training' if not math.isfinite(train_loss) else 'dev'} loss became "
                                f"non-finite in epoch {epoch}; lower `lr`"
-                               f"{' or set precision: fp32' if runtime.bf16 else ''}")
+                               f"{' or set precision: fp32' if runtime.bf16 or runtime.fp16 else ''}")
         state.history.append({"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss})
         state.epoch = epoch
         log.info("%s epoch %d: train loss %.4f, dev loss %.4f (%.1fs, %d steps)", desc, epoch, train_loss,
@@ -263,6 +266,7 @@ class _Updates:
     pparams: PretrainParams
     runtime: Runtime
     schedule: tuple[int, int]
+    scaler: object | None = None      # torch.amp.GradScaler of an fp16 run
 
 
 def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], desc: str) -> float:
@@ -277,10 +281,18 @@ def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], des
             loss_sum, n = u.objective.loss_sum("train", indices, u.runtime.device)
         loss = loss_sum / max(n, 1)
         u.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if u.scaler is not None:
+            u.scaler.scale(loss).backward()
+            u.scaler.unscale_(u.optimizer)
+        else:
+            loss.backward()
         if u.pparams.grad_clip:
             torch.nn.utils.clip_grad_norm_([p for _, p in u.params], u.pparams.grad_clip)
-        u.optimizer.step()
+        if u.scaler is not None:
+            u.scaler.step(u.optimizer)        # skipped when the scaled gradients overflowed
+            u.scaler.update()
+        else:
+            u.optimizer.step()
         state.step += 1
         total, count = total + loss_sum.detach().float(), count + n    # summed on the device, read once
         bar.update(len(indices))
