@@ -6,6 +6,8 @@
 #   a cluster:                 snakemake --profile profiles/slurm   (--config gpu=0 without GPUs)
 #   jobs sharing one GPU:      snakemake --cores all --config jobs_per_gpu=4   (the default)
 #   record outputs in DVC too: snakemake --cores all --config dvc_commit=true
+#   any setting, as dvc exp run -S: snakemake --cores all --config set='++experiments.multitask_rr.finetune.lr=5e-5'
+#                              (several: set='KEY=VALUE KEY=VALUE'; minbert/params/overrides.py)
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -24,7 +26,7 @@ try:
     JOBS_PER_GPU = max(1, dag.whole_number(config, "jobs_per_gpu", 4, "jobs that share one GPU"))
     # Every job file is rewritten here when it changed: it is each job's first input, so a changed
     # setting, input list or code file re-runs exactly the jobs it concerns.
-    JOBS = dag.resolve(PARAMS, workflow.basedir)
+    JOBS = dag.resolve(PARAMS, workflow.basedir, dag.split_set(config.get("set")))
     dag.check_sources(JOBS, PARAMS, workflow.basedir)
 except dag.MinBertError as e:
     raise WorkflowError(str(e)) from None

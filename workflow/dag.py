@@ -35,6 +35,9 @@ if str(REPO) not in sys.path:
 from minbert.core.errors import MinBertError  # noqa: E402
 from minbert.core.layout import Layout  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, load_params, model_tasks  # noqa: E402
+from minbert.params.catalogue import LoadedParams  # noqa: E402
+from minbert.params.overrides import load_with_overrides, split_set  # noqa: E402
+from minbert.params.unread import unread_settings  # noqa: E402
 from minbert.pipeline.code import PROJECT_PACKAGES  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
 from minbert.pipeline.plan import pipeline, write_job_file  # noqa: E402
@@ -68,15 +71,28 @@ def _in(repo: Path):
         os.chdir(old)
 
 
-def jobs(params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[Job]:
-    """Every job of the pipeline, each after the jobs whose outputs it reads (paths relative to repo)."""
+def load(params_path: str | Path = "params.yaml", repo: Path = REPO, overrides=()) -> LoadedParams:
+    """The params (and catalogue) as this run takes them: with the command line's settings
+    (`--config set=...`: minbert.params.overrides) applied."""
     with _in(repo):
-        return pipeline(str(params_path), LAYOUT)
+        return load_with_overrides(params_path, list(overrides))
 
 
-def resolve(params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[Job]:
-    """Write every job's description file whose content changed; returns the jobs."""
-    all_jobs = jobs(params_path, repo)
+def jobs(params_path: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=()) -> list[Job]:
+    """Every job of the pipeline, each after the jobs whose outputs it reads (paths relative to repo)."""
+    lp = params_path if isinstance(params_path, LoadedParams) else \
+        load(params_path, repo, overrides) if overrides else str(params_path)
+    with _in(repo):
+        return pipeline(lp, LAYOUT)
+
+
+def resolve(params_path: str | Path = "params.yaml", repo: Path = REPO, overrides=()) -> list[Job]:
+    """Write every job's description file whose content changed; returns the jobs. A setting no job
+    reads is said on stderr (minbert.params.unread), once per load."""
+    lp = load(params_path, repo, overrides)
+    for line in unread_settings(lp):
+        print(f"warning: {line}", file=sys.stderr)
+    all_jobs = jobs(lp, repo)
     with _in(repo):
         for job in all_jobs:
             write_job_file(job, LAYOUT)
@@ -482,4 +498,4 @@ if __name__ == "__main__":
 
     run(main)
 
-__all__ = ["CATALOGUE_SECTIONS"]
+__all__ = ["CATALOGUE_SECTIONS", "split_set"]
