@@ -167,15 +167,24 @@ def predict_settings(exp: ExperimentParams) -> PredictSettings:
                            model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune", **_network(exp))
 
 
+HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}   # the packaged model's Hub id
+
+
 def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
-    """An export reads its model and the card's texts; the base model's Hub id when it has one."""
-    model = exp.model
-    hub = None if exp.pretrain or not model or model.startswith(("/", ".")) or Path(model).exists() else \
-        {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}.get(model, model)
+    """An export reads its model and the card's texts: the model it started from (through its
+    pretraining, if any; its Hub id when it has one), and whether the data is the synthetic demo's."""
+    from minbert.core.datasets import is_demo_data
+
+    pre = lp.pretraining(exp.pretrain) if exp.pretrain else None
+    start = (pre.model or lp.base.model) if pre is not None else exp.model
+    local = not start or start.startswith(("/", ".")) or Path(start).exists()
     ex = lp.params.export
     return ExportSettings(model_stage=predict_settings(exp).model_stage, description=exp.description or "",
-                          license=ex.license, language=ex.language, base_model=hub,
-                          data=str(lp.params.data.dir))
+                          license=ex.license, language=ex.language,
+                          base_model=None if local else HUB_IDS.get(start, start),
+                          start_model=start if local else HUB_IDS.get(start, start),
+                          pretraining=f"{exp.pretrain} ({pre.kind})" if pre is not None else None,
+                          data=str(lp.params.data.dir), demo_data=is_demo_data(lp.params.data.dir))
 
 
 def ensemble_settings(ens: EnsembleParams) -> EnsembleSettings:

@@ -74,7 +74,10 @@ class ExportSettings(Strict):
     license: str
     language: str
     base_model: str | None = None           # the Hub id it was fine-tuned from, for the card's metadata
+    start_model: str = ""                   # what it started from, as the card says it (a Hub id or a folder)
+    pretraining: str | None = None          # the further pretraining between the two (name and kind)
     data: str = ""                          # data.dir, for the card
+    demo_data: bool = False                 # data.dir holds the synthetic demo data (minbert.core.datasets)
 
 
 class EnsembleSettings(Strict):
