@@ -152,3 +152,55 @@ def test_sections_of_params_yaml_beside_a_catalogue_are_never_read(tmp_path, mon
     got = unread_settings(load_params("params.yaml"))
     assert got == ["params.yaml: key 'experiments' is never read: `catalogue: cat` takes that section from "
                    "params/cat.yaml; set it there (dvc exp run -S 'params/cat.yaml:experiments...')"]
+
+
+# ---------------------------------------------------------------- DVC's rewrite of the params files
+
+SHIPPED = ["params.yaml", "params/full.yaml", "params/minilm.yaml", "params/reproduce.yaml"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_dvc_exp_run_s_rewrites_every_shipped_params_file(repo_root, tmp_path, name):
+    """DVC's own rewrite (dvc.utils.hydra.apply_overrides, what `dvc exp run -S` runs) of each shipped
+    file, one seed set in every experiment at once: the file reads back as it was but for those keys
+    (anchors, aliases, merge keys and comments included)."""
+    pytest.importorskip("dvc")
+    from dvc.utils.hydra import apply_overrides
+
+    from minbert.params import read_yaml
+    from minbert.params.overrides import dvc_rewrite_problems
+
+    assert dvc_rewrite_problems(repo_root / name) == []
+    copy = tmp_path / "params.yaml"
+    copy.write_bytes((repo_root / name).read_bytes())
+    before = read_yaml(copy)
+    seeds = {e: 1000 + k for k, e in enumerate(before["experiments"])}
+    apply_overrides(copy, [f"++experiments.{e}.seed={s}" for e, s in seeds.items()])
+    after = read_yaml(copy)
+    for e, s in seeds.items():
+        before["experiments"][e] = {**(before["experiments"][e] or {}), "seed": s}
+    assert after == before
+
+
+def test_what_breaks_dvcs_rewrite_is_said_and_breaks_it(tmp_path):
+    """The one construct DVC's rewrite corrupts, a comment after an anchor on a list's key: the check
+    names it, and DVC's own rewrite indeed fails on it (and not once the comment has moved)."""
+    dvc = pytest.importorskip("dvc.utils.hydra")
+    from minbert.params.overrides import dvc_rewrite_problems
+
+    bad = tmp_path / "params.yaml"
+    bad.write_text("papers:\n  a:\n    differs: &d     # a comment\n      - {setting: x}\n  b:\n    differs: *d\n"
+                   "\nseed: 1\n", encoding="utf-8")
+    (problem,) = dvc_rewrite_problems(bad)
+    assert problem.startswith(f"{bad} line 3: a comment after the anchor &d of a list") and "\n" not in problem
+    from dvc.utils.serialize import load_yaml
+
+    dvc.apply_overrides(bad, ["seed=2"])
+    with pytest.raises(Exception, match="YAML file structure is corrupted"):   # what `dvc exp run -S` then says
+        load_yaml(bad)
+    good = tmp_path / "good.yaml"
+    good.write_text("papers:\n  a:\n    # a comment\n    differs: &d\n      - {setting: x}\n  b:\n    differs: *d\n"
+                    "\nseed: 1\n", encoding="utf-8")
+    assert dvc_rewrite_problems(good) == []
+    dvc.apply_overrides(good, ["seed=2"])
+    assert yaml.safe_load(good.read_text())["papers"]["b"]["differs"] == [{"setting": "x"}]

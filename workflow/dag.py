@@ -36,7 +36,7 @@ from minbert.core.errors import MinBertError  # noqa: E402
 from minbert.core.layout import Layout  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, load_params, model_tasks  # noqa: E402
 from minbert.params.catalogue import LoadedParams  # noqa: E402
-from minbert.params.overrides import load_with_overrides, split_set  # noqa: E402
+from minbert.params.overrides import dvc_rewrite_problems, load_with_overrides, split_set  # noqa: E402
 from minbert.params.unread import unread_settings  # noqa: E402
 from minbert.pipeline.code import PROJECT_PACKAGES  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
@@ -88,9 +88,12 @@ def jobs(params_path: str | Path | LoadedParams = "params.yaml", repo: Path = RE
 
 def resolve(params_path: str | Path = "params.yaml", repo: Path = REPO, overrides=()) -> list[Job]:
     """Write every job's description file whose content changed; returns the jobs. A setting no job
-    reads is said on stderr (minbert.params.unread), once per load."""
+    reads (minbert.params.unread), and what would break `dvc exp run -S` in the params files, are
+    said on stderr, once per load."""
     lp = load(params_path, repo, overrides)
-    for line in unread_settings(lp):
+    with _in(repo):
+        problems = [p for f in dict.fromkeys([lp.path, lp.source]) if f is not None for p in dvc_rewrite_problems(f)]
+    for line in problems + unread_settings(lp):
         print(f"warning: {line}", file=sys.stderr)
     all_jobs = jobs(lp, repo)
     with _in(repo):
@@ -356,7 +359,8 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO) -> dict
         # DVC compares one metrics file, the report's summary (`dvc exp show` stays readable); each
         # job's own metrics file is a cached output like the others. Metrics and curves are cached:
         # DVC reads them for every commit and experiment (`dvc exp show`, `metrics diff`, `plots diff`)
-        metrics = [m for m in job.metrics if m == LAYOUT.summary_metrics]
+        # (and a tracked run's DVCLive summary, which the user asked DVC to show: finetune.tracking)
+        metrics = [m for m in job.metrics if m == LAYOUT.summary_metrics or m.endswith("/dvclive/metrics.json")]
         st: dict = {"cmd": job.cmd, "deps": [LAYOUT.job_file(job.stage, job.name)] + folders.deps(job),
                     "outs": job.outs + [m for m in job.metrics if m not in metrics] + [job.run_record]}
         if metrics:

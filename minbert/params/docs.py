@@ -22,6 +22,7 @@ from minbert.core.errors import MinBertError
 from minbert.params.schema import (
     DistillParams,
     ExperimentParams,
+    EarlyStopping,
     FinetuneParams,
     HeadsParams,
     Params,
@@ -35,6 +36,7 @@ TABLES: dict[str, tuple[str, type[BaseModel], tuple[str, ...]]] = {
     "heads": ("docs/finetuning.md", HeadsParams, ()),
     "distill": ("docs/finetuning.md", DistillParams, ()),
     "retrain_heads": ("docs/finetuning.md", RetrainHeadsParams, ()),
+    "early_stopping": ("docs/finetuning.md", EarlyStopping, ()),
     "pretraining": ("docs/pretraining.md", PretrainParams, ("mlm", "nli")),
 }
 SCHEMA_FILE = "params.schema.json"

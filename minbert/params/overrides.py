@@ -20,6 +20,7 @@ then validated as a file would be (the same one-line errors, the file named with
 from __future__ import annotations
 
 import copy
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,30 @@ def load_with_overrides(params_path: str | Path, overrides: list[str]) -> Loaded
     loaded = validate_params(merged, f"{source} with --config set")
     loaded.path, loaded.source = path, source
     return loaded
+
+
+_ANCHOR_COMMENT = re.compile(r"^\s*(?:-\s+)?[^#\s][^#]*?:\s*&([\w-]+)\s+#")
+
+
+def dvc_rewrite_problems(path: str | Path) -> list[str]:
+    """What in a params file `dvc exp run -S` cannot rewrite: DVC's round-trip YAML writer
+    (ruamel) moves a comment that follows an anchor on a block list's key into the list and
+    corrupts the file ("YAML file structure is corrupted"); one line for each, saying the fix."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    out = []
+    for k, line in enumerate(lines):
+        m = _ANCHOR_COMMENT.match(line)
+        if not m:
+            continue
+        nxt = next((x for x in lines[k + 1:] if x.strip() and not x.lstrip().startswith("#")), "")
+        if nxt.lstrip().startswith("- "):
+            out.append(f"{path} line {k + 1}: a comment after the anchor &{m.group(1)} of a list breaks `dvc exp "
+                       f"run -S` (DVC rewrites the file and reports \"YAML file structure is corrupted\"); move the "
+                       f"comment to the line above")
+    return out
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -348,6 +348,11 @@ class FinetuneParams(Strict):
                                     "`batch_size`, same examples, the same numbers up to float rounding) in about "
                                     "1/N of the activation memory, at the cost of N smaller passes. Not with PCGrad, "
                                     "SMART or a correlation STS loss, which need the whole batch at once")
+    tracking: list[Literal["dvclive", "tensorboard"]] = Field(
+        [], description="experiment trackers the run also logs to, offline: `dvclive` (DVC's: `dvc exp show` and "
+                        "`dvc plots` read it) and `tensorboard`; each gets every history row and, between "
+                        "evaluations, each update's lr and training losses, in the run's state folder while it runs "
+                        "and beside model.pt when it has finished (docs/finetuning.md, Tracking)")
     max_steps_per_epoch: int | None = Field(None, ge=1, description="cut every epoch to at most this many updates "
                                                                     "(demo, tests, quick runs); the lr schedule is "
                                                                     "built on the cut epochs")
@@ -366,6 +371,13 @@ class FinetuneParams(Strict):
             raise ValueError("needs at least one task")
         if len(set(v)) != len(v):
             raise ValueError("lists a task twice")
+        return v
+
+    @field_validator("tracking")
+    @classmethod
+    def _each_tracker_once(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError("lists a tracker twice")
         return v
 
     @model_validator(mode="after")

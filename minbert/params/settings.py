@@ -105,4 +105,5 @@ def para_first_config(s: PretrainSettings) -> FinetuneParams:
         "lr_schedule": pre.lr_schedule, "grad_clip": pre.grad_clip,
         "downsample": Downsample(mode="none"),
         "max_steps_per_epoch": pre.max_steps_per_epoch, "smart": SmartParams(), "pcgrad": False,
-        "freeze_encoder": False, "distill": None, "walk_through": [], "early_stopping": None})
+        "freeze_encoder": False, "distill": None, "walk_through": [], "early_stopping": None,
+        "tracking": []})

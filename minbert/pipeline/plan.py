@@ -123,13 +123,16 @@ def _experiment_jobs(out: _Jobs, name: str, exp) -> None:
     start = [L.pretrain_model(exp.pretrain)] if exp.pretrain else _local(exp.model)
     tasks = exp.finetune.tasks
     teacher = [L.teacher(exp.finetune.distill.teacher)] if exp.finetune.distill else []
+    tracked, metrics, plots = L.tracking_outputs(name, "finetune", exp.finetune.tracking)
     out.add("finetune", name, _dump(S.finetune_settings(exp)), _splits(L, tasks, ("train", "dev")) + start + teacher,
-            [L.model(name, "finetune")], plots=[L.history(name, "finetune")], args=["--experiment", name])
+            [L.model(name, "finetune"), *tracked], metrics, [L.history(name, "finetune"), *plots],
+            args=["--experiment", name])
     if exp.retrain_heads.enabled:
         rh = S.retrain_settings(exp)
+        tracked, metrics, plots = L.tracking_outputs(name, "retrain_heads", rh.train.tracking)
         out.add("retrain_heads", name, _dump(rh),
                 _splits(L, rh.train.tasks, ("train", "dev")) + [L.model(name, "finetune")],
-                [L.model(name, "retrain_heads")], plots=[L.history(name, "retrain_heads")],
+                [L.model(name, "retrain_heads"), *tracked], metrics, [L.history(name, "retrain_heads"), *plots],
                 args=["--experiment", name])
     # each predictions file is an output of its own, so a deleted file re-runs predict
     predicted = _predictions(L.predictions(name), model_tasks(exp))

@@ -134,7 +134,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
     points = set(eval_points(len(updates), cfg.evals_per_epoch)[:-1])
     tr.totals.reset()
     train_mode(tr)
-    t0, n_examples, lr, done = time.perf_counter(), 0, 0.0, 0
+    t0, n_examples, lr, done, logged = time.perf_counter(), 0, 0.0, 0, None
     desc = (f"{'+'.join(phase_tasks)} " if len(plan.phases) > 1 else "") + f"epoch {state.epoch + 1}/{cfg.epochs}"
     bar = tqdm(updates, desc=desc, unit="upd", leave=False, dynamic_ncols=True,
                disable=not (tr.options.progress and tr.dist.main), mininterval=1.0 if sys.stderr.isatty() else 15.0)
@@ -148,6 +148,8 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
         else:
             lr = train_step(tr, state, plan, batches, labels, pcgrad_order(tr, batches))
         n_examples += sum(len(y) for y in labels) * tr.dist.world
+        if tr.trackers is not None:
+            logged = track_update(tr, state, batches, labels, lr, logged)
         if (k + 1) % CHECK_EVERY == 0:
             check_finite(tr, state)
         bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
@@ -160,9 +162,23 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
                 bar.close()
                 return None
             tr.totals.reset()
+            logged = None
             train_mode(tr)
     bar.close()
     return train_row(tr, state, plan, 1.0, lr, time.perf_counter() - t0, n_examples - done)
+
+
+def track_update(tr: Training, state: TrainState, batches, labels, lr: float, before: list | None) -> list:
+    """Log an update's learning rate and each task's training loss to the trackers: the growth of
+    the running totals since the last update (one read of the device's totals). Returns the totals
+    as read, for the next update."""
+    now = tr.totals.loss.tolist()
+    before = before or [0.0] * len(now)
+    rows = {task: len(y) for (task, _), y in zip(batches, labels)}
+    values = {"lr": lr, **{f"train_{t}_loss": (now[k] - before[k]) / rows[t]
+                           for k, t in enumerate(tr.totals.tasks) if rows.get(t)}}
+    tr.trackers.log_update(state.update, values)
+    return now
 
 
 def _parts(batch: dict | list[dict]) -> list[dict]:
@@ -305,6 +321,8 @@ def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
     score = selection_score(dev, plan.phases[state.phase] if tr.cfg.schedule == "sequential" else list(tr.train))
     row["dev_score"] = score if score is not None else math.nan
     state.history.append(row)
+    if tr.trackers is not None:
+        tr.trackers.log_row(row)
     log.info("epoch %g (%s): %s", row["epoch"], row["phase"],
              ", ".join(f"{k}={'undefined' if v is None else format(v, '.4f')}" for k, v in row.items()
                        if k.startswith("dev_")))
@@ -408,7 +426,9 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     """Train `model` per `cfg`; at the end writes options.out_dir/{model.pt,history.csv}. See the
     module docstring."""
     tr, plan = start_run(model, tokenizer, train, dev, cfg, options)
-    state = (resume_state(tr) if options.resume else None) or TrainState()
+    resumed = resume_state(tr) if options.resume else None
+    state = resumed or TrainState()
+    start_trackers(tr, resumed)
     store_frozen_features(tr, plan)
     if options.evaluate_first and state.dev_before is None and tr.dist.main:
         state.dev_before = dev_metrics(model, dev, tokenizer, tr.device, tr.precision)
@@ -417,6 +437,8 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     while state.phase < len(plan.phases):
         while state.epoch < cfg.epochs and not state.stopped:
             if options.stop_after_epochs is not None and epochs_run >= options.stop_after_epochs:
+                if tr.trackers is not None:
+                    tr.trackers.close()
                 return _result(state, t_start)
             row = run_epoch(tr, state, plan)
             end_of_epoch(tr, state, plan, row, t_start)
@@ -483,6 +505,19 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     return tr, Plan.build(cfg, tasks, sizes, options.seed)
 
 
+def start_trackers(tr: Training, resumed: TrainState | None) -> None:
+    """The run's experiment trackers (finetune.tracking; main rank), their logs in the state folder:
+    continued after a resume from the update its state was saved at, afresh otherwise."""
+    if not tr.cfg.tracking or not tr.dist.main:
+        return
+    from minbert.train.tracking import Trackers
+
+    folder = tr.state_dir / "tracking"
+    if resumed is None:
+        shutil.rmtree(folder, ignore_errors=True)
+    tr.trackers = Trackers(tr.cfg.tracking, folder, resumed_at=None if resumed is None else resumed.update)
+
+
 def store_frozen_features(tr: Training, plan: Plan) -> None:
     """A frozen, deterministic encoder's embeddings, computed once (minbert.train.frozen): for the dev
     splits (evaluated every epoch) and for each training split the run will walk through at least
@@ -516,6 +551,8 @@ def finish(tr: Training, state: TrainState, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     torch_save(best, out_dir / MODEL_FILE)
     write_history(out_dir / HISTORY_FILE, state.history)
+    if tr.trackers is not None:
+        tr.trackers.finish(out_dir)
     shutil.rmtree(tr.state_dir, ignore_errors=True)
 
 

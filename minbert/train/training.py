@@ -127,6 +127,7 @@ class Training:
     captured: object | None = None              # minbert.train.step.CapturedSteps, on CUDA
     pending_best: dict | None = None            # the best model since best.pt was last written (minbert.train.loop)
     scaler: object | None = None                # torch.amp.GradScaler of an fp16 run
+    trackers: object | None = None              # minbert.train.tracking.Trackers (main rank, finetune.tracking)
 
     @property
     def device(self) -> torch.device:
