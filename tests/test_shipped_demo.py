@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import child_env
 from test_workflow import DVC, SNAKEMAKE, dag, run
 
 pytestmark = [pytest.mark.slow,
@@ -56,8 +57,14 @@ def demo_repo(repo_root, tmp_path_factory, tiny_model_dir):
     run(["git", "add", "-A"], folder)
     run(["git", "commit", "-q", "-m", "the shipped demo, tiny"], folder)
     # built once, the stages inside Snakemake's process (no Python start-up per job), recorded in dvc.lock
-    run([SNAKEMAKE, "--cores", "1", "--scheduler", "greedy", "--force-use-threads", "--config", "in_process=true",
-         "dvc_commit=true", "--", "all", "results/exports/mlm_multitask"], folder, timeout=1800)
+    log = run([SNAKEMAKE, "--cores", "1", "--scheduler", "greedy", "--force-use-threads", "--config",
+               "in_process=true", "dvc_commit=true", "progress=1", "--", "all", "results/exports/mlm_multitask"],
+              folder, timeout=1800)
+    # where the run stood, on Snakemake's terminal every second while jobs ran (minbert.pipeline.progress)
+    assert re.search(r"^\[progress\] \d+ of 26 jobs done, 1 running, \d+ waiting", log, re.M), log[-3000:]
+    # the stages ran inside Snakemake's process; its records of them would make a plain run re-run them
+    shutil.rmtree(folder / ".snakemake" / "metadata")
+    run([sys.executable, "-m", "workflow.dvc_plots"], folder)       # what scripts/install.sh does
     assert "up to date" in run([DVC, "status"], folder)
     run(["git", "add", "-A"], folder)
     run(["git", "commit", "-q", "-m", "results"], folder)
@@ -69,23 +76,24 @@ def stages_run(log: str) -> set[str]:
 
 
 def snakemake_plan(folder: Path, *config: str) -> set[str]:
-    """The jobs `snakemake -n` plans, by their messages (the baseline was built with the stages in
-    Snakemake's process, so the plan is asked in that mode too: the same jobs, job files and triggers)."""
-    log = run([SNAKEMAKE, "-n", "--cores", "2", "--config", "in_process=true", *config], folder)
+    """The jobs `snakemake -n` plans, by their messages."""
+    log = run([SNAKEMAKE, "-n", "--cores", "2", *(("--config", *config) if config else ())], folder)
     by_message = {dag.STAGE_MESSAGES[j.stage].format(wildcards=SimpleNamespace(name=j.name)): j.id
                   for j in dag.jobs("params.yaml", repo=folder)}
     return {by_message[m] for m in re.findall(r"^Job \d+: (.+)$", log, re.M)}
 
 
 def test_a_snakemake_override_reruns_exactly_that_experiments_chain(demo_repo):
-    """Over the built project, `--config set=KEY=VALUE` plans exactly the chain of the experiment
-    whose key it sets (so nothing else is stale either); a mistyped key is one line."""
+    """Over the built project Snakemake has nothing to do; `--config set=KEY=VALUE` plans exactly the
+    chain of the experiment whose key it sets; a mistyped key is one line."""
+    assert snakemake_plan(demo_repo) == set()
     assert snakemake_plan(demo_repo, f"set={KEY}=concat") == CHAIN
-    r = subprocess.run([SNAKEMAKE, "-n", "--cores", "2", "--config", "in_process=true", f"set={KEY}s=concat"],
+    r = subprocess.run([SNAKEMAKE, "-n", "--cores", "2", "--config", f"set={KEY}s=concat"],
                        cwd=demo_repo, capture_output=True, text=True, timeout=600)
     assert r.returncode != 0
     assert f"--config set: '{KEY}s=concat': params.yaml does not set '{KEY}s' (did you mean 'para'?)" \
         in r.stdout + r.stderr
+    run([sys.executable, "-m", "workflow.dag", "--resolve"], demo_repo)    # the job files as the params say
 
 
 def test_dvc_exp_run_s_queues_a_two_value_sweep_on_the_shipped_params_each_rerunning_exactly_that_chain(demo_repo):
@@ -108,3 +116,133 @@ def test_dvc_exp_run_s_queues_a_two_value_sweep_on_the_shipped_params_each_rerun
         summary = data["metrics"]["results/metrics.json"]["data"]
         assert summary["cross_encoder"]["dev"] > 0 and set(summary) >= {"frozen_baseline", "cross_encoder", "pcgrad"}
     assert "para: cross" in (demo_repo / "params.yaml").read_text()
+
+
+# ---------------------------------------------------------------- the docs' commands
+
+DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (Path(__file__).parents[1] / "docs").glob("*.md"))]
+MARKS = ("[GPU]", "[cluster]", "[network]", "[CS224N data]", "[a browser]")
+# run by another test as they are written
+COVERED = {
+    "bash .ci/run": "CI itself",
+    "snakemake --lint": "tests/test_workflow.py::test_lint_is_clean",
+    f"dvc exp run -S '{KEY}=concat,concat_mult' --queue": "the queued sweep above",
+    "dvc exp run --run-all": "the queued sweep above",
+    "python3 -m pytest tests/test_schedules.py tests/test_heads.py tests/test_train.py tests/test_finetune_stages.py":
+        "CI (bash .ci/run runs every test file)",
+    "python3 -m pytest -m slow tests/test_train.py": "CI (bash .ci/run runs every test file)",
+}
+# run here as written but for what the note says
+CHANGED = {
+    # the install is tests/test_install_script.py's and tests/test_install.py's (pip needs the network)
+    "bash scripts/install.sh && . scripts/activate && snakemake --cores all": ". scripts/activate && snakemake --cores all",
+    # each would train many jobs: queued (DVC applies and checks the override), then dropped from the queue
+    "dvc exp run -S base.finetune.lr=5e-5": "dvc exp run -S base.finetune.lr=5e-5 --queue && dvc queue remove --queued",
+    "dvc exp run -S '++experiments.multitask_rr.finetune.lr=5e-5'":
+        "dvc exp run -S '++experiments.multitask_rr.finetune.lr=5e-5' --queue && dvc queue remove --queued",
+    # it would train cross_encoder's chain again: planned instead (tested to be exactly that chain above)
+    "snakemake --cores all --config set='++experiments.cross_encoder.finetune.lr=5e-5'":
+        "snakemake -n --cores all --config set='++experiments.cross_encoder.finetune.lr=5e-5'",
+}
+
+
+def doc_commands(path: Path) -> list[str]:
+    """The commands of a page's bash and console blocks (a console block's `$ ` lines, each with the
+    lines its open quotes carry on to), comments dropped."""
+    import shlex
+
+    out, lang, body, inside = [], None, [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fence = re.match(r"^\s*```(\w*)\s*$", line)
+        if fence:
+            if inside and lang in ("bash", "sh", "console"):
+                out += _commands(lang, body, shlex)
+            inside, lang, body = not inside, fence.group(1), []
+        elif inside:
+            body.append(line)
+    return out
+
+
+def _commands(lang, body, shlex) -> list[str]:
+    cmds, current = [], None
+    for line in body:
+        if lang == "console":
+            if current is not None:
+                current += "\n" + line
+            elif line.startswith("$ "):
+                current = line[2:]
+            if current is not None:
+                try:
+                    shlex.split(current)
+                except ValueError:
+                    continue                          # an open quote: the command goes on
+                cmds.append(current)
+                current = None
+        elif line.strip() and not line.strip().startswith("#"):
+            if current is not None:
+                line = current + " " + line.strip()
+            current = line.rstrip()[:-1] if line.rstrip().endswith("\\") else None
+            if current is None:
+                cmds.append(line.strip())
+    return cmds
+
+
+def marked(command: str) -> bool:
+    return any(m in command for m in MARKS)
+
+
+def without_comment(command: str) -> str:
+    """The command without its trailing shell comment (a `#` after a space, outside quotes)."""
+    quote = None
+    for k, ch in enumerate(command):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (k == 0 or command[k - 1].isspace()):
+            return command[:k].rstrip()
+    return command.strip()
+
+
+def test_every_documented_command_runs_on_the_demo_or_says_what_it_needs(demo_repo, repo_root, tmp_path):
+    """Every command of README.md and docs/*.md runs as written in the built demo (exit status 0),
+    or another test runs it, or its line says what it needs (MARKS); what they print is what the
+    pages say where it is the project's (the export's files, the plots page offline, the report's
+    pages)."""
+    env = child_env(demo_repo, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    (demo_repo / "sentences.tsv").write_text("sentence\nA gripping, funny film.\nA dull, lifeless film.\n")
+    (demo_repo / "pairs.csv").write_text("sentence1,sentence2\nA man plays a guitar.,A man is playing music.\n")
+    seen, ran = set(), {}
+    for page in DOCS:
+        for command in doc_commands(repo_root / page):
+            text = without_comment(command)
+            if text in seen or marked(command) or text in COVERED:
+                seen.add(text)
+                continue
+            seen.add(text)
+            shell = CHANGED.get(text, text)
+            if shell.startswith("snakemake --dag | dot") and shutil.which("dot") is None:
+                shell = "snakemake --dag > dag.dot"          # Graphviz absent here: the graph, undrawn
+            if shell.startswith("/usr/bin/time") and not Path("/usr/bin/time").exists():
+                shell = shell.split(" ", 2)[2]
+            r = subprocess.run(["bash", "-c", shell], cwd=demo_repo, env=env, capture_output=True, text=True,
+                               timeout=900)
+            assert r.returncode == 0, f"{page}: `{command}` failed:\n{(r.stdout + r.stderr)[-3000:]}"
+            ran[text] = r.stdout + r.stderr
+    assert len(ran) >= 25, sorted(ran)
+    # what the pages show of the project's own output
+    listing = set(ran["ls results/exports/mlm_multitask"].split())
+    readme = (repo_root / "README.md").read_text()
+    block = readme[readme.index("$ ls results/exports/mlm_multitask"):]
+    assert listing == set(block.split("```")[0].split()[3:]), listing
+    assert "Nothing to be done" in ran["snakemake --cores all"] or "up to date" in ran["snakemake --cores all"]
+    assert "(3, 32)" in ran[next(c for c in ran if c.startswith("python -c 'from sentence_transformers"))]
+    page = (demo_repo / "dvc_plots" / "index.html").read_text()
+    assert "<script src" not in page and "vegaEmbed(" in page            # `dvc plots show`: offline
+    import zipfile
+
+    names = zipfile.ZipFile(demo_repo / "report.zip").namelist()            # `snakemake --report report.zip`
+    pages = {Path(n).name for n in names if n.endswith(".html")}
+    linked = set(re.findall(r'href="experiments/([^"#]+\.html)"', (demo_repo / "reports" / "final.html").read_text()))
+    assert linked and {"final.html"} | linked <= pages, (linked - pages)
+    assert "0 waiting" in ran["minbert progress --watch"]

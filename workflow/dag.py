@@ -221,11 +221,13 @@ class SnakemakeDag:
         return [(self.rule_of[m.id], {} if m.name is None else {"name": m.name}) for m in makers.values()
                 if m.run_record not in job.deps]
 
-    def inputs_after(self, checkpoints, stage: str, wildcards) -> list:
+    def inputs_after(self, checkpoints, stage: str, wildcards, dry_run: bool = False) -> list:
         """A job's inputs, once the checkpoints it reads from have run (Snakemake's `checkpoints`
-        object: asking it for a checkpoint that has still to run defers the job until it has)."""
+        object: asking it for a checkpoint that has still to run defers the job until it has). A
+        dry run asks for none: its plan then holds every job a target needs (deferred jobs would
+        be missing from it), each planned as reading what the jobs before it write."""
         job = self.job(stage, wildcards)
-        for rule_name, names in self.upstream(job):
+        for rule_name, names in [] if dry_run else self.upstream(job):
             getattr(checkpoints, rule_name).get(**names)
         return self.inputs(job)
 
@@ -260,7 +262,10 @@ def snakemake_outputs(sample: Job) -> list:
     out = []
     for path in sample.output_files:
         pattern = _pattern(path, sample)
-        if "." not in Path(path).name:              # folders have no suffix
+        if path == LAYOUT.experiment_reports:       # the pages final.html links to: in the report too
+            out.append(report(directory(pattern), patterns=["{page}.html"], category="Reports",
+                              labels={"page": "{page}"}))
+        elif "." not in Path(path).name:            # folders have no suffix
             out.append(directory(pattern))
         elif path in sample.metrics:
             out.append(report(pattern, category="Metrics", subcategory=sample.stage,
@@ -482,6 +487,10 @@ def main(argv: list[str] | None = None) -> None:
                                                            "(dvc.yaml must be up to date)")
     a = ap.parse_args(argv)
     dvc_path = REPO / "dvc.yaml"
+    if a.write_dvc or a.resolve:          # `dvc plots show` offline: its page template, scripts inlined
+        from workflow.dvc_plots import write_template
+
+        write_template(REPO)
     if a.write_dvc:
         dvc_path.write_text(render_dvc(a.params), encoding="utf-8")
         print(f"wrote {dvc_path.relative_to(REPO)} ({len(jobs(a.params))} jobs)")

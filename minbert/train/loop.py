@@ -153,6 +153,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
         if (k + 1) % CHECK_EVERY == 0:
             check_finite(tr, state)
         bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
+        report_progress(tr, state, plan, k + 1, len(updates))
         if k + 1 in points:
             row = train_row(tr, state, plan, (k + 1) / len(updates), lr, time.perf_counter() - t0, n_examples - done)
             t0, done = time.perf_counter(), n_examples
@@ -179,6 +180,26 @@ def track_update(tr: Training, state: TrainState, batches, labels, lr: float, be
                            for k, t in enumerate(tr.totals.tasks) if rows.get(t)}}
     tr.trackers.log_update(state.update, values)
     return now
+
+
+def report_progress(tr: Training, state: TrainState, plan: Plan, done: int, of: int, force: bool = False) -> None:
+    """Where the run is, for `minbert progress` (a file in the state folder, every few seconds):
+    the phase, the epoch and its updates, the run's updates, their rate in this process, and the
+    time left at that rate (the dev evaluations still to come at their mean time so far)."""
+    if tr.progress is None or not (force or tr.progress.due()):
+        return
+    ran = state.update - tr.progress_from[0]
+    seconds = time.perf_counter() - tr.progress_from[1]
+    rate = ran / seconds if ran > 0 and seconds > 0 else None
+    evals_left = sum(len(eval_points(len(u), tr.cfg.evals_per_epoch)) for (p, e), u in plan.epochs.items()
+                     if (p, e) > (state.phase, state.epoch)) + \
+        len([x for x in eval_points(of, tr.cfg.evals_per_epoch) if x > done])
+    left = None if rate is None else (plan.total_updates - state.update) / rate + \
+        evals_left * (tr.eval_seconds[0] / tr.eval_seconds[1] if tr.eval_seconds[1] else 0.0)
+    tr.progress.update(force=force, phase="+".join(plan.phases[state.phase]), phases=len(plan.phases),
+                       epoch=state.epoch + 1, epochs=tr.cfg.epochs, epoch_update=done, epoch_updates=of,
+                       update=state.update, updates=plan.total_updates, updates_per_second=rate,
+                       seconds_left=left, best_score=None if state.best_score == -math.inf else state.best_score)
 
 
 def _parts(batch: dict | list[dict]) -> list[dict]:
@@ -305,7 +326,9 @@ def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
     only; the others train on)."""
     if not tr.dist.main:
         return
+    t0 = time.perf_counter()
     dev = dev_metrics(tr.model, tr.dev, tr.tokenizer, tr.device, tr.precision, tr.dev_features)
+    tr.eval_seconds = (tr.eval_seconds[0] + time.perf_counter() - t0, tr.eval_seconds[1] + 1)
     finite = torch.stack([torch.isfinite(p).all() for p in tr.model.parameters()]).all()   # one read
     bad = [f"dev {k}" for k, v in dev.items() if v is not None and not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
     if bad:
@@ -429,6 +452,11 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     resumed = resume_state(tr) if options.resume else None
     state = resumed or TrainState()
     start_trackers(tr, resumed)
+    if tr.dist.main and tr.options.progress:
+        from minbert.core.progress import Progress
+
+        tr.progress = Progress(tr.state_dir, tr.options.checkpoint_extra.get("stage", "finetune"))
+        tr.progress_from = (state.update, time.perf_counter())
     store_frozen_features(tr, plan)
     if options.evaluate_first and state.dev_before is None and tr.dist.main:
         state.dev_before = dev_metrics(model, dev, tokenizer, tr.device, tr.precision)

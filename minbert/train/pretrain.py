@@ -229,12 +229,18 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
         state = PretrainState(dev_before=mean_dev_loss(objective, runtime, pparams.batch_size))
         log.info("%s: dev loss before training %.4f", desc, state.dev_before)
     schedule = (pparams.epochs * steps_per_epoch, int(pparams.warmup_ratio * pparams.epochs * steps_per_epoch))
+    progress = None
+    if state_dir is not None:       # for `minbert progress`, beside the resumable state
+        from minbert.core.progress import Progress
+
+        progress = Progress(state_dir, "pretrain")
     while state.epoch < pparams.epochs:
         epoch = state.epoch + 1
         sampler.set_epoch(epoch)
         batches = [b for _, b in zip(range(steps_per_epoch), sampler)]
         t0 = time.perf_counter()
-        train_loss = train_epoch(_Updates(objective, optimizer, params, pparams, runtime, schedule, scaler), state, batches,
+        train_loss = train_epoch(_Updates(objective, optimizer, params, pparams, runtime, schedule, scaler, progress),
+                                 state, batches,
                                  f"{desc} epoch {epoch}/{pparams.epochs}")
         dev_loss = mean_dev_loss(objective, runtime, pparams.batch_size)
         if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
@@ -267,6 +273,7 @@ class _Updates:
     runtime: Runtime
     schedule: tuple[int, int]
     scaler: object | None = None      # torch.amp.GradScaler of an fp16 run
+    progress: object | None = None    # minbert.core.progress.Progress: where the run is, for `minbert progress`
 
 
 def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], desc: str) -> float:
@@ -274,8 +281,9 @@ def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], des
     for m in u.objective.modules():
         m.train()
     total, count = 0.0, 0
+    start, t0 = state.step, time.perf_counter()
     bar = tqdm(total=sum(len(b) for b in batches), desc=desc, unit="ex", dynamic_ncols=True, mininterval=1.0)
-    for indices in batches:
+    for i, indices in enumerate(batches):
         lr = set_lr(u.optimizer, state.step, *u.schedule, u.pparams.lr_schedule)
         with u.runtime.amp():
             loss_sum, n = u.objective.loss_sum("train", indices, u.runtime.device)
@@ -296,7 +304,14 @@ def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], des
         state.step += 1
         total, count = total + loss_sum.detach().float(), count + n    # summed on the device, read once
         bar.update(len(indices))
-        bar.set_postfix(lr=f"{lr:.2e}", refresh=False)
+        if u.progress is not None and u.progress.due():
+            from minbert.core.progress import eta
+
+            seconds = time.perf_counter() - t0
+            u.progress.update(phase=u.pparams.kind, phases=1, epoch=state.epoch + 1, epochs=u.pparams.epochs,
+                              epoch_update=i + 1, epoch_updates=len(batches), update=state.step,
+                              updates=u.schedule[0], updates_per_second=(state.step - start) / max(seconds, 1e-9),
+                              seconds_left=eta(state.step - start, u.schedule[0] - start, seconds))
     bar.close()
     return float(total) / max(count, 1)
 

@@ -128,6 +128,9 @@ class Training:
     pending_best: dict | None = None            # the best model since best.pt was last written (minbert.train.loop)
     scaler: object | None = None                # torch.amp.GradScaler of an fp16 run
     trackers: object | None = None              # minbert.train.tracking.Trackers (main rank, finetune.tracking)
+    progress: object | None = None              # minbert.core.progress.Progress (main rank): for `minbert progress`
+    progress_from: tuple = (0, 0.0)             # (update, time) this process started at: its rate
+    eval_seconds: tuple = (0.0, 0)              # dev evaluations' total seconds and count so far
 
     @property
     def device(self) -> torch.device:
