@@ -42,19 +42,23 @@ def test_a_training_job_says_where_it_is_beside_its_state(tiny_model_dir, tmp_pa
     assert not (tmp_path / "run.state").exists()              # finished: the state folder and its progress go
 
 
-def _job_file(root: Path, stage: str, name: str | None, deps=(), outs=(), description=None) -> dict:
-    L = Layout(str(root / "results"))
-    desc = description or {"stage": stage, "name": name, "settings": {"x": 1}}
-    path = Path(L.job_file(stage, name))
+def _job_file(root: Path, stage: str, name: str | None, deps=(), outs=(), settings=None) -> dict:
+    """A job file as the planner writes it (minbert.pipeline.job.Job), of a job with these reads and
+    outputs; returns its description."""
+    from minbert.pipeline.job import Job
+
+    L = Layout("results")
+    job = Job(stage, name, settings or {"x": 1}, list(deps), list(outs), run_record=L.run_record(stage, name),
+              deps=list(deps), recorded={"stage": stage, "name": name, "settings": settings or {"x": 1},
+                                         "reads": list(deps), "code": {}})
+    path = root / L.job_file(stage, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"format": "minbert-job-1", "description": desc,
-                                "job": {"deps": list(deps), "outs": list(outs), "metrics": [], "plots": [],
-                                        "run_record": L.run_record(stage, name)}}))
-    return desc
+    path.write_text(job.file_text())
+    return job.description()
 
 
 def _record(root: Path, stage: str, name: str | None, desc: dict, seconds: float = 12.0) -> None:
-    path = Path(Layout(str(root / "results")).run_record(stage, name))
+    path = root / Layout("results").run_record(stage, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"description": {**desc, "read_hashes": {}}, "wall_seconds": seconds}))
 

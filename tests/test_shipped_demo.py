@@ -13,11 +13,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from conftest import child_env
-from test_workflow import DVC, SNAKEMAKE, dag, run
+from test_workflow import DVC, SNAKEMAKE, commands_run, job_ids, run
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(DVC is None or SNAKEMAKE is None, reason="needs dvc and snakemake")]
@@ -54,6 +53,7 @@ def demo_repo(repo_root, tmp_path_factory, tiny_model_dir):
     assert text.count("\n") > shipped.count("\n") // 2
     run([sys.executable, "-m", "workflow.dag", "--write-dvc"], folder)   # the jobs now read the tiny model's folder
     run(["git", "init", "-q"], folder)
+    run([DVC, "config", "--local", "cache.type", "hardlink,symlink"], folder)   # queued runs link, not copy
     run(["git", "add", "-A"], folder)
     run(["git", "commit", "-q", "-m", "the shipped demo, tiny"], folder)
     # built once, the stages inside Snakemake's process (no Python start-up per job), recorded in dvc.lock
@@ -76,11 +76,10 @@ def stages_run(log: str) -> set[str]:
 
 
 def snakemake_plan(folder: Path, *config: str) -> set[str]:
-    """The jobs `snakemake -n` plans, by their messages."""
-    log = run([SNAKEMAKE, "-n", "--cores", "2", *(("--config", *config) if config else ())], folder)
-    by_message = {dag.STAGE_MESSAGES[j.stage].format(wildcards=SimpleNamespace(name=j.name)): j.id
-                  for j in dag.jobs("params.yaml", repo=folder)}
-    return {by_message[m] for m in re.findall(r"^Job \d+: (.+)$", log, re.M)}
+    """The jobs `snakemake -n` plans (by the commands it prints)."""
+    log = run([SNAKEMAKE, "-n", "--printshellcmds", "--cores", "2", *(("--config", *config) if config else ())],
+              folder)
+    return job_ids(folder, commands_run(log))
 
 
 def test_a_snakemake_override_reruns_exactly_that_experiments_chain(demo_repo):
@@ -101,7 +100,7 @@ def test_dvc_exp_run_s_queues_a_two_value_sweep_on_the_shipped_params_each_rerun
     each of which ran exactly the chain of the experiment whose key it set (its log, `dvc queue
     logs`), each with its params and scores in `dvc exp show`; the workspace stays the baseline."""
     run([DVC, "exp", "run", "-S", f"{KEY}=concat,concat_mult", "--queue"], demo_repo)
-    run([DVC, "exp", "run", "--run-all", "--jobs", "1"], demo_repo)
+    run([DVC, "exp", "run", "--run-all", "--jobs", "2"], demo_repo)
     out = run([DVC, "exp", "show", "--json"], demo_repo)
     shown = json.loads(out[out.index("["):])
     exps = {e["name"]: e["revs"][0]["data"] for rev in shown for e in (rev.get("experiments") or [])}

@@ -70,47 +70,50 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def job_states(layout: Layout = Layout()) -> list[JobState]:
-    """Every job of the run the job files describe, with its status (see the module docstring)."""
+def _jobs(layout: Layout):
+    """The jobs of the job files under the layout's jobs folder (minbert.pipeline.job.Job.read)."""
+    from minbert.core.errors import MinBertError
+    from minbert.pipeline.job import Job
+
     root = Path(layout.job_files)
-    found = []
     for path in sorted(root.rglob("*.json")) if root.is_dir() else ():
         rel = path.relative_to(root)
         stage, name = (rel.parts[0], path.name[:-len(".json")]) if len(rel.parts) == 2 else (path.stem, None)
-        info = _json(path)
-        if not isinstance(info.get("job"), dict):
+        try:
+            yield Job.read(path, stage, name)
+        except MinBertError:          # a file of another version or another job: not this run's
             continue
-        where = info["job"]
-        outputs = [*where.get("outs", []), *where.get("metrics", []), *where.get("plots", [])]
-        found.append((JobState(stage, name), info.get("description"), outputs, where.get("deps", []),
-                      where.get("run_record", "")))
-    maker = {o: i for i, (_, _, outs, _, _) in enumerate(found) for o in outs}
-    records = [_json(Path(rec)) if rec else {} for *_, rec in found]
-    recorded = [_mtime(Path(rec)) if rec else None for *_, rec in found]
+
+
+def job_states(layout: Layout = Layout()) -> list[JobState]:
+    """Every job of the run the job files describe, with its status (see the module docstring)."""
+    jobs = list(_jobs(layout))
+    maker = {o: i for i, job in enumerate(jobs) for o in job.outputs}
+    records = [_json(Path(job.run_record)) if job.run_record else {} for job in jobs]
+    recorded = [_mtime(Path(job.run_record)) if job.run_record else None for job in jobs]
+    states = [JobState(job.stage, job.name, last_seconds=records[i].get("wall_seconds")) for i, job in enumerate(jobs)]
     done: dict[int, bool] = {}
 
     def is_done(i: int, path: tuple = ()) -> bool:
         """Its last run was of this description, after every job it reads from, each done too."""
         if i not in done:
-            state, description, _, deps, _ = found[i]
             ran = {k: v for k, v in (records[i].get("description") or {}).items() if k != "read_hashes"}
-            upstream = {maker[d] for d in deps if d in maker} - {i} - set(path)
-            done[i] = state.status != "running" and bool(ran) and ran == description and all(
+            upstream = {maker[d] for d in jobs[i].deps if d in maker} - {i} - set(path)
+            done[i] = states[i].status != "running" and bool(ran) and ran == jobs[i].description() and all(
                 is_done(j, path + (i,)) and (recorded[j] or 0) <= (recorded[i] or 0) for j in upstream)
         return done[i]
 
-    for i, (state, *_) in enumerate(found):
+    for state in states:
         holder = _json(Path(layout.lock(state.stage, state.name)))
-        state.last_seconds = records[i].get("wall_seconds")
         if holder and _alive(holder):
             state.status, state.holder = "running", holder
             progress = _json(Path(layout.state(state.stage, state.name)) / PROGRESS_FILE)
             if progress.get("pid") == holder.get("pid"):
                 state.progress = progress
-    for i, (state, *_) in enumerate(found):
+    for i, state in enumerate(states):
         if state.status != "running" and is_done(i):
             state.status = "done"
-    return [s for s, *_ in found]
+    return states
 
 
 def _clock(seconds: float | None) -> str:
