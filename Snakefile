@@ -6,6 +6,9 @@
 #   a cluster:                 snakemake --profile profiles/slurm   (--config gpu=0 without GPUs)
 #   jobs sharing one GPU:      snakemake --cores all --config jobs_per_gpu=4   (the default)
 #   record outputs in DVC too: snakemake --cores all --config dvc_commit=true
+#   progress lines every N seconds: snakemake --cores all --config progress=N   (0: none; default 30 on a terminal)
+#   any setting, as dvc exp run -S: snakemake --cores all --config set='++experiments.multitask_rr.finetune.lr=5e-5'
+#                              (several: set='KEY=VALUE KEY=VALUE'; minbert/params/overrides.py)
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -22,9 +25,12 @@ PARAMS = config.get("params", "params.yaml")
 try:
     GPUS = dag.whole_number(config, "gpu", 1, "GPUs for each job that runs the network (0: none)")
     JOBS_PER_GPU = max(1, dag.whole_number(config, "jobs_per_gpu", 4, "jobs that share one GPU"))
+    # where the run stands (jobs done, each training job's epoch, rate and ETA) on this terminal
+    PROGRESS = dag.whole_number(config, "progress", 30 if sys.stderr.isatty() else 0,
+                                "seconds between progress lines (0: none)")
     # Every job file is rewritten here when it changed: it is each job's first input, so a changed
     # setting, input list or code file re-runs exactly the jobs it concerns.
-    JOBS = dag.resolve(PARAMS, workflow.basedir)
+    JOBS = dag.resolve(PARAMS, workflow.basedir, dag.split_set(config.get("set")))
     dag.check_sources(JOBS, PARAMS, workflow.basedir)
 except dag.MinBertError as e:
     raise WorkflowError(str(e)) from None
@@ -39,6 +45,14 @@ rule all:
 
 
 include: "workflow/rules/stages.smk"
+
+
+onstart:
+    # not in a dry run: Snakemake runs this only when jobs are about to run
+    if PROGRESS:
+        from minbert.pipeline.progress import print_every
+
+        print_every(PROGRESS)
 
 
 onsuccess:

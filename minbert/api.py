@@ -115,7 +115,7 @@ class Model:
     By default it predicts as the experiment's predict stage did (its run record): the same batch
     size and precision setting, so the same batches and numbers (`auto` is bf16 where bf16 is native,
     as for the stage); an export folder or a lone model.pt: batches of 64 and `auto`. `batch_size`,
-    `precision` ("auto", "bf16", "fp32") or `bf16=True` set them."""
+    `precision` ("auto", "bf16", "fp16", "fp32") or `bf16=True` set them."""
 
     def __init__(self, path: str | Path, device: str = "auto", batch_size: int | None = None,
                  bf16: bool | None = None, threads: int | None = None, precision: str | None = None):
@@ -125,8 +125,8 @@ class Model:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
                                       or value < 1):
                 raise MinBertError(f"{key} {value!r}: expected a positive integer")
-        if precision not in (None, "auto", "bf16", "fp32"):
-            raise MinBertError(f"precision {precision!r}: expected auto, bf16 or fp32")
+        if precision not in (None, "auto", "bf16", "fp16", "fp32"):
+            raise MinBertError(f"precision {precision!r}: expected auto, bf16, fp16 or fp32")
         set_threads(threads)
         self.model, self.tokenizer, self.source = load_multitask(path)
         self.device = pick_device(device)
@@ -183,7 +183,7 @@ class Model:
         data = build_task_data(task, frame, self.tokenizer, self.model.heads_cfg)
         with tqdm(total=len(frame), desc=task, unit="row", disable=not show, leave=False) as bar:
             res = predict_task(self.model, data, self.tokenizer, self.batch_size, self.device,
-                               lambda: autocast(self.device, self.bf16), progress=bar.update)
+                               lambda: autocast(self.device, self.precision), progress=bar.update)
         return _result_frame(spec, res)
 
     # ------------------------------------------------------------ by task
@@ -220,7 +220,7 @@ class Model:
             for start in range(0, len(texts), self.batch_size):
                 batch = to_device(self.tokenizer([str(t) for t in texts[start:start + self.batch_size]]),
                                   self.device)
-                with autocast(self.device, self.bf16):
+                with autocast(self.device, self.precision):
                     out.append(self.model.embed(batch).float().cpu())
         return torch.cat(out).numpy() if out else np.empty((0, self.model.encoder.config.hidden_size), np.float32)
 

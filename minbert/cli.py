@@ -1,10 +1,12 @@
-"""The `minbert` command: a trained model on new text, the course's submission files, uploads.
+"""The `minbert` command: a trained model on new text, the course's submission files, uploads, and
+where a running pipeline stands.
 
     minbert predict MODEL [INPUT] [--task sst] [--out FILE]    # INPUT: .tsv/.csv/.jsonl/.txt, or stdin
     minbert submission SOURCE --out DIR                      # the CS224N starter's six prediction files + zip
                                                              # (the zip beside DIR, the starter's name)
     minbert upload FOLDER REPO_ID                            # an export folder to the Hugging Face Hub
     minbert estimate [--params params.yaml]                  # how long its pipeline will take here
+    minbert progress [--watch [SECONDS]]                     # where a running pipeline stands
 
 MODEL is an experiment's folder (results/experiments/E), its model.pt, or an export folder
 (results/exports/E). An input file has a header row naming `sentence` (one-sentence tasks: sst,
@@ -279,6 +281,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message}; see {self.prog} --help\n")
 
 
+def progress_command(a: argparse.Namespace) -> None:
+    import time
+
+    from minbert.core.layout import Layout
+    from minbert.pipeline.progress import job_states, summary
+
+    if a.watch is not None and a.watch <= 0:
+        raise MinBertError(f"--watch {a.watch:g}: expected a number of seconds above 0")
+    while True:
+        states = job_states(Layout(results=a.results))
+        stamp = time.strftime("%H:%M:%S")
+        print("\n".join(f"{stamp} {line}" if k == 0 else line for k, line in enumerate(summary(states))), flush=True)
+        if a.watch is None or not any(s.status != "done" for s in states):
+            return
+        time.sleep(a.watch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="minbert", description="Use a trained minBERT multi-task model.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -300,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, help="rows per batch (default: the experiment's predict stage's, "
                                                   "else 64)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda when available")
-    p.add_argument("--precision", choices=["auto", "bf16", "fp32"],
+    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"],
                    help="default: the experiment's predict stage's setting, else auto (bf16 where it is native): "
                         "the stage's batches and precision give its numbers")
     p.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
@@ -331,8 +350,23 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--private", action="store_true")
     u.add_argument("--revision", help="a branch of the repository (default: main)")
     u.set_defaults(func=upload_command)
-    ap.commands = {"predict": p, "submission": s, "upload": u, "estimate": estimate_parser(sub)}
+    ap.commands = {"predict": p, "submission": s, "upload": u, "estimate": estimate_parser(sub),
+                   "progress": progress_parser(sub)}
     return ap
+
+
+def progress_parser(sub) -> argparse.ArgumentParser:
+    g = sub.add_parser("progress", help="where a running pipeline stands: its jobs, each training job's epoch, "
+                                        "rate and time left",
+                       description="Where the pipeline run in this folder stands, under either engine: how many of "
+                                   "its jobs are done, running and waiting, the time left, and each running job "
+                                   "(training jobs: phase, epoch, updates, updates/s, ETA). Reads the job files, "
+                                   "locks, run records and each training job's progress.json; writes nothing.")
+    g.add_argument("--results", default="results", help="the results folder (default: results)")
+    g.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
+                   help="print again every SECONDS (default 5) until nothing is running or waiting (Ctrl-C stops)")
+    g.set_defaults(func=progress_command)
+    return g
 
 
 def estimate_parser(sub) -> argparse.ArgumentParser:

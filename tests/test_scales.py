@@ -112,7 +112,8 @@ def test_the_papers_scale_plans_each_papers_epochs_on_all_training_rows_over_thr
     assert all(len(by_row[row]) >= 3 for row in claimed if row in by_row)         # >= 3 seeds per claim row
     for row, (epochs, batch, lr) in PAPER_SETTINGS.items():
         ft = by_row[row][0].settings["finetune"]
-        assert (ft["epochs"], ft["batch_size"], ft["lr"]) == (epochs, batch, lr), row
+        rate = ft["head_lr"] if ft["freeze_encoder"] and ft["head_lr"] else ft["lr"]      # frozen: the heads' rate
+        assert (ft["epochs"], ft["batch_size"], rate) == (epochs, batch, lr), row
         assert ft["warmup_ratio"] == 0 and ft["lr_schedule"] == "constant"          # unstated: off
     for job in jobs:
         ds = job.settings["finetune"]["downsample"]

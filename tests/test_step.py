@@ -109,12 +109,14 @@ def test_the_parts_read_nothing_back_from_the_device(tiny_model_dir, prepared, t
 
 @pytest.mark.parametrize("setting,why", [
     ({"pcgrad": True, "schedule": "simultaneous"}, "PCGrad"), ({"smart": {"enabled": True}}, "SMART"), ({"compile": True}, "compiled"),
-    ({"gradient_checkpointing": True}, "checkpointing"),
+    ({"gradient_checkpointing": True}, "checkpointing"), ({"gradient_accumulation_steps": 2}, "accumulation"),
 ])
 def test_runs_a_graph_cannot_hold_are_named(setting, why):
     assert why_not_captured(FinetuneParams(), 1) is None
     assert why in why_not_captured(FinetuneParams(**setting), 1)
     assert "all-reduce" in why_not_captured(FinetuneParams(), 2)
+    assert "scaler" in why_not_captured(FinetuneParams(), 1, "fp16")
+    assert why_not_captured(FinetuneParams(), 1, "fp32") is None
 
 
 def test_a_warm_up_leaves_no_trace(tiny_model_dir, prepared, tmp_path, captured_parts, monkeypatch):

@@ -303,8 +303,11 @@ def test_the_model_card_holds_metadata_scores_with_intervals_and_provenance(trai
     assert text.startswith("---\n")
     meta = yaml.safe_load(text.split("---\n")[1])
     assert meta["license"] == "mit" and meta["library_name"] == "sentence-transformers"
-    results = meta["model-index"][0]["results"]
-    assert {r["dataset"]["type"] for r in results} == {"sst", "para", "sts"}
+    # data.dir is the demo's (the default): no Hub scores claiming SST-5, Quora or STS; the card says so
+    assert "model-index" not in meta and "synthetic-data" in meta["tags"]
+    assert "Trained on the minBERT demo data: synthetic" in text and "not on SST-5, Quora or STS" in text
+    # the base model is a local folder: named in the text, no Hub id in the metadata
+    assert "base_model" not in meta and "A BERT encoder: `" in text
     for task in ("sst", "para", "sts"):
         frame = read_predictions(trained / "experiments" / "bi" / "predictions" / f"{task}-dev.csv", task)
         est = task_estimate(task, Sample.of(frame))
@@ -315,6 +318,37 @@ def test_the_model_card_holds_metadata_scores_with_intervals_and_provenance(trai
     assert f"training fingerprint: `{record['fingerprint']}`" in text
     assert f"export fingerprint: `{export_record['fingerprint']}`" in text
     assert "lr: 0.001" in text and "training rows, sst: 32" in text and "| test |" not in text   # test: no labels
+
+
+def test_a_card_names_its_base_model_through_its_pretraining_and_real_data_scores_go_to_the_hub():
+    from minbert.params.settings import ExportSettings
+    from minbert.share.export import model_card
+
+    score = {"dev": {"sst": (0.5, 0.45, 0.55, 200), "para": (0.8, 0.78, 0.82, 200), "sts": (0.7, 0.65, 0.75, 200)}}
+    files = {"pooling": "mean of the token vectors", "cross": {}}
+    training = {"model": None, "pretrain": "mlm_x", "finetune": {"tasks": ["sst", "para", "sts"]}}
+    s = ExportSettings(model_stage="finetune", license="mit", language="en", data="data/cs224n", demo_data=False,
+                       base_model="sentence-transformers/all-MiniLM-L6-v2",
+                       start_model="sentence-transformers/all-MiniLM-L6-v2", pretraining="mlm_x (mlm)")
+    text = model_card(s, "e", files, score, training, {}, {})
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2" and meta["base_model_relation"] == "finetune"
+    assert {r["dataset"]["type"] for r in meta["model-index"][0]["results"]} == {"sst", "para", "sts"}
+    assert "`sentence-transformers/all-MiniLM-L6-v2`, further pretrained by `mlm_x (mlm)`, then fine-tuned" in text
+    assert "model: sentence-transformers/all-MiniLM-L6-v2 after pretraining mlm_x" in text    # not `model: null`
+    demo = model_card(s.model_copy(update={"demo_data": True}), "e", files, score, training, {}, {})
+    assert "model-index" not in yaml.safe_load(demo.split("---\n")[1])
+
+
+def test_the_demo_export_names_its_hub_base_model_and_its_synthetic_data(repo_root, monkeypatch):
+    from minbert.params import load_params
+    from minbert.params.resolve import export_settings
+
+    monkeypatch.chdir(repo_root)
+    lp = load_params("params.yaml")
+    s = export_settings(lp, lp.experiment("mlm_multitask"))
+    assert s.base_model == "sentence-transformers/all-MiniLM-L6-v2" and s.pretraining == "mlm_demo (mlm)"
+    assert s.demo_data and s.data == "data/demo"
 
 
 # ---------------------------------------------------------------- the course's submission files

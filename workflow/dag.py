@@ -36,6 +36,8 @@ from minbert.core.errors import MinBertError  # noqa: E402
 from minbert.core.layout import Layout  # noqa: E402
 from minbert.core.provenance import one_pass  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, LoadedParams, load_params  # noqa: E402
+from minbert.params.overrides import dvc_rewrite_problems, load_with_overrides, split_set  # noqa: E402
+from minbert.params.unread import unread_settings  # noqa: E402
 from minbert.pipeline import finished  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
 from minbert.pipeline.plan import pipeline, write_job_file  # noqa: E402
@@ -60,21 +62,33 @@ def _in(repo: Path):
         os.chdir(old)
 
 
-def _loaded(params: str | Path | LoadedParams, repo: Path) -> LoadedParams:
-    return params if isinstance(params, LoadedParams) else load_params(Path(repo) / params)
+def load(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=()) -> LoadedParams:
+    """The params (and catalogue) as this run takes them: with the command line's settings
+    (`--config set=...`: minbert.params.overrides) applied."""
+    if isinstance(params, LoadedParams):
+        return params
+    with _in(repo):
+        return load_with_overrides(params, list(overrides))
 
 
-def jobs(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO) -> list[Job]:
+def jobs(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=()) -> list[Job]:
     """Every job of the pipeline, each after the jobs whose outputs it reads (paths relative to repo)."""
-    lp = _loaded(params, repo)
+    lp = load(params, repo, overrides)
     with _in(repo):
         return pipeline(lp, LAYOUT)
 
 
-def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO) -> list[Job]:
+def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=()) -> list[Job]:
     """Write every job's description file whose content changed, and remove the records of finished
-    work of jobs the params no longer have (minbert.pipeline.finished.prune); returns the jobs."""
-    all_jobs = jobs(params, repo)
+    work of jobs the params no longer have (minbert.pipeline.finished.prune); returns the jobs. A
+    setting no job reads (minbert.params.unread), and what would break `dvc exp run -S` in the
+    params files, are said on stderr, once per load."""
+    lp = load(params, repo, overrides)
+    with _in(repo):
+        problems = [p for f in dict.fromkeys([lp.path, lp.source]) if f is not None for p in dvc_rewrite_problems(f)]
+    for line in problems + unread_settings(lp):
+        print(f"warning: {line}", file=sys.stderr)
+    all_jobs = jobs(lp, repo)
     with _in(repo), one_pass():
         for job in all_jobs:
             write_job_file(job)
@@ -211,13 +225,15 @@ class SnakemakeDag:
         return [(self.rule_of[m.id], {} if m.name is None else {"name": m.name}) for m in makers.values()
                 if m.run_record not in deps]
 
-    def inputs_after(self, checkpoints, stage: str, wildcards) -> list:
+    def inputs_after(self, checkpoints, stage: str, wildcards, dry_run: bool = False) -> list:
         """A job's inputs, once the checkpoints it reads from have run (Snakemake's `checkpoints`
-        object: asking it for a checkpoint that has still to run defers the job until it has)."""
+        object: asking it for a checkpoint that has still to run defers the job until it has). A
+        dry run asks for none: its plan then holds every job a target needs (deferred jobs would
+        be missing from it), each planned as reading what the jobs before it write."""
         job = self.job(stage, wildcards)
         if job is None:          # no such job: its job file is missing, Snakemake's own one-line error
             return [LAYOUT.job_file(stage, wildcards.name)]
-        for rule_name, names in self.upstream(job):
+        for rule_name, names in [] if dry_run else self.upstream(job):
             getattr(checkpoints, rule_name).get(**names)
         return self.inputs(job)
 
@@ -254,7 +270,10 @@ def snakemake_outputs(sample: Job) -> list:
     out = []
     metrics = set(sample.metrics)
     for pattern in sample.output_files:
-        if "." not in Path(pattern).name:              # folders have no suffix
+        if pattern == LAYOUT.experiment_reports:       # the pages final.html links to: in the report too
+            out.append(report(directory(pattern), patterns=["{page}.html"], category="Reports",
+                              labels={"page": "{page}"}))
+        elif "." not in Path(pattern).name:            # folders have no suffix
             out.append(directory(pattern))
         elif pattern in metrics:
             out.append(report(pattern, category="Metrics", subcategory=sample.stage,
@@ -329,7 +348,11 @@ def main(argv: list[str] | None = None) -> None:
                                                            "(dvc.yaml must be up to date)")
     a = ap.parse_args(argv)
     dvc_path = REPO / "dvc.yaml"
-    lp = _loaded(a.params, REPO)
+    if a.write_dvc or a.resolve:          # `dvc plots show` offline: its page template, scripts inlined
+        from workflow.dvc_plots import write_template
+
+        write_template(REPO)
+    lp = load(a.params, REPO)
     all_jobs = jobs(lp)
     if a.write_dvc:
         dvc_path.write_text(render_dvc(a.params, REPO, lp, all_jobs), encoding="utf-8")
@@ -365,4 +388,4 @@ if __name__ == "__main__":
 
     run(main)
 
-__all__ = ["CATALOGUE_SECTIONS"]
+__all__ = ["CATALOGUE_SECTIONS", "split_set"]

@@ -13,7 +13,7 @@ from minbert.core.tasks import TASKS
 from minbert.params import LoadedParams
 from minbert.pipeline.code import PROJECT_PACKAGES
 from minbert.pipeline.job import Job
-from workflow.dag import LAYOUT, REPO, RESOLVE_STAGE, _loaded, jobs
+from workflow.dag import LAYOUT, REPO, RESOLVE_STAGE, jobs, load
 
 
 def _dvc_stage_name(job: Job) -> str:
@@ -33,7 +33,7 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: Loa
     """dvc.yaml as a dict: the resolve stage, one stage per job, metrics and plots for DVC's views
     (`lp`, `all_jobs`: the params and jobs of `params_path`, where already at hand)."""
     repo = Path(repo)
-    lp = lp or _loaded(params_path, repo)
+    lp = lp or load(params_path, repo)
     all_jobs = all_jobs if all_jobs is not None else jobs(lp, repo)
     params_arg = "" if str(params_path) == "params.yaml" else f" --params {params_path}"
     folders = _DvcFolders(all_jobs)
@@ -52,7 +52,8 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: Loa
         # DVC compares one metrics file, the report's summary (`dvc exp show` stays readable); each
         # job's own metrics file is a cached output like the others. Metrics and curves are cached:
         # DVC reads them for every commit and experiment (`dvc exp show`, `metrics diff`, `plots diff`)
-        metrics = [m for m in job.metrics if m == LAYOUT.summary_metrics]
+        # (and a tracked run's DVCLive summary, which the user asked DVC to show: finetune.tracking)
+        metrics = [m for m in job.metrics if m == LAYOUT.summary_metrics or m.endswith("/dvclive/metrics.json")]
         st: dict = {"cmd": job.cmd, "deps": [job.job_file] + folders.deps(job),
                     "outs": job.outs + [m for m in job.metrics if m not in metrics] + [job.run_record]}
         if metrics:

@@ -91,6 +91,17 @@ class Layout:
     def history(self, name: str, stage: str) -> str:
         return f"{self.training(name, stage)}/{HISTORY_FILE}"
 
+    def tracking(self, name: str, stage: str, tool: str) -> str:
+        """A training stage's experiment-tracker logs (finetune.tracking: dvclive, tensorboard)."""
+        return f"{self.training(name, stage)}/{tool}"
+
+    def tracking_outputs(self, name: str, stage: str, tools) -> tuple[list[str], list[str], list[str]]:
+        """The declared outputs of a training stage's trackers: (folders, metrics files, plot folders):
+        TensorBoard's folder, DVCLive's summary (a DVC metrics file) and its history (DVC plots)."""
+        folders = [self.tracking(name, stage, t) for t in tools if t != "dvclive"]
+        live = [self.tracking(name, stage, "dvclive")] if "dvclive" in tools else []
+        return folders, [f"{d}/metrics.json" for d in live], [f"{d}/plots" for d in live]
+
     def predictions(self, name: str) -> str:
         return f"{self.experiment(name)}/predictions"
 

@@ -37,9 +37,10 @@ def cpu_has_native_bf16() -> bool | None:
 
 def bf16_is_native(device: torch.device) -> bool:
     """Whether `device` computes bf16 in hardware: a CUDA GPU that supports it (Ampere on), a CPU
-    with avx512_bf16 / amx_bf16. Elsewhere bf16 is emulated and slower than float32."""
+    with avx512_bf16 / amx_bf16. Elsewhere bf16 is emulated and slower than float32 (torch runs bf16
+    on a T4 or V100 too, emulated: `including_emulation=False` asks for the hardware)."""
     if device.type == "cuda":
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False))
     return cpu_has_native_bf16() is True
 
 
@@ -47,39 +48,48 @@ AUTO_PRECISION_ENV = "MINBERT_AUTO_PRECISION"
 
 
 def precision_on(setting: str, device: torch.device) -> str:
-    """The precision a run uses on `device`: 'bf16' or 'fp32'. `auto` picks bf16 where it is native
-    (or what the environment variable MINBERT_AUTO_PRECISION says `auto` means here: bf16 or fp32,
-    e.g. to run on an AVX2 machine the path a machine with native bf16 takes); an explicit value is
-    honoured on every device."""
+    """The precision a run uses on `device`: 'bf16', 'fp16' or 'fp32'. `auto` picks bf16 where it
+    is native; on a CUDA GPU without bf16 (before Ampere: the T4 and V100 of Colab and AWS) fp16
+    autocast with loss scaling; float32 elsewhere (or what the environment variable
+    MINBERT_AUTO_PRECISION says `auto` means here, e.g. to run on an AVX2 machine the path a
+    machine with native bf16 takes). An explicit value is honoured on every device."""
     if setting not in PRECISIONS:
         raise MinBertError(f"params: precision {setting!r} is not one of {', '.join(PRECISIONS)}")
     if setting == "auto":
         forced = os.environ.get(AUTO_PRECISION_ENV, "").strip()
         if forced:
-            if forced not in ("bf16", "fp32"):
-                raise MinBertError(f"{AUTO_PRECISION_ENV}={forced}: expected bf16 or fp32 (what `precision: auto` "
-                                   f"means on this machine), or unset it")
+            if forced not in PRECISIONS[1:]:
+                raise MinBertError(f"{AUTO_PRECISION_ENV}={forced}: expected bf16, fp16 or fp32 (what `precision: "
+                                   f"auto` means on this machine), or unset it")
             return forced
-        return "bf16" if bf16_is_native(device) else "fp32"
+        if bf16_is_native(device):
+            return "bf16"
+        return "fp16" if device.type == "cuda" else "fp32"
     return setting
 
 
-def configure(device: torch.device, precision: str, deterministic: bool = False) -> bool:
-    """Set up the process for a run on `device` in `precision` (a setting: auto | bf16 | fp32) and
-    return whether bf16 autocast is on. float32 on CUDA multiplies matrices in TF32 (what fp32 means
-    on a GPU with tensor cores). `deterministic` pins algorithms (minbert.core.runtime.make_deterministic).
-    Asking for bf16 on a CPU that only emulates it is honoured, and said once in the log."""
-    bf16 = precision_on(precision, device) == "bf16"
+def configure_precision(device: torch.device, precision: str, deterministic: bool = False) -> str:
+    """Set up the process for a run on `device` in `precision` (a setting: auto | bf16 | fp16 |
+    fp32) and return the precision that runs ('bf16', 'fp16' or 'fp32'). float32 on CUDA
+    multiplies matrices in TF32 (what fp32 means on a GPU with tensor cores). `deterministic` pins
+    algorithms (minbert.core.runtime.make_deterministic). Asking for bf16 on a CPU that only
+    emulates it is honoured, and said once in the log."""
+    resolved = precision_on(precision, device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    if device.type == "cpu" and bf16 and cpu_has_native_bf16() is False:
+    if device.type == "cpu" and resolved == "bf16" and cpu_has_native_bf16() is False:
         logging.getLogger("minbert").warning(
             "precision: bf16 on a CPU without native bf16 (no avx512_bf16 / amx_bf16): bf16 autocast is "
             "emulated and about 4x slower than float32 here; set precision: auto (or fp32) for speed")
     if deterministic:
         make_deterministic(device)
-    return bf16
+    return resolved
+
+
+def configure(device: torch.device, precision: str, deterministic: bool = False) -> bool:
+    """`configure_precision`, answering whether bf16 autocast is on."""
+    return configure_precision(device, precision, deterministic) == "bf16"
 
 
 def make_deterministic(device: torch.device) -> None:
@@ -98,26 +108,32 @@ def make_deterministic(device: torch.device) -> None:
         torch.backends.cuda.enable_math_sdp(True)
 
 
-def autocast(device: torch.device, bf16: bool):
-    """bf16 autocast when `bf16` (a resolved precision, minbert.core.runtime.configure); otherwise a
-    no-op context (float32; TF32 matrix products on CUDA)."""
-    if bf16:
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(device: torch.device, precision: bool | str):
+    """Autocast in a resolved precision (minbert.core.runtime.configure_precision): 'bf16' or
+    'fp16' (True stands for bf16), else a no-op context (float32; TF32 matrix products on CUDA)."""
+    dtype = AMP_DTYPES.get("bf16" if precision is True else precision)
+    if dtype is not None:
+        return torch.autocast(device.type, dtype=dtype)
     return contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
 class Runtime:
-    """Where a stage runs the network and in which precision (`bf16`: autocast on)."""
+    """Where a stage runs the network and in which precision (`bf16` or `fp16`: autocast on; fp16
+    trains with a gradient scaler)."""
     device: torch.device
     bf16: bool
+    fp16: bool = False
 
     def amp(self):
-        return autocast(self.device, self.bf16)
+        return autocast(self.device, self.precision)
 
     @property
     def precision(self) -> str:
-        return "bf16" if self.bf16 else "fp32"
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
 
 
 def start_runtime(network, device: torch.device | None = None) -> Runtime:
@@ -126,7 +142,8 @@ def start_runtime(network, device: torch.device | None = None) -> Runtime:
     that runs the network. `device`: the one a torchrun launch assigned this rank."""
     set_threads(network.threads)
     device = device or pick_device(network.device)
-    return Runtime(device, configure(device, network.precision, network.deterministic))
+    precision = configure_precision(device, network.precision, network.deterministic)
+    return Runtime(device, bf16=precision == "bf16", fp16=precision == "fp16")
 
 
 def seed_everything(seed: int) -> torch.Generator:

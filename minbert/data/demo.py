@@ -2,8 +2,9 @@
 
     python -m minbert.data.demo --out data/demo
 
-Writes ids-sst-*, quora-* and sts-* {train, dev, test-student}.csv (test-student without labels)
-and nli-sample.jsonl (SNLI format). Sentences come from templates and small graded lexicons, so
+Writes ids-sst-*, quora-* and sts-* {train, dev, test-student}.csv (test-student without labels),
+nli-sample.jsonl (SNLI format) and README.md, which says what the data is (its first line marks the
+folder as the demo data: minbert.core.datasets; a model card says it was trained on synthetic data). Sentences come from templates and small graded lexicons, so
 a pretrained sentence encoder learns the tasks within a couple of epochs, yet no single word
 gives the label away:
 
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from minbert.core.datasets import DEMO_MARKER, DEMO_TITLE
 from minbert.core.io import write_text
 from minbert.core.tasks import TASKS
 from minbert.data.raw import raw_path, write_cs224n
@@ -255,7 +257,21 @@ def generate(out: str | Path, seed: int = SEED) -> list[Path]:
     path = out / "nli-sample.jsonl"
     write_text(path, "".join(json.dumps(r) + "\n" for r in nli))
     written.append(path)
+    path = out / DEMO_MARKER
+    write_text(path, README.format(title=DEMO_TITLE, seed=seed, **SIZES, nli=3 * NLI_PREMISES))
+    written.append(path)
     return written
+
+
+README = """{title}
+
+Synthetic sentences made from templates and small graded lexicons by `python -m minbert.data.demo`
+(seed {seed}), in the layout of the CS224N data: {train} training, {dev} dev and {test} test rows per
+task (ids-sst-*, quora-*, sts-*; the test files without labels) and {nli} NLI pairs
+(nli-sample.jsonl). They stand in for SST-5, Quora and STS so that the pipeline runs offline in
+minutes; they are not those data sets, and a model trained on them says how the pipeline works,
+not what a method is worth. A model card of a model trained here says so (minbert.share.export).
+"""
 
 
 def main(argv=None) -> None:

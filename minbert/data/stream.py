@@ -39,6 +39,19 @@ class TaskStream:
         return iter(self.sampler)
 
     def next(self) -> dict:
+        rows, swaps = self._draw()
+        return self._batch(rows, swaps)
+
+    def next_parts(self, parts: int) -> list[dict]:
+        """The next batch as `parts` micro-batches (gradient accumulation): its rows in order, cut
+        into consecutive slices as equal as they go, each padded on its own."""
+        rows, swaps = self._draw()
+        cuts = np.array_split(np.arange(len(rows)), min(parts, len(rows)))
+        return [self._batch([rows[k] for k in cut], None if swaps is None else [swaps[k] for k in cut])
+                for cut in cuts]
+
+    def _draw(self) -> tuple[list[int], list[bool] | None]:
+        """This rank's rows of the next global batch, and which pairs read (b, a)."""
         try:
             idx = next(self._it)
         except StopIteration:
@@ -51,7 +64,9 @@ class TaskStream:
             swap = (rng.random(len(idx)) < 0.5).tolist()
         self.batches += 1
         keep = list(range(len(idx)))[self.rank::self.world] or [0]
-        rows, swaps = [idx[k] for k in keep], None if swap is None else [swap[k] for k in keep]
+        return [idx[k] for k in keep], None if swap is None else [swap[k] for k in keep]
+
+    def _batch(self, rows: list[int], swaps: list[bool] | None) -> dict:
         if self.features is not None:
             return self.features.batch(rows, swaps)
         return self.collator(self.data, rows, swaps)

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from minbert.core.errors import MinBertError
-from minbert.params.finetune import DistillParams, FinetuneParams, HeadsParams, RetrainHeadsParams
+from minbert.params.finetune import DistillParams, EarlyStopping, FinetuneParams, HeadsParams, RetrainHeadsParams
 from minbert.params.schema import ExperimentParams, PretrainParams
 from minbert.params.studies import Params
 
@@ -29,6 +29,7 @@ TABLES: dict[str, tuple[str, type[BaseModel], tuple[str, ...]]] = {
     "heads": ("docs/finetuning.md", HeadsParams, ()),
     "distill": ("docs/finetuning.md", DistillParams, ()),
     "retrain_heads": ("docs/finetuning.md", RetrainHeadsParams, ()),
+    "early_stopping": ("docs/finetuning.md", EarlyStopping, ()),
     "pretraining": ("docs/pretraining.md", PretrainParams, ("mlm", "nli")),
 }
 SCHEMA_FILE = "params.schema.json"

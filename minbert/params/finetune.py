@@ -177,6 +177,17 @@ class DistillParams(Strict):
                                                        "the gold labels alone")
 
 
+class EarlyStopping(Strict):
+    """Stop a fine-tuning when its dev selection score has stopped improving (as the Hugging Face
+    Trainer's EarlyStoppingCallback)."""
+    patience: int = Field(3, ge=1, description="dev evaluations in a row (each of `evals_per_epoch` counts) whose "
+                                               "selection score (history.csv's `dev_score`) is not above the best "
+                                               "so far by more than `min_delta`; then training stops (in sequential "
+                                               "fine-tuning, the task's phase stops and the next begins)")
+    min_delta: float = Field(0.0, ge=0, description="the smallest rise of the selection score that counts as an "
+                                                    "improvement")
+
+
 class FinetuneParams(Strict):
     """Multi-task fine-tuning (docs/finetuning.md): the tasks, their schedule, the optimiser, the
     heads and the regularisers."""
@@ -238,6 +249,21 @@ class FinetuneParams(Strict):
                                                               "epoch) and a candidate for the model kept. More show "
                                                               "where a short run's dev curve flattens (the report's "
                                                               "training check), at the cost of one dev pass each")
+    early_stopping: EarlyStopping | None = Field(
+        None, description="`{patience, min_delta}`: stop when the dev selection score has not improved for `patience` "
+                          "evaluations (the model kept is still the best evaluated; the lr schedule stays the one "
+                          "planned for every epoch); null: train every epoch")
+    gradient_accumulation_steps: int = Field(
+        1, ge=1, le=64, description="split each task's batch of an update into this many micro-batches whose "
+                                    "gradients add up before the one optimiser step: the same update (same "
+                                    "`batch_size`, same examples, the same numbers up to float rounding) in about "
+                                    "1/N of the activation memory, at the cost of N smaller passes. Not with PCGrad, "
+                                    "SMART or a correlation STS loss, which need the whole batch at once")
+    tracking: list[Literal["dvclive", "tensorboard"]] = Field(
+        [], description="experiment trackers the run also logs to, offline: `dvclive` (DVC's: `dvc exp show` and "
+                        "`dvc plots` read it) and `tensorboard`; each gets every history row and, between "
+                        "evaluations, each update's lr and training losses, in the run's state folder while it runs "
+                        "and beside model.pt when it has finished (docs/finetuning.md, Tracking)")
     max_steps_per_epoch: int | None = Field(None, ge=1, description="cut every epoch to at most this many updates "
                                                                     "(demo, tests, quick runs); the lr schedule is "
                                                                     "built on the cut epochs")
@@ -257,6 +283,29 @@ class FinetuneParams(Strict):
         if len(set(v)) != len(v):
             raise ValueError("lists a task twice")
         return v
+
+    @field_validator("tracking")
+    @classmethod
+    def _each_tracker_once(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError("lists a tracker twice")
+        return v
+
+    @model_validator(mode="after")
+    def _accumulation_splits_the_batch(self):
+        k = self.gradient_accumulation_steps
+        if k > 1:
+            whole = [what for on, what in ((self.pcgrad, "PCGrad (`pcgrad`) projects whole per-task gradients"),
+                                           (self.smart.enabled, "SMART perturbs the whole batch"),
+                                           ("pearson" in self.heads.sts_loss and "sts" in self.tasks,
+                                            f"the STS loss `{self.heads.sts_loss}` correlates over the whole batch"))
+                     if on]
+            if whole:
+                raise ValueError(f"gradient_accumulation_steps {k}: {whole[0]}; set gradient_accumulation_steps: 1")
+            if k > self.batch_size:
+                raise ValueError(f"gradient_accumulation_steps {k} is more than batch_size {self.batch_size}; each "
+                                 f"micro-batch needs an example")
+        return self
 
     @model_validator(mode="after")
     def _only_trained_tasks(self):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 from minbert.core.errors import MinBertError
 
 # keys an earlier version read -> what replaced them (said in the error instead of a bare "unknown key")
-RENAMED = {"bf16": "use 'precision' (auto | bf16 | fp32): bf16: true -> precision: bf16, bf16: false -> "
+RENAMED = {"bf16": "use 'precision' (auto | bf16 | fp16 | fp32): bf16: true -> precision: bf16, bf16: false -> "
                    "precision: fp32, or precision: auto for bf16 wherever it is native"}
 
 

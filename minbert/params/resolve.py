@@ -1,15 +1,33 @@
 """How a params file becomes each job's settings (minbert.params.settings): base merged into each
 experiment, the catalogue applied, and only what the stage reads kept. The planner
 (minbert.pipeline.plan) calls these; a job receives their result in its description and never
-runs them, so an edit here that changes no job's settings re-runs nothing."""
+runs them, so an edit here that changes no job's settings re-runs nothing.
+
+"Only what the stage reads" holds for the values too: a setting the run never reads under the
+others (a switched-off feature's, the encoder's learning rate with the encoder frozen, ...) is put
+back to its default in the job's settings (`finetune_read`, `pretraining_read`), so changing it
+re-runs nothing; minbert.params.unread tells the user at load, from these same settings."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from minbert.core.tasks import TASKS
 from minbert.params.catalogue import LoadedParams
-from minbert.params.schema import DataParams, EnsembleParams, ExperimentParams, NetworkSettings, TrainingSettings
+from minbert.params.finetune import FinetuneParams, HeadsParams
+from minbert.params.fields import Downsample
+from minbert.params.schema import (
+    DataParams,
+    EnsembleParams,
+    ExperimentParams,
+    MlmParams,
+    NetworkSettings,
+    NliParams,
+    PretrainParams,
+    TrainingSettings,
+)
 from minbert.params.settings import (
     EnsembleSettings,
     ExportSettings,
@@ -23,6 +41,82 @@ from minbert.params.settings import (
 from minbert.params.validate import model_tasks, shared_tasks, teacher_members
 
 
+def _switched_off(model: BaseModel) -> dict[str, tuple[Any, str]]:
+    """The sections of `model` that an `enabled: false` switches off: back to their defaults."""
+    out = {}
+    for key, value in model:
+        if isinstance(value, BaseModel) and getattr(value, "enabled", True) is False:
+            out[key] = (type(value)(), f"`{key}.enabled` is false")
+    return out
+
+
+def unread_finetune(ft: FinetuneParams, head_tasks: list[str] | None = None) -> dict[str, tuple[Any, str]]:
+    """The fine-tuning settings a run with `ft` never reads: {key: (the default it stands for, why)}.
+    `head_tasks`: the tasks whose heads the model gets from these settings (default: the trained
+    ones; head retraining may add heads built from the fine-tuning's head settings)."""
+    tasks = set(ft.tasks)
+    heads = set(head_tasks or ft.tasks) | tasks
+    d, hd = FinetuneParams(), HeadsParams()
+    out = _switched_off(ft)
+    if ft.schedule != "temperature":
+        out["temperature"] = (d.temperature, f"it belongs to `schedule: temperature` (this is `{ft.schedule}`)")
+    if ft.schedule == "sequential":
+        out["epoch_unit"] = (d.epoch_unit, "sequential fine-tuning passes over one task per phase")
+    if ft.freeze_encoder and ft.head_lr is not None:
+        out["lr"] = (d.lr, "the encoder is frozen (`freeze_encoder`) and `head_lr` sets every other rate")
+    if ft.downsample.mode != "fixed":
+        out["downsample.size"] = (Downsample().size, f"it belongs to `downsample.mode: fixed` (this is "
+                                                     f"`{ft.downsample.mode}`)")
+    if not ("sts" in heads and ft.heads.sts == "cosine"):
+        out["heads.cosine_target"] = (hd.cosine_target, "only a `cosine` sts head reads it")
+    if not any(t in heads and getattr(ft.heads, t) in ("cosine", "cosine_linear") for t in ("para", "sts")):
+        out["heads.cosine_affine"] = (hd.cosine_affine, "no pair head is `cosine` or `cosine_linear`")
+    if not ("sst" in heads and ft.heads.sst == "prototypes"):
+        out["heads.prototypes_per_label"] = (hd.prototypes_per_label, "only a `prototypes` sst head reads it")
+    return {k: v for k, v in out.items() if _get(ft, k) != v[0]}
+
+
+def finetune_read(ft: FinetuneParams, head_tasks: list[str] | None = None) -> FinetuneParams:
+    """`ft` as the run reads it: every setting it never reads (`unread_finetune`) at its default."""
+    unread = unread_finetune(ft, head_tasks)
+    if not unread:
+        return ft
+    data = ft.model_dump()
+    for key, (default, _) in unread.items():
+        _set(data, key, default.model_dump() if isinstance(default, BaseModel) else default)
+    return FinetuneParams.model_validate(data)
+
+
+def unread_pretraining(pre: PretrainParams) -> dict[str, tuple[Any, str]]:
+    """A pretraining's settings its kind never reads: {key: (default, why)}."""
+    out = {}
+    if pre.kind != "mlm" and pre.mlm != MlmParams():
+        out["mlm"] = (MlmParams(), f"it is the `mlm` kind's section (this is `{pre.kind}`)")
+    if pre.kind != "nli" and pre.nli != NliParams():
+        out["nli"] = (NliParams(), f"it is the `nli` kind's section (this is `{pre.kind}`)")
+    if pre.kind == "para_first" and pre.dev_size is not None:
+        out["dev_size"] = (None, "paraphrase-first evaluates on all of Quora's dev split")
+    return out
+
+
+def pretraining_read(pre: PretrainParams) -> PretrainParams:
+    unread = unread_pretraining(pre)
+    return pre.model_copy(update={k: v for k, (v, _) in unread.items()}) if unread else pre
+
+
+def _get(model: BaseModel, key: str):
+    for part in key.split("."):
+        model = getattr(model, part)
+    return model
+
+
+def _set(data: dict, key: str, value) -> None:
+    *parents, last = key.split(".")
+    for part in parents:
+        data = data[part]
+    data[last] = value
+
+
 def prepare_settings(lp: LoadedParams) -> DataParams:
     return lp.params.data
 
@@ -30,16 +124,24 @@ def prepare_settings(lp: LoadedParams) -> DataParams:
 def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
     """A pretraining reads its own section and, from `base`, the model, seed, run settings and
     max length; paraphrase-first also trains with base.finetune's heads, dropout and optimiser."""
-    pre = lp.pretraining(name)
-    base = lp.base
+    return pretraining_from(lp.pretraining(name), lp.base)
+
+
+def pretraining_from(pre: PretrainParams, base: ExperimentParams) -> PretrainSettings:
+    """`pretrain_settings` from the pretraining's section and the base."""
     return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
-                            pretraining=pre, finetune=base.finetune if pre.kind == "para_first" else None,
+                            pretraining=pretraining_read(pre),
+                            finetune=base.finetune if pre.kind == "para_first" else None,
                             **{**TrainingSettings.keys_of(base), "precision": pre.precision or base.precision})
 
 
 def finetune_settings(exp: ExperimentParams) -> FinetuneSettings:
+    """A fine-tune reads its model (or pretraining), seed, max length, run settings and the
+    `finetune` section it runs with (`finetune_read`; head retraining may add heads built from it)."""
+    added = (exp.retrain_heads.tasks or []) if exp.retrain_heads.enabled else []
     return FinetuneSettings(model=None if exp.pretrain else exp.model, pretrain=exp.pretrain, seed=exp.seed,
-                            max_length=exp.max_length, finetune=exp.finetune, **TrainingSettings.keys_of(exp))
+                            max_length=exp.max_length, finetune=finetune_read(exp.finetune, exp.finetune.tasks + added),
+                            **TrainingSettings.keys_of(exp))
 
 
 def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
@@ -52,7 +154,7 @@ def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
         "batch_size": rh.batch_size, "lr": rh.lr, "head_lr": rh.lr, "freeze_encoder": True,
         "downsample": rh.downsample, **extras_off(),
         "task_weights": {t: w for t, w in ft.task_weights.items() if t in (rh.tasks or ft.tasks)}})
-    return RetrainSettings(seed=exp.seed, train=train, **TrainingSettings.keys_of(exp))
+    return RetrainSettings(seed=exp.seed, train=finetune_read(train), **TrainingSettings.keys_of(exp))
 
 
 def predict_settings(exp: ExperimentParams) -> PredictSettings:
@@ -61,16 +163,25 @@ def predict_settings(exp: ExperimentParams) -> PredictSettings:
                            **NetworkSettings.keys_of(exp))
 
 
+HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}   # the packaged model's Hub id
+
+
 def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
-    """An export reads its model and the card's texts; the base model's Hub id when it has one."""
-    model = exp.model
-    hub = None if exp.pretrain or not model or model.startswith(("/", ".")) or Path(model).exists() else \
-        {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}.get(model, model)
+    """An export reads its model and the card's texts: the model it started from (through its
+    pretraining, if any; its Hub id when it has one), and whether the data is the synthetic demo's."""
+    from minbert.core.datasets import is_demo_data
+
+    pre = lp.pretraining(exp.pretrain) if exp.pretrain else None
+    start = (pre.model or lp.base.model) if pre is not None else exp.model
+    local = not start or start.startswith(("/", ".")) or Path(start).exists()
     ex = lp.params.export
     return ExportSettings(model_stage=predict_settings(exp).model_stage, tasks=model_tasks(exp),
                           description=exp.description or "",
-                          license=ex.license, language=ex.language, base_model=hub,
-                          data=str(lp.params.data.dir))
+                          license=ex.license, language=ex.language,
+                          base_model=None if local else HUB_IDS.get(start, start),
+                          start_model=start if local else HUB_IDS.get(start, start),
+                          pretraining=f"{exp.pretrain} ({pre.kind})" if pre is not None else None,
+                          data=str(lp.params.data.dir), demo_data=is_demo_data(lp.params.data.dir))
 
 
 def ensemble_settings(ens: EnsembleParams, tasks: list[str]) -> EnsembleSettings:

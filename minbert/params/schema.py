@@ -102,7 +102,7 @@ class PretrainParams(Strict):
     dev_size: int | None = Field(None, ge=1, description="mlm and nli: evaluate on a seeded subset of at most this "
                                                          "many dev examples (quick runs)")
     precision: Precision | None = Field(
-        None, description="`auto`, `bf16` or `fp32` for this pretraining only (e.g. `fp32` to keep a pretraining "
+        None, description="`auto`, `bf16`, `fp16` or `fp32` for this pretraining only (e.g. `fp32` to keep a pretraining "
                           "in float32 while fine-tuning runs in bf16); null: the base's `precision`")
     finetune: dict[str, Any] = Field(
         {}, description="para_first only: what it changes in `base.finetune`, whose heads, dropout and other "
@@ -120,8 +120,10 @@ class NetworkSettings(Strict):
     device: Device = Field("auto", description="`auto` (CUDA when there is a GPU), `cpu` or `cuda`")
     precision: Precision = Field(
         "auto", description="auto: bf16 autocast where bf16 is native (CUDA GPUs from Ampere on, CPUs with "
-                            "avx512_bf16 / amx_bf16), float32 elsewhere; bf16 / fp32: that precision on every "
-                            "device (fp32 on CUDA multiplies matrices in TF32)")
+                            "avx512_bf16 / amx_bf16), fp16 autocast with loss scaling on a CUDA GPU without "
+                            "bf16 (T4, V100), float32 elsewhere; bf16 / fp16 / fp32: that precision on every "
+                            "device (fp16 trains with a gradient scaler; fp32 on CUDA multiplies matrices in "
+                            "TF32)")
     deterministic: bool = Field(
         False, description="pin the algorithms (torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace, the "
                            "math attention backend): a CUDA run repeats bit for bit, at some cost in speed")

@@ -76,7 +76,10 @@ class ExportSettings(Strict):
     license: str
     language: str
     base_model: str | None = None           # the Hub id it was fine-tuned from, for the card's metadata
+    start_model: str = ""                   # what it started from, as the card says it (a Hub id or a folder)
+    pretraining: str | None = None          # the further pretraining between the two (name and kind)
     data: str = ""                          # data.dir, for the card
+    demo_data: bool = False                 # data.dir holds the synthetic demo data (minbert.core.datasets)
 
 
 class EnsembleSettings(Strict):
@@ -104,4 +107,5 @@ def para_first_config(s: PretrainSettings) -> FinetuneParams:
         "lr": pre.lr, "weight_decay": pre.weight_decay, "warmup_ratio": pre.warmup_ratio,
         "lr_schedule": pre.lr_schedule, "grad_clip": pre.grad_clip,
         "downsample": Downsample(mode="none"),
-        "max_steps_per_epoch": pre.max_steps_per_epoch, "freeze_encoder": False, **extras_off()})
+        "max_steps_per_epoch": pre.max_steps_per_epoch, "freeze_encoder": False, "early_stopping": None,
+        "tracking": [], **extras_off()})

@@ -139,13 +139,22 @@ def _finetune_io(L: Layout, name, s) -> StageIO:
     start = [L.pretrain_model(s.pretrain)] if s.pretrain else reads
     teacher = [L.teacher(s.finetune.distill.teacher)] if s.finetune.distill else []
     return StageIO({"splits": _splits(L, s.finetune.tasks, ("train", "dev")), "start": start, "teacher": teacher},
-                   {"model": [L.model(name, "finetune")], "history": [L.history(name, "finetune")]},
+                   {"model": [L.model(name, "finetune")], "history": [L.history(name, "finetune")],
+                    **_tracked(L, name, "finetune", s.finetune.tracking)},
                    sources=sources, models=models)
 
 
 def _retrain_io(L: Layout, name, s) -> StageIO:
     return StageIO({"splits": _splits(L, s.train.tasks, ("train", "dev")), "model": [L.model(name, "finetune")]},
-                   {"model": [L.model(name, "retrain_heads")], "history": [L.history(name, "retrain_heads")]})
+                   {"model": [L.model(name, "retrain_heads")], "history": [L.history(name, "retrain_heads")],
+                    **_tracked(L, name, "retrain_heads", s.train.tracking)})
+
+
+def _tracked(L: Layout, name, stage: str, tools) -> dict[str, list[str]]:
+    """A training stage's trackers' outputs (finetune.tracking): TensorBoard's folder, DVCLive's
+    summary (a DVC metrics file) and its history (DVC plots)."""
+    folders, metrics, plots = L.tracking_outputs(name, stage, tools)
+    return {"tracking": folders, "live_metrics": metrics, "live_plots": plots}
 
 
 def _predict_io(L: Layout, name, s) -> StageIO:
@@ -215,12 +224,13 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           metrics=("metrics",), plots=("history",), code=_pretrain_code),
     Stage("finetune", "fine-tune {name}", {**NETWORK, "mem_mb": 32000, "runtime": 480}, _finetune_io,
           names=lambda lp: lp.experiments, settings=lambda lp, n: S.finetune_settings(lp.experiments[n]),
-          model=FinetuneSettings, named="experiment", plots=("history",)),
+          model=FinetuneSettings, named="experiment", metrics=("live_metrics",), plots=("history", "live_plots")),
     Stage("retrain_heads", "retrain the heads of {name} over its frozen encoder",
           {**NETWORK, "mem_mb": 16000, "runtime": 120}, _retrain_io,
           names=lambda lp: [n for n, e in lp.experiments.items() if e.retrain_heads.enabled],
           settings=lambda lp, n: S.retrain_settings(lp.experiments[n]), model=RetrainSettings, named="experiment",
-          named_in=lambda lp: lp.experiments, hint="set retrain_heads.enabled: true", plots=("history",)),
+          named_in=lambda lp: lp.experiments, hint="set retrain_heads.enabled: true", metrics=("live_metrics",),
+          plots=("history", "live_plots")),
     Stage("predict", "predict the dev and test splits with {name}", {**NETWORK, "mem_mb": 16000, "runtime": 60},
           _predict_io, names=lambda lp: lp.experiments, settings=lambda lp, n: S.predict_settings(lp.experiments[n]),
           model=PredictSettings, named="experiment"),

@@ -225,17 +225,27 @@ def scores(predictions: str | Path) -> dict:
 
 
 def model_card(s, name: str, files: dict, score: dict, training: dict, data: dict, provenance: dict) -> str:
-    """The README.md: Hub metadata (YAML), then what the model does, how to load it, its scores
-    with 95% intervals, its training settings, data and provenance. `s`: the export's settings
-    (minbert.params.settings.ExportSettings: description, license, language, base model)."""
+    """The README.md: Hub metadata (YAML), then what the model is (the model it started from, the
+    data it was trained on: the synthetic demo data named as such), how to load it, its scores with
+    95% intervals, its training settings, data and provenance. `s`: the export's settings
+    (minbert.params.settings.ExportSettings). Scores on the demo data go to no Hub metadata: its
+    model-index would claim SST-5, Quora and STS results for a model that never saw them."""
     import yaml
 
     tasks = training.get("finetune", {}).get("tasks") or list(LEADERBOARD_TASKS)
+    titles = ", ".join(TASKS[t].title for t in tasks)
+    trained_on = (f"the minBERT demo data: synthetic, template-generated sentences in the layout of {titles} "
+                  f"(`{s.data}`), not those data sets; its scores below show that the pipeline works, not what the "
+                  f"model is worth" if s.demo_data else f"{titles} (the data in `{s.data}`)")
+    start = f"`{s.start_model}`" if s.start_model else "its base model"
+    lineage = f"{start}, further pretrained by `{s.pretraining}`," if s.pretraining else start
     lines = ["---", yaml.safe_dump(_card_metadata(s, name, files, score), sort_keys=False, allow_unicode=True).rstrip(),
              "---", "", f"# {name}", "", (s.description or "A multi-task minBERT model.") + "", "",
-             f"A BERT encoder fine-tuned on {', '.join(TASKS[t].title for t in tasks)} at once by the minBERT "
-             f"multi-task pipeline, with one head per task.", ""]
-    lines += _card_usage(files, tasks) + _card_scores(score)
+             f"A BERT encoder: {lineage} then fine-tuned on {len(tasks)} tasks at once by the minBERT multi-task "
+             f"pipeline, with one head per task. Trained on {trained_on}.", ""]
+    if s.start_model and training.get("model") is None and training.get("pretrain"):
+        training = {**training, "model": f"{s.start_model} after pretraining {training['pretrain']}"}
+    lines += _card_usage(files, tasks) + _card_scores(score, s.demo_data)
     lines += ["", "## Training", "", "The settings the fine-tuning ran with (the pipeline's resolved job description):",
               "", "```yaml", yaml.safe_dump(training, sort_keys=True).rstrip(), "```", "", "## Data", ""]
     for key, value in data.items():
@@ -245,11 +255,12 @@ def model_card(s, name: str, files: dict, score: dict, training: dict, data: dic
 
 
 def _card_metadata(s, name: str, files: dict, score: dict) -> dict:
-    """The Hub's metadata: language, license, tags, base model, and the scores as its model-index."""
+    """The Hub's metadata: language, license, tags, base model, and the scores as its model-index
+    (none for the synthetic demo data, which is no data set of the Hub's)."""
     results = []
     for split, row in score.items():
         for task, (value, *_rest) in row.items():
-            if task in TASKS:
+            if task in TASKS and not s.demo_data:
                 results.append({"task": {"type": "text-classification" if TASKS[task].kind != "regression"
                                          else "sentence-similarity", "name": TASKS[task].title},
                                 "dataset": {"name": f"{TASKS[task].title} ({split})", "type": task, "split": split},
@@ -259,9 +270,10 @@ def _card_metadata(s, name: str, files: dict, score: dict) -> dict:
     return {"language": [s.language], "license": s.license, "library_name": "sentence-transformers",
             "pipeline_tag": "sentence-similarity",
             "tags": ["minbert", "bert", "multi-task", "sentence-transformers", "feature-extraction"] +
-                    (["cross-encoder"] if any(v is None for v in files["cross"].values()) else []),
-            **({"base_model": s.base_model} if s.base_model else {}),
-            "model-index": [{"name": name, "results": results}]}
+                    (["cross-encoder"] if any(v is None for v in files["cross"].values()) else []) +
+                    (["synthetic-data"] if s.demo_data else []),
+            **({"base_model": s.base_model, "base_model_relation": "finetune"} if s.base_model else {}),
+            **({"model-index": [{"name": name, "results": results}]} if results else {})}
 
 
 def _card_usage(files: dict, tasks: list[str]) -> list[str]:
@@ -297,10 +309,12 @@ def _card_usage(files: dict, tasks: list[str]) -> list[str]:
     return lines
 
 
-def _card_scores(score: dict) -> list[str]:
+def _card_scores(score: dict, demo_data: bool = False) -> list[str]:
     lines = ["## Scores", "", "95% percentile bootstrap intervals (2000 resamples), as the pipeline's report computes "
-             "them. Overall: the course leaderboard's (SST acc + Para acc + (STS r + 1) / 2) / 3.", "",
-             "| split | task | metric | value | 95% interval | examples |", "|---|---|---|---|---|---|"]
+             "them. Overall: the course leaderboard's (SST acc + Para acc + (STS r + 1) / 2) / 3.", ""]
+    if demo_data:
+        lines += ["On the synthetic demo data (its dev and test splits), not on SST-5, Quora or STS.", ""]
+    lines += ["| split | task | metric | value | 95% interval | examples |", "|---|---|---|---|---|---|"]
     for split, row in score.items():
         for key, (value, low, high, n) in row.items():
             title = TASKS[key].title if key in TASKS else {"overall": "overall (leaderboard)", "mean": "plain mean"}[key]
@@ -356,7 +370,8 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
     except (OSError, ValueError, KeyError, TypeError):
         raise MinBertError(f"{training_record}: the training run record cannot be read; re-run the "
                            f"{s.model_stage} stage of {name}") from None
-    data = {"data folder": f"`{s.data}`" if s.data else "-"}
+    data = {"data folder": (f"`{s.data}`" + (" (the synthetic demo data: its README.md)" if s.demo_data else ""))
+            if s.data else "-"}
     for path in train_splits:
         data[f"training rows, {Path(path).stem.replace('-train', '')}"] = _rows(path)
     ds = (training.get("finetune") or training.get("train") or {}).get("downsample")

@@ -86,6 +86,18 @@ def average_gradients(params: list[torch.nn.Parameter], world: int, flag: torch.
         offset += n
 
 
+def from_main(dist_info: DistInfo, flag: bool, device: torch.device) -> bool:
+    """The main rank's `flag` on every rank (one broadcast): a decision only the main rank can make,
+    such as early stopping on its dev evaluation, which every rank must follow."""
+    if dist_info.world <= 1:
+        return flag
+    import torch.distributed as dist
+
+    t = torch.tensor([int(flag)], device=device)
+    dist.broadcast(t, 0)
+    return bool(t.item())
+
+
 def barrier(dist_info: DistInfo) -> None:
     if dist_info.world > 1:
         import torch.distributed as dist

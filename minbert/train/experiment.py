@@ -107,7 +107,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
     if dist_info.main:
         log.info("%s of %s on %s: %s", options.checkpoint_extra.get("stage", "finetune"), name, runtime.device,
                  ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
-    options = replace(options, seed=s.seed, device=runtime.device, bf16=runtime.bf16, dist_info=dist_info,
+    options = replace(options, seed=s.seed, device=runtime.device, bf16=runtime.bf16, fp16=runtime.fp16, dist_info=dist_info,
                       cuda_graphs=s.cuda_graphs)
     try:
         return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, options)
@@ -138,7 +138,7 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
         for p in model.shared.parameters():
             p.requires_grad_(False)
     init_prototypes(model, data["train"], tokenizer, runtime, s.seed)
-    options = replace(options, seed=s.seed + 1, device=runtime.device, bf16=runtime.bf16, dist_info=dist_info,
+    options = replace(options, seed=s.seed + 1, device=runtime.device, bf16=runtime.bf16, fp16=runtime.fp16, dist_info=dist_info,
                       cuda_graphs=s.cuda_graphs,
                       checkpoint_extra={"stage": "retrain_heads", **options.checkpoint_extra})
     try:

@@ -60,6 +60,7 @@ from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import (
     average_gradients,
     barrier,
+    from_main,
     refuse_batch_statistics,
 )
 from minbert.train.losses import task_loss
@@ -81,12 +82,13 @@ CHECK_EVERY = 50    # updates between the host's reads of the device's running t
 
 # ---------------------------------------------------------------- evaluation
 
-def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, device, bf16: bool,
+def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, device, precision: bool | str,
                 features: dict | None = None) -> dict[str, float]:
     """Dev metrics and losses of every labelled task, plus overall/mean when they apply; a task
-    with stored embeddings of a frozen encoder (`features`, minbert.train.frozen) runs its head only."""
+    with stored embeddings of a frozen encoder (`features`, minbert.train.frozen) runs its head only.
+    `precision`: the run's autocast ('bf16', 'fp16', 'fp32'; True stands for bf16)."""
     out: dict[str, float] = {}
-    amp = lambda: autocast(device, bf16)  # noqa: E731
+    amp = lambda: autocast(device, precision)  # noqa: E731
     for task, data in dev.items():
         if data.labels is None or len(data) == 0:
             continue
@@ -115,10 +117,11 @@ def train_mode(tr: Training) -> None:
         tr.model.encoder.eval()
 
 
-def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
+def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
     """Train the updates of the state's current epoch, evaluating dev at its `evals_per_epoch` points
     before the last (each a history row, `evaluate`); returns the last part's history row (train
-    part), which `end_of_epoch` evaluates."""
+    part), which `end_of_epoch` evaluates, or None when early stopping ended the epoch at one of
+    its evaluations. With gradient accumulation each task's batch comes as micro-batches."""
     cfg, pi = tr.cfg, state.phase
     phase_tasks = plan.phases[pi]
     collator = Collator(tr.tokenizer, fixed_shapes=tr.captured is not None)
@@ -126,33 +129,82 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict:
                              shard=(tr.dist.rank, tr.dist.world), features=tr.features.get(t),
                              walked=plan.walked(pi, state.epoch, t) if t in cfg.walk_through else None)
                for i, t in enumerate(phase_tasks)}
+    parts = cfg.gradient_accumulation_steps
     updates = plan.epochs[(pi, state.epoch)]
     points = set(eval_points(len(updates), cfg.evals_per_epoch)[:-1])
     tr.totals.reset()
     train_mode(tr)
-    t0, n_examples, lr, done = time.perf_counter(), 0, 0.0, 0
+    t0, n_examples, lr, done, logged = time.perf_counter(), 0, 0.0, 0, None
     desc = (f"{'+'.join(phase_tasks)} " if len(plan.phases) > 1 else "") + f"epoch {state.epoch + 1}/{cfg.epochs}"
     bar = tqdm(updates, desc=desc, unit="upd", leave=False, dynamic_ncols=True,
                disable=not (tr.options.progress and tr.dist.main), mininterval=1.0 if sys.stderr.isatty() else 15.0)
     for k, update_tasks in enumerate(bar):
-        batches = [(task, streams[task].next()) for task in update_tasks]     # built on the host
-        labels = [b["labels"].numpy() for _, b in batches]
+        # built on the host; with gradient accumulation, each task's batch as its micro-batches
+        batches = [(task, streams[task].next() if parts == 1 else streams[task].next_parts(parts))
+                   for task in update_tasks]
+        labels = [np.concatenate([p["labels"].numpy() for p in _parts(b)]) for _, b in batches]
         if tr.captured is not None:
             lr = tr.captured.step(state, plan, batches, labels)
         else:
             lr = train_step(tr, state, plan, batches, labels, pcgrad_order(tr, batches))
         n_examples += sum(len(y) for y in labels) * tr.dist.world
+        if tr.trackers is not None:
+            logged = track_update(tr, state, batches, labels, lr, logged)
         if (k + 1) % CHECK_EVERY == 0:
             check_finite(tr, state)
         bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
+        report_progress(tr, state, plan, k + 1, len(updates))
         if k + 1 in points:
             row = train_row(tr, state, plan, (k + 1) / len(updates), lr, time.perf_counter() - t0, n_examples - done)
             t0, done = time.perf_counter(), n_examples
             evaluate(tr, state, plan, row)
+            if tr.cfg.early_stopping and from_main(tr.dist, state.stopped, tr.device):
+                state.stopped = True               # on every rank, as the main one decided
+                bar.close()
+                return None
             tr.totals.reset()
+            logged = None
             train_mode(tr)
     bar.close()
     return train_row(tr, state, plan, 1.0, lr, time.perf_counter() - t0, n_examples - done)
+
+
+def track_update(tr: Training, state: TrainState, batches, labels, lr: float, before: list | None) -> list:
+    """Log an update's learning rate and each task's training loss to the trackers: the growth of
+    the running totals since the last update (one read of the device's totals). Returns the totals
+    as read, for the next update."""
+    now = tr.totals.loss.tolist()
+    before = before or [0.0] * len(now)
+    rows = {task: len(y) for (task, _), y in zip(batches, labels)}
+    values = {"lr": lr, **{f"train_{t}_loss": (now[k] - before[k]) / rows[t]
+                           for k, t in enumerate(tr.totals.tasks) if rows.get(t)}}
+    tr.trackers.log_update(state.update, values)
+    return now
+
+
+def report_progress(tr: Training, state: TrainState, plan: Plan, done: int, of: int, force: bool = False) -> None:
+    """Where the run is, for `minbert progress` (a file in the state folder, every few seconds):
+    the phase, the epoch and its updates, the run's updates, their rate in this process, and the
+    time left at that rate (the dev evaluations still to come at their mean time so far)."""
+    if tr.progress is None or not (force or tr.progress.due()):
+        return
+    ran = state.update - tr.progress_from[0]
+    seconds = time.perf_counter() - tr.progress_from[1]
+    rate = ran / seconds if ran > 0 and seconds > 0 else None
+    evals_left = sum(len(eval_points(len(u), tr.cfg.evals_per_epoch)) for (p, e), u in plan.epochs.items()
+                     if (p, e) > (state.phase, state.epoch)) + \
+        len([x for x in eval_points(of, tr.cfg.evals_per_epoch) if x > done])
+    left = None if rate is None else (plan.total_updates - state.update) / rate + \
+        evals_left * (tr.eval_seconds[0] / tr.eval_seconds[1] if tr.eval_seconds[1] else 0.0)
+    tr.progress.update(force=force, phase="+".join(plan.phases[state.phase]), phases=len(plan.phases),
+                       epoch=state.epoch + 1, epochs=tr.cfg.epochs, epoch_update=done, epoch_updates=of,
+                       update=state.update, updates=plan.total_updates, updates_per_second=rate,
+                       seconds_left=left, best_score=None if state.best_score == -math.inf else state.best_score)
+
+
+def _parts(batch: dict | list[dict]) -> list[dict]:
+    """A task's batch of an update as its micro-batches (one, without gradient accumulation)."""
+    return batch if isinstance(batch, list) else [batch]
 
 
 def train_row(tr: Training, state: TrainState, plan: Plan, fraction: float, lr: float, seconds: float,
@@ -184,13 +236,16 @@ def pcgrad_order(tr: Training, batches: list) -> list[list[int]] | None:
     return pcgrad_orders(len(batches), tr.generators["pcgrad"])
 
 
-def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[str, dict]],
+def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[str, dict | list[dict]]],
                labels: list[np.ndarray], orders: list[list[int]] | None = None) -> float:
     """One update from host batches [(task, batch)] and their labels as the host has them: forward,
-    backward (PCGrad when asked), the all-reduce under torchrun, clip, step. The host reads no value
-    the device computed (no sync): labels stay on the host, losses and outputs go to the run's
-    totals. Returns the learning rate."""
-    cfg, totals = tr.cfg, tr.totals
+    backward (PCGrad when asked), the all-reduce under torchrun, clip, step. A task's batch may come
+    as micro-batches (gradient accumulation): each adds its share of the batch's mean loss to the
+    gradients before the one step. An fp16 run scales the loss (tr.scaler) and skips a step whose
+    gradients overflowed. The host reads no value the device computed (no sync; fp16's overflow
+    check apart): labels stay on the host, losses and outputs go to the run's totals. Returns the
+    learning rate."""
+    cfg, totals, scaler = tr.cfg, tr.totals, tr.scaler
     lr = set_lr(tr.optimizer, state.update, plan.total_updates, plan.warmup, cfg.lr_schedule)
     tr.optimizer.zero_grad(set_to_none=True)
     totals.flag.zero_()
@@ -198,26 +253,39 @@ def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[
     if pcgrad and orders is None:
         orders = pcgrad_order(tr, batches)
     pc_losses = []
-    for (task, host_batch), y in zip(batches, labels):
-        batch = to_device(host_batch, tr.device)
-        with tr.amp():
-            loss, out = tr.objective(task)(batch)
-        totals.add_loss(task, loss, len(y), state.update, totals.flag)
-        totals.add_outputs(task, out.detach().float(), y)
-        weighted = cfg.task_weights.get(task, 1.0) * loss
-        if pcgrad:
-            pc_losses.append(weighted)
-        else:
-            weighted.backward()
+    for task, host_batch in batches:
+        parts = _parts(host_batch)
+        n = sum(len(p["labels"]) for p in parts)
+        for part in parts:
+            batch = to_device(part, tr.device)
+            y = part["labels"].numpy()
+            with tr.amp():
+                loss, out = tr.objective(task)(batch)
+            totals.add_loss(task, loss, len(y), state.update, totals.flag)
+            totals.add_outputs(task, out.detach().float(), y)
+            weighted = cfg.task_weights.get(task, 1.0) * loss
+            if len(parts) > 1:                  # the part's share of the whole batch's mean
+                weighted = weighted * (len(y) / n)
+            if pcgrad:
+                pc_losses.append(weighted)
+            else:
+                (scaler.scale(weighted) if scaler is not None else weighted).backward()
     if pc_losses:
         from minbert.train.regularisers import pcgrad_backward
 
+        pc_losses = [scaler.scale(x) for x in pc_losses] if scaler is not None else pc_losses
         pcgrad_backward(pc_losses, tr.params, world=tr.dist.world, with_stats=False, orders=orders)
     average_gradients(tr.params, tr.dist.world, totals.flag)
     totals.flagged += totals.flag
+    if scaler is not None:
+        scaler.unscale_(tr.optimizer)
     if cfg.grad_clip:
         torch.nn.utils.clip_grad_norm_(tr.params, cfg.grad_clip, foreach=True)
-    tr.optimizer.step()
+    if scaler is not None:
+        scaler.step(tr.optimizer)       # skipped when the scaled gradients overflowed
+        scaler.update()
+    else:
+        tr.optimizer.step()
     if tr.momentum is not None:
         tr.momentum.update(tr.model)
     state.update += 1
@@ -246,7 +314,7 @@ def diverged(tr: Training, what: str) -> None:
     if tr.dist.main:
         shutil.rmtree(tr.state_dir, ignore_errors=True)
     advice = ["lower the learning rate"] + ([] if tr.cfg.grad_clip else ["set grad_clip (e.g. 1.0)"]) + \
-        (["set precision: fp32"] if tr.options.bf16 else [])
+        (["set precision: fp32"] if tr.options.bf16 or tr.options.fp16 else [])
     raise MinBertError(f"training diverged: {what}; {', '.join(advice[:-1]) + ' or ' if len(advice) > 1 else ''}"
                        f"{advice[-1]}, then run again (nothing was written)")
 
@@ -258,7 +326,9 @@ def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
     only; the others train on)."""
     if not tr.dist.main:
         return
-    dev = dev_metrics(tr.model, tr.dev, tr.tokenizer, tr.device, tr.options.bf16, tr.dev_features)
+    t0 = time.perf_counter()
+    dev = dev_metrics(tr.model, tr.dev, tr.tokenizer, tr.device, tr.precision, tr.dev_features)
+    tr.eval_seconds = (tr.eval_seconds[0] + time.perf_counter() - t0, tr.eval_seconds[1] + 1)
     finite = torch.stack([torch.isfinite(p).all() for p in tr.model.parameters()]).all()   # one read
     bad = [f"dev {k}" for k, v in dev.items() if v is not None and not math.isfinite(v)] or ([] if bool(finite) else ["weights"])
     if bad:
@@ -274,15 +344,39 @@ def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
     score = selection_score(dev, plan.phases[state.phase] if tr.cfg.schedule == "sequential" else list(tr.train))
     row["dev_score"] = score if score is not None else math.nan
     state.history.append(row)
+    if tr.trackers is not None:
+        tr.trackers.log_row(row)
     log.info("epoch %g (%s): %s", row["epoch"], row["phase"],
              ", ".join(f"{k}={'undefined' if v is None else format(v, '.4f')}" for k, v in row.items()
                        if k.startswith("dev_")))
+    early_stop(tr, state, score)
     keep_best(tr, state, row, dev, score)
 
 
-def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict, t_start: float) -> None:
-    """Evaluate on dev, keep the best model, save the resumable state (main rank only)."""
-    evaluate(tr, state, plan, row)
+def early_stop(tr: Training, state: TrainState, score: float | None) -> None:
+    """Count the evaluations since the selection score last rose by more than `min_delta` (against
+    the phase's best before this one); at `patience` of them the phase stops (`state.stopped`)."""
+    rule = tr.cfg.early_stopping
+    if rule is None:
+        return
+    if score is not None and score > state.phase_best + rule.min_delta:
+        state.stale = 0
+        return
+    state.stale += 1
+    if state.stale >= rule.patience:
+        state.stopped = True
+        log.info("early stopping: dev_score has not improved by more than %g for %d evaluations (best %.4f at "
+                 "epoch %g); %s", rule.min_delta, state.stale, state.phase_best, state.best_epoch,
+                 "this task's phase ends" if tr.cfg.schedule == "sequential" else "training ends")
+
+
+def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict | None, t_start: float) -> None:
+    """Evaluate on dev (unless early stopping ended the epoch at an evaluation: `row` None), keep
+    the best model, save the resumable state (main rank only). Every rank learns from the main one
+    whether early stopping ends the phase."""
+    if row is not None:
+        evaluate(tr, state, plan, row)
+    state.stopped = from_main(tr.dist, state.stopped, tr.device) if tr.cfg.early_stopping else state.stopped
     state.epoch += 1
     state.seconds = time.perf_counter() - t_start
     if not tr.dist.main:
@@ -290,7 +384,7 @@ def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict, t_start
     write_best(tr)
     # the resumable state every `checkpoint_every` epochs and at the end of each phase (a later
     # phase starts from it); the last epoch's is not needed: the run finishes right after it
-    last_of_phase = state.epoch == tr.cfg.epochs
+    last_of_phase = state.epoch == tr.cfg.epochs or state.stopped
     if last_of_phase and state.phase + 1 == len(plan.phases):
         return
     if state.epoch % tr.cfg.checkpoint_every == 0 or last_of_phase:
@@ -334,6 +428,7 @@ def end_of_phase(tr: Training, state: TrainState, plan: Plan) -> None:
         state.phase_best = -math.inf
     state.phase += 1
     state.epoch = 0
+    state.stale, state.stopped = 0, False
 
 
 # ---------------------------------------------------------------- fit
@@ -354,15 +449,24 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     """Train `model` per `cfg`; at the end writes options.out_dir/{model.pt,history.csv}. See the
     module docstring."""
     tr, plan = start_run(model, tokenizer, train, dev, cfg, options)
-    state = (resume_state(tr) if options.resume else None) or TrainState()
+    resumed = resume_state(tr) if options.resume else None
+    state = resumed or TrainState()
+    start_trackers(tr, resumed)
+    if tr.dist.main and tr.options.progress:
+        from minbert.core.progress import Progress
+
+        tr.progress = Progress(tr.state_dir, tr.options.checkpoint_extra.get("stage", "finetune"))
+        tr.progress_from = (state.update, time.perf_counter())
     store_frozen_features(tr, plan)
     if options.evaluate_first and state.dev_before is None and tr.dist.main:
-        state.dev_before = dev_metrics(model, dev, tokenizer, tr.device, options.bf16)
+        state.dev_before = dev_metrics(model, dev, tokenizer, tr.device, tr.precision)
     t_start = time.perf_counter() - state.seconds
     epochs_run = 0
     while state.phase < len(plan.phases):
-        while state.epoch < cfg.epochs:
+        while state.epoch < cfg.epochs and not state.stopped:
             if options.stop_after_epochs is not None and epochs_run >= options.stop_after_epochs:
+                if tr.trackers is not None:
+                    tr.trackers.close()
                 return _result(state, t_start)
             row = run_epoch(tr, state, plan)
             end_of_epoch(tr, state, plan, row, t_start)
@@ -389,10 +493,11 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     world, device = options.dist_info.world, options.device
     refuse_batch_statistics(cfg.heads.sts_loss, tasks, world)
     sizes = {t: len(train[t]) for t in tasks}
+    precision = "bf16" if options.bf16 else "fp16" if options.fp16 else "fp32"
     description = options.description or {"settings": {"finetune": cfg.model_dump(), "seed": options.seed,
                                                        "bf16": options.bf16}, "sizes": sizes}
     # where and how it runs: a state saved on one device type or in one precision never resumes in another
-    description = with_runtime(description, device.type, "bf16" if options.bf16 else "fp32", world)
+    description = with_runtime(description, device.type, precision, world)
     model.to(device)
     if cfg.freeze_encoder:
         model.encoder.freeze(True)
@@ -412,10 +517,12 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     tr = Training(model, tokenizer, {t: train[t] for t in tasks}, dev, cfg, options, optimizer,
                   [p for p in model.parameters() if p.requires_grad], momentum, generators,
                   options.fingerprint or fingerprint_of(description), description, EpochTotals(tasks, device))
+    if options.fp16:   # float16's range needs the loss scaled up, and the gradients checked for overflow
+        tr.scaler = torch.amp.GradScaler(device.type)
     if device.type == "cuda" and options.cuda_graphs:
         from minbert.train.step import CapturedSteps, why_not_captured
 
-        reason = why_not_captured(cfg, world)
+        reason = why_not_captured(cfg, world, precision)
         if reason is None:
             tr.captured = CapturedSteps(tr)
         else:
@@ -424,6 +531,19 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
         options.state_dir.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(options.state_dir)
     return tr, Plan.build(cfg, tasks, sizes, options.seed)
+
+
+def start_trackers(tr: Training, resumed: TrainState | None) -> None:
+    """The run's experiment trackers (finetune.tracking; main rank), their logs in the state folder:
+    continued after a resume from the update its state was saved at, afresh otherwise."""
+    if not tr.cfg.tracking or not tr.dist.main:
+        return
+    from minbert.train.tracking import Trackers
+
+    folder = tr.state_dir / "tracking"
+    if resumed is None:
+        shutil.rmtree(folder, ignore_errors=True)
+    tr.trackers = Trackers(tr.cfg.tracking, folder, resumed_at=None if resumed is None else resumed.update)
 
 
 def store_frozen_features(tr: Training, plan: Plan) -> None:
@@ -459,6 +579,8 @@ def finish(tr: Training, state: TrainState, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     torch_save(best, out_dir / MODEL_FILE)
     write_history(out_dir / HISTORY_FILE, state.history)
+    if tr.trackers is not None:
+        tr.trackers.finish(out_dir)
     shutil.rmtree(tr.state_dir, ignore_errors=True)
 
 

@@ -149,11 +149,11 @@ class Resumable:
     saved state must carry to be resumed."""
 
     def __init__(self, state_dir, description: dict, modules: list, optimizer, device, generators: dict,
-                 fingerprint: str | None = None):
+                 fingerprint: str | None = None, scaler=None):
         self.dir = Path(state_dir) if state_dir is not None else None
         self.description, self.fingerprint = description, fingerprint or fingerprint_of(description)
-        self.parts = {"modules": {f"module{i}": m for i, m in enumerate(modules)}, "optimizer": optimizer,
-                      "device": device, "generators": generators}
+        self.parts = {"modules": {**{f"module{i}": m for i, m in enumerate(modules)}, "scaler": scaler},
+                      "optimizer": optimizer, "device": device, "generators": generators}
         self.modules = modules
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -223,26 +223,34 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
                                                              "dev": len(objective.lengths("dev"))}}
     # a state saved on one device type or in one precision never resumes in another
     description = with_runtime(description, runtime.device.type, runtime.precision, 1)
+    # fp16: the loss scaled up for float16's range, a step skipped where the gradients overflowed
+    scaler = torch.amp.GradScaler(runtime.device.type) if runtime.fp16 else None
     saved = Resumable(state_dir, description, modules, optimizer, runtime.device, objective.generators(),
-                      fingerprint)
+                      fingerprint, scaler)
     state, best = saved.resume(desc)
     if state is None:
         state = PretrainState(dev_before=mean_dev_loss(objective, runtime, pparams.batch_size))
         log.info("%s: dev loss before training %.4f", desc, state.dev_before)
     schedule = (pparams.epochs * steps_per_epoch, int(pparams.warmup_ratio * pparams.epochs * steps_per_epoch))
+    progress = None
+    if state_dir is not None:       # for `minbert progress`, beside the resumable state
+        from minbert.core.progress import Progress
+
+        progress = Progress(state_dir, "pretrain")
     while state.epoch < pparams.epochs:
         epoch = state.epoch + 1
         sampler.set_epoch(epoch)
         batches = [b for _, b in zip(range(steps_per_epoch), sampler)]
         t0 = time.perf_counter()
-        train_loss = train_epoch(_Updates(objective, optimizer, params, pparams, runtime, schedule), state, batches,
+        train_loss = train_epoch(_Updates(objective, optimizer, params, pparams, runtime, schedule, scaler, progress),
+                                 state, batches,
                                  f"{desc} epoch {epoch}/{pparams.epochs}")
         dev_loss = mean_dev_loss(objective, runtime, pparams.batch_size)
         if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
             saved.discard()    # resumed with the same settings it would diverge again
             raise MinBertError(f"{desc}: the {'training' if not math.isfinite(train_loss) else 'dev'} loss became "
                                f"non-finite in epoch {epoch}; lower `lr`"
-                               f"{' or set precision: fp32' if runtime.bf16 else ''}")
+                               f"{' or set precision: fp32' if runtime.bf16 or runtime.fp16 else ''}")
         state.history.append({"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss})
         state.epoch = epoch
         log.info("%s epoch %d: train loss %.4f, dev loss %.4f (%.1fs, %d steps)", desc, epoch, train_loss,
@@ -267,6 +275,8 @@ class _Updates:
     pparams: PretrainParams
     runtime: Runtime
     schedule: tuple[int, int]
+    scaler: object | None = None      # torch.amp.GradScaler of an fp16 run
+    progress: object | None = None    # minbert.core.progress.Progress: where the run is, for `minbert progress`
 
 
 def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], desc: str) -> float:
@@ -274,21 +284,37 @@ def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], des
     for m in u.objective.modules():
         m.train()
     total, count = 0.0, 0
+    start, t0 = state.step, time.perf_counter()
     bar = tqdm(total=sum(len(b) for b in batches), desc=desc, unit="ex", dynamic_ncols=True, mininterval=1.0)
-    for indices in batches:
+    for i, indices in enumerate(batches):
         lr = set_lr(u.optimizer, state.step, *u.schedule, u.pparams.lr_schedule)
         with u.runtime.amp():
             loss_sum, n = u.objective.loss_sum("train", indices, u.runtime.device)
         loss = loss_sum / max(n, 1)
         u.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if u.scaler is not None:
+            u.scaler.scale(loss).backward()
+            u.scaler.unscale_(u.optimizer)
+        else:
+            loss.backward()
         if u.pparams.grad_clip:
             torch.nn.utils.clip_grad_norm_([p for _, p in u.params], u.pparams.grad_clip)
-        u.optimizer.step()
+        if u.scaler is not None:
+            u.scaler.step(u.optimizer)        # skipped when the scaled gradients overflowed
+            u.scaler.update()
+        else:
+            u.optimizer.step()
         state.step += 1
         total, count = total + loss_sum.detach().float(), count + n    # summed on the device, read once
         bar.update(len(indices))
-        bar.set_postfix(lr=f"{lr:.2e}", refresh=False)
+        if u.progress is not None and u.progress.due():
+            from minbert.core.progress import eta
+
+            seconds = time.perf_counter() - t0
+            u.progress.update(phase=u.pparams.kind, phases=1, epoch=state.epoch + 1, epochs=u.pparams.epochs,
+                              epoch_update=i + 1, epoch_updates=len(batches), update=state.step,
+                              updates=u.schedule[0], updates_per_second=(state.step - start) / max(seconds, 1e-9),
+                              seconds_left=eta(state.step - start, u.schedule[0] - start, seconds))
     bar.close()
     return float(total) / max(count, 1)
 

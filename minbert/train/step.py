@@ -16,7 +16,8 @@ CUDA generator's offset advances). `capture=False` runs the very same parts eage
 tests check, on any device, that the parts compute the ordinary step.
 
 Where the run needs what a graph cannot hold (PCGrad's per-task gradients, SMART's inner ascent
-and momentum copy, the all-reduce under torchrun, a compiled encoder, gradient checkpointing),
+and momentum copy, the all-reduce under torchrun, a compiled encoder, gradient checkpointing,
+gradient accumulation, fp16's loss scaling),
 `why_not_captured` says so and the ordinary step (minbert.train.loop.train_step) runs.
 """
 from __future__ import annotations
@@ -35,8 +36,8 @@ WARMUP_STEPS = 2     # eager passes on a side stream before a capture (library h
 MAX_GRAPHS = 96      # captured forward-backward shapes per run; further shapes run eagerly
 
 
-def why_not_captured(cfg: FinetuneParams, world: int) -> str | None:
-    """Why this run's steps cannot be captured (None: they can)."""
+def why_not_captured(cfg: FinetuneParams, world: int, precision: str = "bf16") -> str | None:
+    """Why this run's steps cannot be captured (None: they can); `precision`: the one that runs."""
     if world > 1:
         return "data parallel runs all-reduce their gradients between the backward pass and the update"
     if cfg.pcgrad:
@@ -47,6 +48,10 @@ def why_not_captured(cfg: FinetuneParams, world: int) -> str | None:
         return "the encoder is compiled (finetune.compile)"
     if cfg.gradient_checkpointing:
         return "gradient checkpointing recomputes activations in the backward pass"
+    if cfg.gradient_accumulation_steps > 1:
+        return "gradient accumulation weighs each micro-batch by its share of a batch whose size varies"
+    if precision == "fp16":
+        return "fp16's gradient scaler reads the gradients' overflow check on the host before each step"
     return None
 
 

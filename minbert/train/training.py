@@ -77,6 +77,8 @@ class TrainState:
     best_epoch: float = -1          # the history's `epoch` of the best evaluation
     best_dev: dict = field(default_factory=dict)
     phase_best: float = -math.inf     # sequential: each phase keeps its own best
+    stale: int = 0                    # evaluations in a row without improvement (early stopping)
+    stopped: bool = False             # early stopping ended the current phase
     seconds: float = 0.0
     examples: int = 0
     dev_before: dict | None = None
@@ -89,6 +91,7 @@ class FitOptions:
     seed: int = 0                               # the run's seed, device and precision: an experiment's
     device: torch.device = torch.device("cpu")  # training (minbert.train.experiment) sets them from its settings
     bf16: bool = False
+    fp16: bool = False                          # fp16 autocast, trained with a gradient scaler
     state_dir: Path | None = None               # the resumable state; default <out_dir>.state
     # the job's resolved description and its fingerprint (minbert.pipeline.runinfo, which computes
     # it once, runtime included): a state is resumed only when saved under the same one; default: the
@@ -126,6 +129,11 @@ class Training:
     objectives: dict = field(default_factory=dict)     # task -> its TaskObjective (Training.objective)
     captured: object | None = None              # minbert.train.step.CapturedSteps, on CUDA
     pending_best: dict | None = None            # the best model since best.pt was last written (minbert.train.loop)
+    scaler: object | None = None                # torch.amp.GradScaler of an fp16 run
+    trackers: object | None = None              # minbert.train.tracking.Trackers (main rank, finetune.tracking)
+    progress: object | None = None              # minbert.core.progress.Progress (main rank): for `minbert progress`
+    progress_from: tuple = (0, 0.0)             # (update, time) this process started at: its rate
+    eval_seconds: tuple = (0.0, 0)              # dev evaluations' total seconds and count so far
 
     @property
     def device(self) -> torch.device:
@@ -147,8 +155,12 @@ class Training:
     def best_path(self) -> Path:
         return self.state_dir / BEST_STATE_FILE
 
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.options.bf16 else "fp16" if self.options.fp16 else "fp32"
+
     def amp(self):
-        return autocast(self.device, self.options.bf16)
+        return autocast(self.device, self.precision)
 
     def objective(self, task: str) -> TaskObjective:
         """The task's training objective (minbert.train.objectives), built on first use."""
@@ -159,7 +171,8 @@ class Training:
 
 
 def _saved_parts(tr: Training) -> dict:
-    return {"modules": {"model": tr.model, "momentum": tr.momentum.module if tr.momentum is not None else None},
+    return {"modules": {"model": tr.model, "momentum": tr.momentum.module if tr.momentum is not None else None,
+                        "scaler": tr.scaler},
             "optimizer": tr.optimizer, "device": tr.device, "generators": tr.generators}
 
 

@@ -8,7 +8,8 @@
 # Every rule is a checkpoint: once a job has run, Snakemake judges the jobs that read its outputs
 # again, by content (their checksums; profiles/default raises Snakemake's size limit for them), so
 # a job whose outputs come out the same re-runs nothing after it, as under DVC. A job's input
-# function asks for the checkpoints it reads from (dag.SnakemakeDag.inputs_after).
+# function asks for the checkpoints it reads from (dag.SnakemakeDag.inputs_after); a dry run
+# (`snakemake -n`) does not, so its plan lists every job a target needs, not only the first ones.
 #
 # With `--config in_process=true` (and `--force-use-threads`) the stages run inside Snakemake's own
 # process instead: the catalogue smoke test runs hundreds of tiny jobs without a Python start-up each.
@@ -34,7 +35,7 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
     if config.get("in_process", False):
         checkpoint:
             name: rule_name
-            input: lambda wc, s=stage_name: SNAKE.inputs_after(checkpoints, s, wc)
+            input: lambda wc, s=stage_name: SNAKE.inputs_after(checkpoints, s, wc, workflow.dryrun)
             output: dag.snakemake_outputs(sample_job)
             log: dag.snakemake_log(sample_job)
             message: MESSAGES and dag.stage_message(stage_name)
@@ -44,7 +45,7 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
     else:
         checkpoint:
             name: rule_name
-            input: lambda wc, s=stage_name: SNAKE.inputs_after(checkpoints, s, wc)
+            input: lambda wc, s=stage_name: SNAKE.inputs_after(checkpoints, s, wc, workflow.dryrun)
             output: dag.snakemake_outputs(sample_job)
             log: dag.snakemake_log(sample_job)
             benchmark: dag.snakemake_benchmark(sample_job)

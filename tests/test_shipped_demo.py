@@ -1,0 +1,247 @@
+"""The shipped params.yaml under both engines, as a user changes it from the command line, in a
+copy of the project (a fresh clone's files): the demo catalogue as it ships, made tiny by DVC's own
+`-S` rewrite (the tiny random BERT, two updates an epoch; its anchors, aliases and comments
+rewritten as `dvc exp run -S` rewrites them), built once (by Snakemake, the stages in its own
+process, and recorded in dvc.lock). Then one experiment's key
+set from the command line re-runs exactly that experiment's chain, under DVC (`dvc exp run -S`, and
+a queued two-value sweep) and under Snakemake (`--config set=...`)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import child_env
+from test_workflow import DVC, SNAKEMAKE, commands_run, job_ids, run
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(DVC is None or SNAKEMAKE is None, reason="needs dvc and snakemake")]
+
+# the shipped demo, tiny: what a laptop runs in minutes, in seconds (set as `dvc exp run -S` sets it)
+TINY = ["base.model=models/tiny", "base.max_length=32", "++base.threads=1", "base.finetune.epochs=1",
+        "base.finetune.max_steps_per_epoch=2", "experiments.pcgrad.finetune.max_steps_per_epoch=1",
+        "pretrainings.mlm_demo.max_steps_per_epoch=2"]
+KEY = "experiments.cross_encoder.finetune.heads.para"       # a key the shipped file sets
+CHAIN = {"finetune@cross_encoder", "predict@cross_encoder", "evaluate@cross_encoder", "report"}
+
+
+def copy_project(repo_root: Path, dest: Path, tiny_model_dir: Path) -> Path:
+    """The repository's tracked and unignored files (what a clone has) and the tiny model."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo_root, capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    for f in filter(None, files):
+        if (repo_root / f).is_file():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo_root / f, dest / f)
+    shutil.copytree(tiny_model_dir, dest / "models" / "tiny")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def demo_repo(repo_root, tmp_path_factory, tiny_model_dir):
+    from dvc.utils.hydra import apply_overrides
+
+    folder = copy_project(repo_root, tmp_path_factory.mktemp("demo") / "repo", tiny_model_dir)
+    shipped = (folder / "params.yaml").read_text()
+    apply_overrides(folder / "params.yaml", TINY)                 # DVC's own rewrite of the shipped file
+    text = (folder / "params.yaml").read_text()
+    assert "&demo_differs" not in text or "*demo_differs" in text     # the file as DVC leaves it, readable
+    assert text.count("\n") > shipped.count("\n") // 2
+    run([sys.executable, "-m", "workflow.dag", "--write-dvc"], folder)   # the jobs now read the tiny model's folder
+    run(["git", "init", "-q"], folder)
+    run([DVC, "config", "--local", "cache.type", "hardlink,symlink"], folder)   # queued runs link, not copy
+    run(["git", "add", "-A"], folder)
+    run(["git", "commit", "-q", "-m", "the shipped demo, tiny"], folder)
+    # built once, the stages inside Snakemake's process (no Python start-up per job), recorded in dvc.lock
+    log = run([SNAKEMAKE, "--cores", "1", "--scheduler", "greedy", "--force-use-threads", "--config",
+               "in_process=true", "dvc_commit=true", "progress=1", "--", "all", "results/exports/mlm_multitask"],
+              folder, timeout=1800)
+    # where the run stood, on Snakemake's terminal every second while jobs ran (minbert.pipeline.progress)
+    assert re.search(r"^\[progress\] \d+ of 26 jobs done, 1 running, \d+ waiting", log, re.M), log[-3000:]
+    # the stages ran inside Snakemake's process; its records of them would make a plain run re-run them
+    shutil.rmtree(folder / ".snakemake" / "metadata")
+    run([sys.executable, "-m", "workflow.dvc_plots"], folder)       # what scripts/install.sh does
+    assert "up to date" in run([DVC, "status"], folder)
+    run(["git", "add", "-A"], folder)
+    run(["git", "commit", "-q", "-m", "results"], folder)
+    return folder
+
+
+def stages_run(log: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", log))
+
+
+def snakemake_plan(folder: Path, *config: str) -> set[str]:
+    """The jobs `snakemake -n` plans (by the commands it prints)."""
+    log = run([SNAKEMAKE, "-n", "--printshellcmds", "--cores", "2", *(("--config", *config) if config else ())],
+              folder)
+    return job_ids(folder, commands_run(log))
+
+
+def test_a_snakemake_override_reruns_exactly_that_experiments_chain(demo_repo):
+    """Over the built project Snakemake has nothing to do; `--config set=KEY=VALUE` plans exactly the
+    chain of the experiment whose key it sets; a mistyped key is one line."""
+    assert snakemake_plan(demo_repo) == set()
+    assert snakemake_plan(demo_repo, f"set={KEY}=concat") == CHAIN
+    r = subprocess.run([SNAKEMAKE, "-n", "--cores", "2", "--config", f"set={KEY}s=concat"],
+                       cwd=demo_repo, capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert f"--config set: '{KEY}s=concat': params.yaml does not set '{KEY}s' (did you mean 'para'?)" \
+        in r.stdout + r.stderr
+    run([sys.executable, "-m", "workflow.dag", "--resolve"], demo_repo)    # the job files as the params say
+
+
+def test_dvc_exp_run_s_queues_a_two_value_sweep_on_the_shipped_params_each_rerunning_exactly_that_chain(demo_repo):
+    """`dvc exp run -S` with two values and `--queue`, then `dvc exp run --run-all`: two experiments,
+    each of which ran exactly the chain of the experiment whose key it set (its log, `dvc queue
+    logs`), each with its params and scores in `dvc exp show`; the workspace stays the baseline."""
+    run([DVC, "exp", "run", "-S", f"{KEY}=concat,concat_mult", "--queue"], demo_repo)
+    run([DVC, "exp", "run", "--run-all", "--jobs", "2"], demo_repo)
+    out = run([DVC, "exp", "show", "--json"], demo_repo)
+    shown = json.loads(out[out.index("["):])
+    exps = {e["name"]: e["revs"][0]["data"] for rev in shown for e in (rev.get("experiments") or [])}
+    heads = {}
+    for name, data in exps.items():
+        params = data["params"]["params.yaml"]["data"]
+        heads[params["experiments"]["cross_encoder"]["finetune"]["heads"]["para"]] = (name, data)
+    assert set(heads) == {"concat", "concat_mult"}, list(heads)
+    for value, (name, data) in heads.items():
+        assert stages_run(run([DVC, "queue", "logs", name], demo_repo)) - {"resolve"} == \
+            {j.replace("@", "-") for j in CHAIN}, value
+        summary = data["metrics"]["results/metrics.json"]["data"]
+        assert summary["cross_encoder"]["dev"] > 0 and set(summary) >= {"frozen_baseline", "cross_encoder", "pcgrad"}
+    assert "para: cross" in (demo_repo / "params.yaml").read_text()
+
+
+# ---------------------------------------------------------------- the docs' commands
+
+DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (Path(__file__).parents[1] / "docs").glob("*.md"))]
+MARKS = ("[GPU]", "[cluster]", "[network]", "[CS224N data]", "[a browser]")
+# run by another test as they are written
+COVERED = {
+    "bash .ci/run": "CI itself",
+    "snakemake --lint": "tests/test_workflow.py::test_lint_is_clean",
+    f"dvc exp run -S '{KEY}=concat,concat_mult' --queue": "the queued sweep above",
+    "dvc exp run --run-all": "the queued sweep above",
+    "python3 -m pytest tests/test_schedules.py tests/test_heads.py tests/test_train.py tests/test_finetune_stages.py":
+        "CI (bash .ci/run runs every test file)",
+    "python3 -m pytest -m slow tests/test_train.py": "CI (bash .ci/run runs every test file)",
+}
+# run here as written but for what the note says
+CHANGED = {
+    # the install is tests/test_install_script.py's and tests/test_install.py's (pip needs the network)
+    "bash scripts/install.sh && . scripts/activate && snakemake --cores all": ". scripts/activate && snakemake --cores all",
+    # each would train many jobs: queued (DVC applies and checks the override), then dropped from the queue
+    "dvc exp run -S base.finetune.lr=5e-5": "dvc exp run -S base.finetune.lr=5e-5 --queue && dvc queue remove --queued",
+    "dvc exp run -S '++experiments.multitask_rr.finetune.lr=5e-5'":
+        "dvc exp run -S '++experiments.multitask_rr.finetune.lr=5e-5' --queue && dvc queue remove --queued",
+    # it would train cross_encoder's chain again: planned instead (tested to be exactly that chain above)
+    "snakemake --cores all --config set='++experiments.cross_encoder.finetune.lr=5e-5'":
+        "snakemake -n --cores all --config set='++experiments.cross_encoder.finetune.lr=5e-5'",
+}
+
+
+def doc_commands(path: Path) -> list[str]:
+    """The commands of a page's bash and console blocks (a console block's `$ ` lines, each with the
+    lines its open quotes carry on to), comments dropped."""
+    import shlex
+
+    out, lang, body, inside = [], None, [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fence = re.match(r"^\s*```(\w*)\s*$", line)
+        if fence:
+            if inside and lang in ("bash", "sh", "console"):
+                out += _commands(lang, body, shlex)
+            inside, lang, body = not inside, fence.group(1), []
+        elif inside:
+            body.append(line)
+    return out
+
+
+def _commands(lang, body, shlex) -> list[str]:
+    cmds, current = [], None
+    for line in body:
+        if lang == "console":
+            if current is not None:
+                current += "\n" + line
+            elif line.startswith("$ "):
+                current = line[2:]
+            if current is not None:
+                try:
+                    shlex.split(current)
+                except ValueError:
+                    continue                          # an open quote: the command goes on
+                cmds.append(current)
+                current = None
+        elif line.strip() and not line.strip().startswith("#"):
+            if current is not None:
+                line = current + " " + line.strip()
+            current = line.rstrip()[:-1] if line.rstrip().endswith("\\") else None
+            if current is None:
+                cmds.append(line.strip())
+    return cmds
+
+
+def marked(command: str) -> bool:
+    return any(m in command for m in MARKS)
+
+
+def without_comment(command: str) -> str:
+    """The command without its trailing shell comment (a `#` after a space, outside quotes)."""
+    quote = None
+    for k, ch in enumerate(command):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (k == 0 or command[k - 1].isspace()):
+            return command[:k].rstrip()
+    return command.strip()
+
+
+def test_every_documented_command_runs_on_the_demo_or_says_what_it_needs(demo_repo, repo_root, tmp_path):
+    """Every command of README.md and docs/*.md runs as written in the built demo (exit status 0),
+    or another test runs it, or its line says what it needs (MARKS); what they print is what the
+    pages say where it is the project's (the export's files, the plots page offline, the report's
+    pages)."""
+    env = child_env(demo_repo, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    (demo_repo / "sentences.tsv").write_text("sentence\nA gripping, funny film.\nA dull, lifeless film.\n")
+    (demo_repo / "pairs.csv").write_text("sentence1,sentence2\nA man plays a guitar.,A man is playing music.\n")
+    seen, ran = set(), {}
+    for page in DOCS:
+        for command in doc_commands(repo_root / page):
+            text = without_comment(command)
+            if text in seen or marked(command) or text in COVERED:
+                seen.add(text)
+                continue
+            seen.add(text)
+            shell = CHANGED.get(text, text)
+            if shell.startswith("snakemake --dag | dot") and shutil.which("dot") is None:
+                shell = "snakemake --dag > dag.dot"          # Graphviz absent here: the graph, undrawn
+            if shell.startswith("/usr/bin/time") and not Path("/usr/bin/time").exists():
+                shell = shell.split(" ", 2)[2]
+            r = subprocess.run(["bash", "-c", shell], cwd=demo_repo, env=env, capture_output=True, text=True,
+                               timeout=900)
+            assert r.returncode == 0, f"{page}: `{command}` failed:\n{(r.stdout + r.stderr)[-3000:]}"
+            ran[text] = r.stdout + r.stderr
+    assert len(ran) >= 25, sorted(ran)
+    # what the pages show of the project's own output
+    listing = set(ran["ls results/exports/mlm_multitask"].split())
+    readme = (repo_root / "README.md").read_text()
+    block = readme[readme.index("$ ls results/exports/mlm_multitask"):]
+    assert listing == set(block.split("```")[0].split()[3:]), listing
+    assert "Nothing to be done" in ran["snakemake --cores all"] or "up to date" in ran["snakemake --cores all"]
+    assert "(3, 32)" in ran[next(c for c in ran if c.startswith("python -c 'from sentence_transformers"))]
+    page = (demo_repo / "dvc_plots" / "index.html").read_text()
+    assert "<script src" not in page and "vegaEmbed(" in page            # `dvc plots show`: offline
+    import zipfile
+
+    names = zipfile.ZipFile(demo_repo / "report.zip").namelist()            # `snakemake --report report.zip`
+    pages = {Path(n).name for n in names if n.endswith(".html")}
+    linked = set(re.findall(r'href="experiments/([^"#]+\.html)"', (demo_repo / "reports" / "final.html").read_text()))
+    assert linked and {"final.html"} | linked <= pages, (linked - pages)
+    assert "0 waiting" in ran["minbert progress --watch"]

@@ -1,0 +1,105 @@
+"""Experiment tracking with the real libraries (DVCLive, TensorBoard), offline, on the tiny BERT:
+what they hold is the run's history (every evaluation, at its update, the same numbers as
+history.csv) plus each update's learning rate and training losses; an interrupted run resumes its
+logs without the updates it will redo; the engines declare the logs as the job's outputs, DVCLive's
+summary as a DVC metrics file."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pandas as pd
+import pytest
+from test_train import finetune_experiment, make_exp, write_prepared
+
+pytest.importorskip("dvclive")
+pytest.importorskip("tensorboard")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    return write_prepared(tmp_path_factory.mktemp("data"), n_train=40, n_dev=24)
+
+
+def dvclive_series(folder, name) -> list[tuple[int, float]]:
+    with open(folder / "dvclive" / "plots" / "metrics" / f"{name}.tsv", newline="") as f:
+        return [(int(r["step"]), float(r[name])) for r in csv.DictReader(f, delimiter="\t")]
+
+
+def tensorboard_series(folder, name) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder / "tensorboard"))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(name)]
+
+
+TRACKED = {"tracking": ["dvclive", "tensorboard"], "epochs": 2, "max_steps_per_epoch": 3, "evals_per_epoch": 2,
+           "tasks": ["sst", "sts"]}
+
+
+def test_the_trackers_hold_the_history_and_every_update(tiny_model_dir, prepared, tmp_path):
+    out = tmp_path / "run"
+    finetune_experiment(make_exp(tiny_model_dir, **TRACKED), prepared, out)
+    history = pd.read_csv(out / "history.csv")
+    assert sorted(p.name for p in out.iterdir()) == ["dvclive", "history.csv", "model.pt", "tensorboard"]
+    assert not (tmp_path / "run.state").exists()
+    for series in (dvclive_series, tensorboard_series):
+        # every evaluation at its update, with history.csv's numbers (the single source)
+        for col in ("dev_score", "dev_sst_acc", "dev_sts_pearson", "train_sst_acc"):
+            got = series(out, col)
+            assert [s for s, _ in got] == history["update"].tolist(), (series.__name__, col)
+            assert [v for _, v in got] == pytest.approx(history[col].tolist(), rel=1e-5), (series.__name__, col)
+        # each of the 6 updates' lr; each task's loss where the update trained it (round robin: every other)
+        assert sorted({s for s, _ in series(out, "lr")}) == [1, 2, 3, 4, 5, 6]
+        assert {s for s, _ in series(out, "train_sst_loss")} >= {1, 3, 5}
+    summary = json.loads((out / "dvclive" / "metrics.json").read_text())
+    assert summary["dev_score"] == pytest.approx(history["dev_score"].iloc[-1], rel=1e-5)
+
+
+def test_an_interrupted_tracked_run_resumes_its_logs_without_repeating_an_update(tiny_model_dir, prepared, tmp_path):
+    exp = make_exp(tiny_model_dir, **TRACKED)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    finetune_experiment(exp, prepared, straight)
+    finetune_experiment(exp, prepared, resumed, stop_after_epochs=1)
+    assert (tmp_path / "resumed.state" / "tracking" / "dvclive" / "metrics.json").is_file()   # live, in the state
+    finetune_experiment(exp, prepared, resumed)
+    for series in (dvclive_series, tensorboard_series):
+        for col in ("dev_score", "lr", "train_sst_loss"):
+            a, b = series(straight, col), series(resumed, col)
+            assert [s for s, _ in b] == [s for s, _ in a], (series.__name__, col)
+            assert [v for _, v in b] == pytest.approx([v for _, v in a], rel=1e-5), (series.__name__, col)
+
+
+def test_the_engines_declare_the_logs_as_outputs_and_dvc_shows_the_summary(tiny_model_dir, tmp_path):
+    import yaml
+
+    from workflow import dag
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(
+        {"data": {"dir": str(dag.REPO / "data" / "demo"), "nli_file": None}, "base": {"model": str(tiny_model_dir)},
+         "experiments": {"t": {"finetune": {"tracking": ["dvclive", "tensorboard"]}}, "u": {}}}))
+    jobs = {j.id: j for j in dag.jobs("params.yaml", repo=tmp_path)}
+    t = jobs["finetune@t"]
+    assert "results/experiments/t/finetune/tensorboard" in t.outs
+    assert t.metrics == ["results/experiments/t/finetune/dvclive/metrics.json"]
+    assert t.plots == ["results/experiments/t/finetune/history.csv", "results/experiments/t/finetune/dvclive/plots"]
+    u = jobs["finetune@u"]
+    assert u.outs == ["results/experiments/u/finetune/model.pt"] and not u.metrics
+    stages = dag.dvc_yaml("params.yaml", repo=tmp_path)["stages"]
+    assert stages["finetune-t"]["metrics"] == ["results/experiments/t/finetune/dvclive/metrics.json"]
+    assert "results/experiments/t/finetune/dvclive/plots" in stages["finetune-t"]["plots"]
+    assert "metrics" not in stages["finetune-u"]
+
+
+def test_a_missing_tracker_library_is_one_line(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    import sys
+
+    from minbert.core.errors import MinBertError
+
+    monkeypatch.setitem(sys.modules, "dvclive", None)
+    with pytest.raises(MinBertError, match=r"finetune.tracking lists dvclive, which is not installed: pip install "
+                                           r"dvclive") as err:
+        finetune_experiment(make_exp(tiny_model_dir, tracking=["dvclive"], epochs=1, max_steps_per_epoch=1),
+                            prepared, tmp_path / "run")
+    assert "\n" not in str(err.value)
