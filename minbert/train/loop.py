@@ -253,12 +253,12 @@ def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[
     if pcgrad and orders is None:
         orders = pcgrad_order(tr, batches)
     pc_losses = []
-    for task, host_batch in batches:
+    for (task, host_batch), task_labels in zip(batches, labels):
         parts = _parts(host_batch)
-        n = sum(len(p["labels"]) for p in parts)
-        for part in parts:
+        sizes = [len(p["labels"]) for p in parts]
+        n = sum(sizes)
+        for part, y in zip(parts, np.split(task_labels, np.cumsum(sizes)[:-1]) if len(parts) > 1 else [task_labels]):
             batch = to_device(part, tr.device)
-            y = part["labels"].numpy()
             with tr.amp():
                 loss, out = tr.objective(task)(batch)
             totals.add_loss(task, loss, len(y), state.update, totals.flag)
