@@ -68,6 +68,8 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
     """Call `main`; bad input (a MinBertError), a full disk or a file too large, a missing or broken
     package, or an interruption print one line (no traceback) and exit with 2, 2, 2 or 128 + the
     signal. SIGTERM (what Slurm and the engines send) stops the stage as Ctrl-C does."""
+    from pydantic import ValidationError
+
     from minbert.pipeline.runinfo import UpToDate
 
     signal.signal(signal.SIGTERM, _terminate)
@@ -78,6 +80,12 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
         sys.exit(0)
     except MinBertError as e:
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except ValidationError as e:   # a job file's settings this code no longer accepts (a user module gone, ...)
+        first = e.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        print(f"error: the job's settings, key '{key}': {first['msg'].removeprefix('Value error, ')}; run the "
+              f"pipeline again (it rewrites the job files from params.yaml) or fix params.yaml", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -49,11 +49,11 @@ def _local(path: str | None) -> list[str]:
 
 
 def _splits(layout: Layout, tasks, splits) -> list[str]:
-    return [layout.split(t, s) for t in tasks for s in splits]
+    return [layout.split(t, s) for t in tasks for s in splits if s in TASKS[t].splits]   # a task may have no test
 
 
 def _predictions(folder: str, tasks) -> list[str]:
-    return [prediction_file(folder, t, s) for t in tasks for s in PREDICTED_SPLITS]
+    return [prediction_file(folder, t, s) for t in tasks for s in PREDICTED_SPLITS if s in TASKS[t].splits]
 
 
 class _Jobs(list):
@@ -68,6 +68,8 @@ class _Jobs(list):
         self.append(Job(stage, name, settings, list(reads), list(outs), list(metrics), list(plots),
                         L.run_record(stage, name), _cmd(stage, name, L, *args), results=L.results,
                         reports=L.reports))
+        if settings.get("modules"):     # the user's modules its settings name are code it runs
+            self[-1].code_roots = [self[-1].module, *settings["modules"]]
         return self[-1]
 
 
@@ -87,7 +89,7 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
         s = S.pretrain_settings(lp, name)
         out.add("pretrain", name, _dump(s), [L.split(t, sp) for t, sp in pretrain_splits(s)] + _local(s.model),
                 [L.pretrain_model(name)], [L.pretrain_metrics(name)], [L.pretrain_history(name)],
-                ["--name", name]).code_roots = ["stages.pretrain", PRETRAINING_MODULES[s.pretraining.kind]]
+                ["--name", name]).code_roots = ["stages.pretrain", PRETRAINING_MODULES[s.pretraining.kind], *s.modules]
     for name, exp in lp.experiments.items():
         _experiment_jobs(out, name, exp)
     for name, tasks in S.teachers(lp).items():
@@ -97,7 +99,7 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
                 ).files = {L.teacher(name): [L.teacher_file(name, t) for t in tasks]}
     for name, ens in lp.params.ensembles.items():
         tasks = [t for t in TASKS if t in shared_tasks(ens.members, lp.experiments)]
-        out.add("ensemble", name, _dump(S.ensemble_settings(ens)),
+        out.add("ensemble", name, _dump(S.ensemble_settings(ens, tasks)),
                 [p for m in ens.members for p in _predictions(L.predictions(m), tasks)] +
                 _splits(L, tasks, PREDICTED_SPLITS),
                 _predictions(L.ensemble_predictions(name), tasks), [L.ensemble_metrics(name)], args=["--name", name])
@@ -137,7 +139,8 @@ def _experiment_jobs(out: _Jobs, name: str, exp) -> None:
     out.add("predict", name, _dump(settings),
             _splits(L, model_tasks(exp), PREDICTED_SPLITS) + [L.model(name, settings.model_stage)],
             predicted, args=["--experiment", name])
-    out.add("evaluate", name, {}, predicted + _splits(L, model_tasks(exp), PREDICTED_SPLITS), [], [L.metrics(name)],
+    out.add("evaluate", name, _dump(S.evaluate_settings(exp)),
+            predicted + _splits(L, model_tasks(exp), PREDICTED_SPLITS), [], [L.metrics(name)],
             args=["--experiment", name])
 
 

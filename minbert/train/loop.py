@@ -26,6 +26,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,7 @@ from minbert.model.multitask import (
     head_parameters,
     predict_task,
 )
-from minbert.model.outputs import correlation_only, predictions
+from minbert.model.outputs import calibrated, predictions
 from minbert.model.tokenizer import Tokenizer
 from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import (
@@ -90,15 +91,16 @@ def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Toke
     for task, data in dev.items():
         if data.labels is None or len(data) == 0:
             continue
+        loss = partial(task_loss, task, model.heads_cfg)
         if features and task in features:
-            res = features[task].predict(model, amp)
+            res = features[task].predict(model, amp, EVAL_BATCH_SIZE, loss, data.labels)
         else:
-            res = predict_task(model, data, tokenizer, EVAL_BATCH_SIZE, device, amp)
+            res = predict_task(model, data, tokenizer, EVAL_BATCH_SIZE, device, amp, loss=loss)
         out[TASKS[task].metric_key] = task_metric(task, res["prediction"], data.labels)
         if out[TASKS[task].metric_key] is None:   # undefined: this epoch cannot be selected (selection_score)
             log.warning("dev %s is undefined (%s); an epoch with it is not selected as the best",
                         TASKS[task].metric_key, metric_undefined(task, res["prediction"], data.labels))
-        out[f"{task}_loss"] = float(task_loss(task, model.heads_cfg, res["output"], torch.tensor(data.labels)))
+        out[f"{task}_loss"] = res["loss"]
     return summarise(out)
 
 
@@ -338,7 +340,7 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     if missing:
         raise MinBertError(f"training split of task '{missing[0]}' is empty or unlabelled; check the prepared data")
     world, device = options.dist_info.world, options.device
-    refuse_batch_statistics(cfg.heads.sts_loss, tasks, world)
+    refuse_batch_statistics(cfg.heads, tasks, world)
     sizes = {t: len(train[t]) for t in tasks}
     description = options.description or {"settings": {"finetune": cfg.model_dump(), "seed": options.seed,
                                                        "bf16": options.bf16}, "sizes": sizes}
@@ -415,12 +417,14 @@ def finish(tr: Training, state: TrainState, out_dir: Path) -> None:
 
 
 def fit_calibration(tr: Training, best: dict) -> None:
-    """A regression head trained with the correlation loss alone predicts on a scale of its own:
-    fit scale and shift of its predictions to the training labels (least squares), kept in the
-    checkpoint, so predictions land on the label scale without clipping that would change their
-    correlation (minbert.model.outputs.regression_prediction). The predictions fitted are the
-    model's own: in the run's precision, as the predict stage makes them on this device."""
-    tasks = [t for t in tr.train if TASKS[t].kind == "regression" and correlation_only(tr.model.heads_cfg)]
+    """A head trained with a loss that fixes no scale (its declaration says so: minbert.core.losses;
+    the correlation loss, the ranking loss) predicts on a scale of its own: fit a scale and shift of
+    its outputs to the training labels, kept in the checkpoint (minbert.model.outputs), so that a
+    regression's predictions land on the label scale without clipping that would change their
+    correlation (least squares), and a binary task's logit gives probabilities (a logistic fit:
+    Platt scaling). The outputs fitted are the model's own: in the run's precision, as the predict
+    stage makes them on this device."""
+    tasks = [t for t in tr.train if calibrated(tr.model.heads_cfg, t) and TASKS[t].kind != "classification"]
     if not tasks:
         return
     tr.model.load_state_dict(best["state_dict"])
@@ -428,14 +432,35 @@ def fit_calibration(tr: Training, best: dict) -> None:
     for task in tasks:
         tr.model.calibration.pop(task, None)
         res = predict_task(tr.model, tr.train[task], tr.tokenizer, EVAL_BATCH_SIZE, tr.device, tr.amp)
-        x, y = res["prediction"].astype(np.float64), tr.train[task].labels.astype(np.float64)
-        # outputs that hardly vary carry no ranking to calibrate: predict the mean label then
-        flat = np.std(x) <= 1e-6 * max(1.0, float(np.abs(x).mean()))
-        scale, shift = (0.0, float(np.mean(y))) if flat else np.polyfit(x, y, 1)
+        regression = TASKS[task].kind == "regression"
+        x = (res["prediction"] if regression else res["output"].numpy()).astype(np.float64)
+        y = tr.train[task].labels.astype(np.float64)
+        scale, shift = affine_fit(x, y) if regression else logistic_fit(x, y)
         calibration[task] = [float(scale), float(shift)]
         log.info("%s: predictions calibrated to the training labels (scale %.4g, shift %.4g)", task, scale, shift)
     best["calibration"] = calibration
     tr.model.calibration = calibration
+
+
+def affine_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least squares y ~ scale x + shift; outputs that hardly vary carry no ranking to calibrate:
+    the mean label then."""
+    if np.std(x) <= 1e-6 * max(1.0, float(np.abs(x).mean())):
+        return 0.0, float(np.mean(y))
+    scale, shift = np.polyfit(x, y, 1)
+    return float(scale), float(shift)
+
+
+def logistic_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """P(y = 1) = sigmoid(scale x + shift) fitted by maximum likelihood (scikit-learn, almost no
+    regularisation); labels of one class only: the logit of the class's smoothed share, scale 0."""
+    if len(np.unique(y)) < 2:
+        share = (y.sum() + 0.5) / (len(y) + 1.0)
+        return 0.0, float(np.log(share / (1 - share)))
+    from sklearn.linear_model import LogisticRegression
+
+    fit = LogisticRegression(C=1e6, max_iter=1000).fit(x[:, None], y.astype(int))
+    return float(fit.coef_[0, 0]), float(fit.intercept_[0])
 
 
 def write_history(path: Path, rows: list[dict]) -> None:
