@@ -227,3 +227,60 @@ def test_a_declared_tasks_csv_is_read_with_the_bad_row_rules(tmp_path):
     assert list(frame["label"]) == [3.5, 1.0, 2.0] and list(frame["id"]) == ["1", "2", "4"]
     assert report.dropped == {"empty_text": 1, "duplicate_id": 1, "missing_label": 1, "bad_label": 1}
     assert report.read == 7 and report.kept == 3
+
+
+# ---------------------------------------------------------------- the dev loss in batches, calibration
+
+def test_the_dev_loss_is_computed_batch_by_batch(tiny_model_dir):
+    """A mean loss over rows comes out as over the whole split; a batch statistic as the mean of the
+    batches' (what training minimises), and a ranking loss never builds the split's square."""
+    from contextlib import nullcontext
+    from functools import partial
+
+    import pandas as pd
+
+    from minbert.data.batches import build_task_data
+    from minbert.model.multitask import MultitaskModel, predict_task
+    from minbert.model.tokenizer import Tokenizer
+    from minbert.model.weights import load_encoder
+    from minbert.params.finetune import HeadsParams
+    from minbert.train.losses import task_loss
+
+    tokenizer = Tokenizer(tiny_model_dir, 32)
+    frame = pd.DataFrame({"id": [str(i) for i in range(10)], "label": [i % 5 for i in range(10)],
+                          "sentence": [f"a sentence of {i} words" for i in range(10)]})
+    torch.manual_seed(0)
+    for heads, task in ((HeadsParams(), "sst"), (HeadsParams(sts_loss="pearson"), "sts")):
+        data_frame = frame if task == "sst" else frame.rename(columns={"sentence": "sentence1"}).assign(
+            sentence2=frame["sentence"].str.upper(), label=frame["label"] * 1.0)
+        model = MultitaskModel(load_encoder(tiny_model_dir)[0], heads, [task]).eval()
+        data = build_task_data(task, data_frame, tokenizer, heads)
+        res = predict_task(model, data, tokenizer, 4, torch.device("cpu"), nullcontext,
+                           loss=partial(task_loss, task, heads))
+        whole = float(task_loss(task, heads, res["output"], torch.tensor(data.labels)))
+        if task == "sst":
+            assert res["loss"] == pytest.approx(whole, rel=1e-5)
+        else:       # batches of 4, 4 and 2 rows in length order: the rows' mean of each batch's 1 - r
+            order = np.argsort(data.lengths(), kind="stable")
+            parts = [order[k:k + 4] for k in range(0, 10, 4)]
+            by_batch = sum(len(p) * float(task_loss(task, heads, res["output"][p], torch.tensor(data.labels[p])))
+                           for p in parts) / 10
+            assert res["loss"] == pytest.approx(by_batch, rel=1e-5) and res["loss"] != pytest.approx(whole, rel=1e-3)
+
+
+def test_a_ranking_trained_heads_logit_is_calibrated_by_a_logistic_fit():
+    from minbert.model.outputs import predictions
+    from minbert.params.finetune import HeadsParams
+    from minbert.train.loop import logistic_fit
+
+    heads = HeadsParams(para="cosine", losses={"para": "ranking"})
+    out = torch.tensor([-1.0, 0.0, 2.0])
+    plain = predictions("para", HeadsParams(para="cosine"), out, [2.0, -1.0])["probs"]
+    assert np.allclose(plain, torch.sigmoid(out).numpy())            # bce: no calibration applies
+    fitted = predictions("para", heads, out, [2.0, -1.0])["probs"]
+    assert np.allclose(fitted, torch.sigmoid(2.0 * out - 1.0).numpy())
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=1000)
+    y = (rng.random(1000) < 1 / (1 + np.exp(-(3.0 * x - 0.5)))).astype(float)
+    scale, shift = logistic_fit(x, y)
+    assert scale == pytest.approx(3.0, rel=0.2) and shift == pytest.approx(-0.5, abs=0.25)

@@ -35,7 +35,7 @@ if str(REPO) not in sys.path:
 from minbert.core.errors import MinBertError  # noqa: E402
 from minbert.core.layout import Layout  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, load_params, model_tasks  # noqa: E402
-from minbert.pipeline.code import PROJECT_PACKAGES  # noqa: E402
+from minbert.pipeline.code import PROJECT_PACKAGES, user_module_file  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
 from minbert.pipeline.plan import pipeline, write_job_file  # noqa: E402
 
@@ -320,6 +320,18 @@ def params_source(params_path: str | Path = "params.yaml", repo: Path = REPO) ->
     return files
 
 
+def user_modules(all_jobs: list[Job], repo: Path) -> list[str]:
+    """The files of the user's modules (params' `modules:`) some job runs, those inside the project:
+    the resolve stage depends on them as on the project's folders."""
+    out = []
+    with _in(repo):
+        for module in {m for j in all_jobs for m in j.code_roots if not m.startswith(PROJECT_PACKAGES)}:
+            path = user_module_file(module)
+            if path is not None and path.resolve().is_relative_to(repo.resolve()):
+                out.append(path.resolve().relative_to(repo.resolve()).as_posix())
+    return out
+
+
 def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO) -> dict:
     """dvc.yaml as a dict: the resolve stage, one stage per job, metrics and plots for DVC's views."""
     all_jobs = jobs(params_path, repo)
@@ -330,7 +342,7 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO) -> dict
         "params": [{f: None} for f in params_source(params_path, repo)],
         # what the job files it writes hold: the code (each file's hash: the project's folders are
         # enough to re-run it) and the sources' content hashes
-        "deps": sorted({p for p in PROJECT_PACKAGES if (repo / p).is_dir()} |
+        "deps": sorted({p for p in PROJECT_PACKAGES if (repo / p).is_dir()} | set(user_modules(all_jobs, repo)) |
                        set(folders.sources([s for j in all_jobs for s in j.sources]))),
         "outs": [{LAYOUT.job_files: {"persist": True, "cache": False}}],
     }}

@@ -121,7 +121,7 @@ def _closure(modules: list[str]) -> list[Path]:
         path = _module_file(name, roots)
         user = path is None and name in modules       # a module of the user's that a job's settings name
         if user:
-            path = _user_module_file(name)
+            path = user_module_file(name)
         if path is None:
             continue
         if not user:
@@ -134,7 +134,7 @@ def _closure(modules: list[str]) -> list[Path]:
     return sorted(p.resolve() for p in files)
 
 
-def _user_module_file(module: str) -> Path | None:
+def user_module_file(module: str) -> Path | None:
     """The file of a user's module (params' `modules:`): a path in the project, or an importable
     name's source file."""
     if module.endswith(".py") or "/" in module:
