@@ -5,6 +5,7 @@
     m.sentiment(["A gripping, funny film."])                 # DataFrame: prediction, class, prob_0..prob_4
     m.paraphrase([("How do I learn Python?", "What is the best way to learn Python?")])   # prediction, class, prob_1
     m.similarity([("A man plays a guitar.", "A man is playing music.")])                 # prediction (0-5)
+    m.predict("snli", [("A man plays.", "A person plays.")])   # any task of the model, a task of yours too
 
 Every method returns a pandas DataFrame with one row per input, in the input's order (`embed`: a
 numpy array); the columns are said in each method's docstring and in docs/sharing.md. An empty input
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from minbert.core.devices import PRECISIONS
 from minbert.core.errors import MinBertError
 from minbert.core.layout import MODEL_FILE, TRAINING_STAGES, Layout
 from minbert.core.tasks import TASKS
@@ -125,8 +127,8 @@ class Model:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
                                       or value < 1):
                 raise MinBertError(f"{key} {value!r}: expected a positive integer")
-        if precision not in (None, "auto", "bf16", "fp16", "fp32"):
-            raise MinBertError(f"precision {precision!r}: expected auto, bf16, fp16 or fp32")
+        if precision is not None and precision not in PRECISIONS:
+            raise MinBertError(f"precision {precision!r}: expected {', '.join(PRECISIONS)}")
         set_threads(threads)
         self.model, self.tokenizer, self.source = load_multitask(path)
         self.device = pick_device(device)
@@ -146,10 +148,12 @@ class Model:
                                f"ask for one of those, or train an experiment with {task} in finetune.tasks")
 
     def predict(self, task: str, frame: pd.DataFrame, progress: bool | None = False) -> pd.DataFrame:
-        """Predictions for `frame`'s rows (a pandas DataFrame with the task's text columns: `sentence`,
-        or `sentence1` and `sentence2`; `id` optional). Returns a pandas DataFrame with one row per
-        input row, in the input's order (index 0..n-1): `prediction` (int class for sst, 0/1 for para
-        and cfimdb, float score clipped to 0-5 for sts), then for a classification or binary task
+        """Predictions of any task of the model (a built-in one or one of yours) for `frame`'s rows: a
+        pandas DataFrame with the task's text columns (`sentence`, or `sentence1` and `sentence2`; `id`
+        optional), or a list of texts (a one-text task) or of (sentence1, sentence2) pairs. Returns a
+        pandas DataFrame with one row per input row, in the input's order (index 0..n-1): `prediction`
+        (int class for sst, 0/1 for para and cfimdb, float score clipped to the label range for sts and
+        a regression task of yours), then for a classification or binary task
         `class` (the class name, str) and its probabilities as floats (`prob_0` .. `prob_4` for
         sst, `prob_1` for para and cfimdb), the predict stage's columns; no rows for no rows. The
         input is checked as `minbert predict` checks a file (minbert.scoring.inputs), with the same
@@ -164,9 +168,11 @@ class Model:
         from minbert.model.outputs import predictions
 
         self.has(task)
+        if isinstance(frame, (str, list, tuple)):      # texts, or (sentence1, sentence2) pairs
+            frame = _pairs(frame, task) if TASKS[task].pair else _single(frame, task)
         if not isinstance(frame, pd.DataFrame):
-            raise MinBertError(f"{task}: expected a pandas DataFrame with the task's columns, not "
-                               f"{type(frame).__name__} (or call sentiment, paraphrase or similarity with a list)")
+            raise MinBertError(f"{task}: expected a pandas DataFrame with the task's columns or a list of "
+                               f"{'pairs' if TASKS[task].pair else 'texts'}, not {type(frame).__name__}")
         frame = frame.reset_index(drop=True)
         tasks_for(Origin(task), frame.columns, [task], self.tasks)
         check_texts(Origin(task), frame, text_columns([task]))

@@ -309,9 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", metavar="INPUT", nargs="?",
                    help="a .tsv/.csv/.jsonl file with a header (sentence, or sentence1 and sentence2; id optional) "
                         "or a .txt file of one sentence per line; '-' or none: stdin")
-    p.add_argument("--task", action="append", choices=list(TASKS),
-                   help="a task to predict (repeat for several); default: every task of the model the input's "
-                        "columns fit")
+    p.add_argument("--task", action="append", metavar="TASK",
+                   help="a task of the model to predict (sst, para, sts, cfimdb or one of your own; repeat for "
+                        "several); default: every task of the model the input's columns fit")
     p.add_argument("--out", "-o", help="write here instead of stdout (format by suffix)")
     p.add_argument("--format", choices=FORMATS, help="the input's format (default: by suffix; stdin: guessed)")
     p.add_argument("--out-format", choices=FORMATS[:3], help="the output's format (default: by --out's suffix, "

@@ -73,6 +73,8 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
     """Call `main`; bad input (a MinBertError), a full disk or a file too large, a missing or broken
     package, or an interruption print one line (no traceback) and exit with 2, 2, 2 or 128 + the
     signal. SIGTERM (what Slurm and the engines send) stops the stage as Ctrl-C does."""
+    from pydantic import ValidationError
+
     from minbert.pipeline.runinfo import UpToDate
 
     signal.signal(signal.SIGTERM, _terminate)
@@ -83,6 +85,11 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
         sys.exit(0)
     except MinBertError as e:
         _error(str(e))
+    except ValidationError as e:   # a job file's settings this code no longer accepts (a user module gone, ...)
+        first = e.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        _error(f"the job's settings, key '{key}': {first['msg'].removeprefix('Value error, ')}; run the pipeline "
+               f"again (it rewrites the job files from params.yaml) or fix params.yaml")
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from minbert.core.runtime import setup_logging
 from minbert.data.prepare import format_summary, prepare
 from minbert.entry import run
-from minbert.params.schema import DataParams
+from minbert.params.settings import PrepareSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 
@@ -21,7 +21,7 @@ def main(argv=None) -> None:
     call = stage_call("prepare", __doc__, argv)
     setup_logging()
     with running(call.job, force=call.args.force) as r:
-        summary = prepare(DataParams(**call.job.settings), call.job.writes["data"][0])
+        summary = prepare(PrepareSettings(**call.job.settings), call.job.writes["data"][0])
         r.fields["rows_kept"] = sum(f["rows_kept"] for f in summary["files"].values())
     print(format_summary(summary))
 

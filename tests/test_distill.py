@@ -110,9 +110,9 @@ def test_the_students_batches_carry_the_teachers_outputs(project, monkeypatch):
     seen = []
     real = objectives.distill_loss
 
-    def spy(task, heads, output, labels, soft, weight, temperature):
+    def spy(task, heads, output, labels, soft, weight, temperature, pair=None):
         seen.append((task, soft.clone(), weight, temperature))
-        return real(task, heads, output, labels, soft, weight, temperature)
+        return real(task, heads, output, labels, soft, weight, temperature, pair)
 
     monkeypatch.setattr(objectives, "distill_loss", spy)
     finetune.main(["--experiment", "half"])

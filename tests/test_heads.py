@@ -313,7 +313,7 @@ def test_symmetric_pairs_read_both_orders(tiny, kind):
     assert not torch.allclose(ab, ba)                          # the order matters to these heads
     expected = regression_prediction("sts", plain, (ab + ba) / 2).clamp(0, 5)    # scores clipped to the range
     np.testing.assert_allclose(both["prediction"], expected.numpy(), atol=1e-5)
-    # the dev loss (minbert.train.loop.dev_metrics) is the task loss of these averaged outputs
+    # the dev loss (minbert.train.evaluation.dev_metrics) is the task loss of these averaged outputs
     torch.testing.assert_close(both["output"], ((ab + ba) / 2).float())
     assert float(task_loss("sts", plain, both["output"], torch.tensor(STS.label.values))) == pytest.approx(
         float(task_loss("sts", plain, (ab + ba) / 2, torch.tensor(STS.label.values))),

@@ -7,7 +7,8 @@ import scipy.special
 import scipy.stats
 import torch
 
-from minbert.train.losses import divergence, pearson_loss, symmetric_kl
+from minbert.core.losses import pearson_loss
+from minbert.train.losses import divergence, symmetric_kl
 
 # ---------------------------------------------------------------- pearson_loss
 

@@ -210,7 +210,8 @@ def test_a_pearson_loss_needs_batches_of_two_sts_pairs(loss):
     """A correlation over one pair is undefined: the loss would be constant (issue 33, case 6)."""
     ft = {"heads": {"sts_loss": loss}, "tasks": ["sts"]}
     msg = error_of(with_(experiments__a={"finetune": {**ft, "batch_size": 1}}))
-    assert msg.startswith("params.yaml: key 'experiments.a.finetune.batch_size': sts_loss") and "mse" in msg
+    assert msg.startswith(f"params.yaml: key 'experiments.a.finetune.batch_size': sts's loss '{loss}' is a "
+                          f"statistic of the whole batch") and "another loss" in msg
     msg = error_of(with_(experiments__a={"finetune": {**ft, "downsample": {"mode": "fixed", "size": 1}}}))
     assert "key 'experiments.a.finetune.downsample'" in msg
     msg = error_of(with_(experiments__a={"finetune": {**ft, "downsample": {"caps": {"sts": 1}}}}))
@@ -249,11 +250,11 @@ def test_deeply_nested_json_the_stages_read_is_one_line(tmp_path):
 def test_a_correlation_loss_over_one_sts_row_is_refused_when_training_starts():
     """The data side of case 6: STS cut to one row by the data itself (the settings allow more)."""
     from minbert.params.finetune import FinetuneParams
-    from minbert.train.experiment import refuse_one_pair_correlation
+    from minbert.train.experiment import refuse_one_row_batches
 
     cfg = FinetuneParams(heads={"sts_loss": "pearson"})
-    with pytest.raises(MinBertError, match=r"^a: sts_loss 'pearson' correlates the sts scores of a batch, and the sts "
+    with pytest.raises(MinBertError, match=r"^a: sts's loss 'pearson' is a statistic of the whole batch, and the sts "
                                            r"training data has 1 row"):
-        refuse_one_pair_correlation(cfg, {"sst": [0] * 5, "sts": [0]}, "a")
-    refuse_one_pair_correlation(cfg, {"sts": [0, 1]}, "a")
-    refuse_one_pair_correlation(FinetuneParams(), {"sts": [0]}, "a")
+        refuse_one_row_batches(cfg, {"sst": [0] * 5, "sts": [0]}, "a")
+    refuse_one_row_batches(cfg, {"sts": [0, 1]}, "a")
+    refuse_one_row_batches(FinetuneParams(), {"sts": [0]}, "a")

@@ -95,7 +95,9 @@ def test_the_api_refuses_what_is_no_list_of_texts_or_pairs(model):
                            r"^para: row 1: expected a pair \(sentence1, sentence2\), got 1 items; give sentence pairs"),
                           (lambda: model.similarity(["a", "b"]), r"^sts: row 0: expected a pair .*, got a str;"),
                           (lambda: model.similarity(7), r"^sts: expected a list of \(sentence1, .* pairs, not int$"),
-                          (lambda: model.predict("sst", ["a"]), r"^sst: expected a pandas DataFrame with the task's"),
+                          (lambda: model.predict("sst", 7), r"^sst: expected a pandas DataFrame with the task's "
+                                                            r"columns or a list of texts, not int$"),
+                          (lambda: model.predict("para", ["a"]), r"^para: row 0: expected a pair .*, got a str;"),
                           (lambda: model.embed(["fine", ""]), r"^embed: row 1: empty text in column 'sentence'"),
                           (lambda: model.embed([b"bytes"]), r"^embed: row 0: the text in column 'sentence' is a byt")]:
         with pytest.raises(MinBertError, match=pattern) as e:

@@ -186,7 +186,7 @@ def test_a_correlation_trained_head_is_calibrated_not_clipped(tiny_model_dir, pr
     from minbert.data.downsample import downsample
     from minbert.data.read import read_split
     from minbert.model.multitask import predict_task
-    from minbert.train.loop import EVAL_BATCH_SIZE
+    from minbert.train.evaluation import EVAL_BATCH_SIZE
 
     frame = downsample({"sts": read_split(prepared / "sts-train.tsv")}, exp.finetune.downsample, exp.seed)["sts"]
     data = build_task_data("sts", frame, tok, model.heads_cfg)

@@ -18,6 +18,7 @@ from conftest import REPO, child_env, shared_data_dir
 
 import minbert.data.batches as batches
 import minbert.train.experiment as experiment
+import minbert.train.evaluation as evaluation
 import minbert.train.loop as train
 import minbert.train.objectives as objectives
 from minbert.core.errors import MinBertError
@@ -181,11 +182,11 @@ def test_dev_is_evaluated_within_an_epoch_and_the_best_evaluation_is_kept(tiny_m
 
 
 def test_evaluation_points_are_evenly_spaced_and_end_the_epoch():
-    assert train.eval_points(6, 1) == [6]
-    assert train.eval_points(6, 4) == [2, 3, 4, 6]
-    assert train.eval_points(100, 3) == [33, 67, 100]
-    assert train.eval_points(3, 10) == [1, 2, 3]     # never more evaluations than updates
-    assert train.eval_points(0, 3) == []
+    assert evaluation.eval_points(6, 1) == [6]
+    assert evaluation.eval_points(6, 4) == [2, 3, 4, 6]
+    assert evaluation.eval_points(100, 3) == [33, 67, 100]
+    assert evaluation.eval_points(3, 10) == [1, 2, 3]     # never more evaluations than updates
+    assert evaluation.eval_points(0, 3) == []
 
 
 def test_resume_ignores_state_of_another_configuration(tiny_model_dir, prepared, tmp_path, caplog):
@@ -233,9 +234,9 @@ def test_nan_loss_names_the_task_and_writes_nothing(tiny_model_dir, prepared, tm
     real_loss = objectives.task_loss
     calls = {"n": 0}
 
-    def loss_nan_in_second_epoch(task, heads, out, labels):
+    def loss_nan_in_second_epoch(task, heads, out, labels, pair=None):
         calls["n"] += 1
-        loss = real_loss(task, heads, out, labels)
+        loss = real_loss(task, heads, out, labels, pair)
         return loss * float("nan") if task == "para" and calls["n"] > 3 else loss
 
     monkeypatch.setattr(objectives, "task_loss", loss_nan_in_second_epoch)

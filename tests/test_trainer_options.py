@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_train import finetune_experiment, initial_weights, make_exp, state_dict, write_prepared
 
+import minbert.train.evaluation as evaluation
 import minbert.train.loop as loop
 from minbert.core.errors import MinBertError
 from minbert.data.stream import TaskStream
@@ -84,7 +85,7 @@ def scripted_dev(monkeypatch, scores):
         s = next(it)
         return {f"{t}_acc": s for t in ("sst", "para")} | {f"{t}_loss": 1.0 for t in ("sst", "para")}
 
-    monkeypatch.setattr(loop, "dev_metrics", dev_metrics)
+    monkeypatch.setattr(evaluation, "dev_metrics", dev_metrics)
 
 
 @pytest.mark.parametrize("rule,scores,epochs_evaluated,best_epoch", [

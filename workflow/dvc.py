@@ -11,9 +11,9 @@ import yaml
 
 from minbert.core.tasks import TASKS
 from minbert.params import LoadedParams
-from minbert.pipeline.code import PROJECT_PACKAGES
+from minbert.pipeline.code import PROJECT_PACKAGES, user_module_file
 from minbert.pipeline.job import Job
-from workflow.dag import LAYOUT, REPO, RESOLVE_STAGE, jobs, load
+from workflow.dag import LAYOUT, REPO, RESOLVE_STAGE, _in, jobs, load
 
 
 def _dvc_stage_name(job: Job) -> str:
@@ -26,6 +26,18 @@ def params_source(lp: LoadedParams, params_path: str | Path = "params.yaml", rep
     if lp.source is not None and Path(lp.source).resolve() != (Path(repo) / params_path).resolve():
         files.append(Path(lp.source).resolve().relative_to(Path(repo).resolve()).as_posix())
     return files
+
+
+def user_modules(all_jobs: list[Job], repo: Path) -> list[str]:
+    """The files of the user's modules (params' `modules:`) some job runs, those inside the project:
+    the resolve stage depends on them as on the project's folders."""
+    out = set()
+    with _in(repo):
+        for module in {m for j in all_jobs for m in j.code_roots if not m.startswith(PROJECT_PACKAGES)}:
+            path = user_module_file(module)
+            if path is not None and path.resolve().is_relative_to(repo.resolve()):
+                out.add(path.resolve().relative_to(repo.resolve()).as_posix())
+    return sorted(out)
 
 
 def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: LoadedParams | None = None,
@@ -42,7 +54,7 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: Loa
         "params": [{f: None} for f in params_source(lp, params_path, repo)],
         # what the job files it writes hold: the code (each file's hash: the project's folders are
         # enough to re-run it) and the sources' content hashes
-        "deps": sorted({p for p in PROJECT_PACKAGES if (repo / p).is_dir()} |
+        "deps": sorted({p for p in PROJECT_PACKAGES if (repo / p).is_dir()} | set(user_modules(all_jobs, repo)) |
                        set(folders.sources([s for j in all_jobs for s in j.sources]))),
         "outs": [{LAYOUT.job_files: {"persist": True, "cache": False}}],
     }}
@@ -131,7 +143,7 @@ def _dvc_plot_views(all_jobs: list[Job]) -> list:
             views.append({f"{job.name}-dev-curves": {"x": "epoch", "y": {job.plots[0]: cols},
                                                      "title": f"{job.name}: dev metrics per epoch"}})
         if job.stage in ("predict", "ensemble"):
-            tasks = set(job.settings["tasks"])
+            tasks = set(job.settings["predicts"])
             for task in (t for t in TASKS if t in tasks and TASKS[t].kind != "regression"):
                 views.append({f"{job.name}-{task}-dev-confusion": {
                     "template": "confusion", "x": "prediction",

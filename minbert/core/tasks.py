@@ -1,4 +1,4 @@
-"""The task registry: everything the pipeline knows about a task, defined once.
+"""The task registry: everything the pipeline knows about a task, declared once, as data.
 
 | task   | data (CS224N files)            | input         | output                  | metric    |
 |--------|--------------------------------|---------------|-------------------------|-----------|
@@ -7,15 +7,27 @@
 | sts    | sts-*.csv: two sentences, 0-5  | sentence pair | a score, 0-5            | Pearson r |
 | cfimdb | ids-cfimdb-*.csv: review, 0/1  | one text      | 1 logit (sigmoid)       | accuracy  |
 
-The readers, the heads, the losses, the predictions files, the metrics, the ensembles and the
-report all look tasks up here. The course leaderboard's overall score uses sst, para and sts.
+The built-in tasks are declared in tasks.yaml beside this module, with the keys a params file
+declares its own tasks with (its `tasks:` section, minbert.params.tasks; docs/extending.md): one
+text or a pair, classes (with their names) or a label range, the files and their columns, the
+metric, the default head and loss. `declare` adds a params file's tasks to the registry; the
+readers, heads, losses, predictions files, metrics, ensembles and the report look every task up in
+`TASKS`. The course leaderboard's overall score uses sst, para and sts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+
+CODE_DATA = ("tasks.yaml",)             # the built-in tasks' declarations are part of this module's code
+KINDS = ("classification", "binary", "regression")
+METRICS = ("acc", "pearson")
+FORMATS = ("cs224n", "csv", "tsv", "jsonl")
+# a task's default head and loss by its shape and kind (a declaration or params may name others)
+DEFAULT_HEAD = {False: "classifier", True: "cross"}             # one text / a pair
+DEFAULT_LOSS = {"classification": "cross_entropy", "binary": "bce", "regression": "mse"}
 
 
 @dataclass(frozen=True)
@@ -23,18 +35,50 @@ class Task:
     name: str                   # as in params.yaml, results/data/<name>-<split>.tsv, predictions
     title: str                  # for people: "sentiment (SST-5)"
     short: str                  # in table headers: "SST"
-    file_prefix: str            # raw CS224N files: <prefix>-{train,dev,test-student}.csv
-    raw_text_columns: tuple     # raw text columns; renamed to `text_columns`
-    raw_label_column: str       # raw label column (absent in the test-student files)
+    file_prefix: str            # CS224N files: <prefix>-{train,dev,test-student}.csv ("" for other formats)
+    raw_text_columns: tuple     # the text columns of the raw files; renamed to `text_columns`
+    raw_label_column: str       # the raw label column (absent in the test files)
     kind: str                   # classification (softmax) | binary (one logit) | regression (a score)
     classes: tuple = ()         # class names of classification / binary tasks
     label_range: tuple = ()     # (lo, hi) of a regression task's labels
     metric: str = "acc"         # acc | pearson
+    format: str = "cs224n"      # how its raw files are read: cs224n | csv | tsv | jsonl
+    files: dict = field(default_factory=dict, hash=False)   # split -> file (formats other than cs224n)
+    id_column: str | None = "id"    # the raw id column; None: the row's line number
+    group_column: str | None = None  # a dev split held out of train keeps each group on one side
+    dev_fraction: float | None = None  # no dev file: this share of the training rows is held out as dev
+    head: str = ""              # its default head (params may choose another per experiment)
+    loss: str = ""              # its default loss
+    builtin: bool = False       # declared in tasks.yaml (not by a params file)
+    declaration: dict = field(default_factory=dict, hash=False, compare=False, repr=False)   # as declared
+
+    @classmethod
+    def declared(cls, name: str, decl: dict, builtin: bool = False) -> Task:
+        """A task from its declaration: the keys of tasks.yaml and of a params file's `tasks:`
+        section (title, short, classes or range, metric, head, loss, files)."""
+        files = dict(decl["files"])
+        texts, classes, span = tuple(files["texts"]), tuple(decl.get("classes") or ()), decl.get("range")
+        kind = "regression" if span else "binary" if len(classes) == 2 else "classification"
+        return cls(name=name, title=decl.get("title") or name, short=decl.get("short") or name.upper(),
+                   file_prefix=files.get("prefix") or "", raw_text_columns=texts, raw_label_column=files["label"],
+                   kind=kind, classes=classes, label_range=tuple(float(x) for x in span) if span else (),
+                   metric=decl.get("metric") or ("pearson" if span else "acc"),
+                   format=files.get("format") or "cs224n",
+                   files={s: files[s] for s in ("train", "dev", "test") if files.get(s)},
+                   id_column=files.get("id", "id" if files.get("format", "cs224n") == "cs224n" else None),
+                   group_column=files.get("group"), dev_fraction=files.get("dev_fraction"),
+                   head=decl.get("head") or DEFAULT_HEAD[len(texts) == 2], loss=decl.get("loss") or DEFAULT_LOSS[kind],
+                   builtin=builtin, declaration=decl)
 
     @property
     def pair(self) -> bool:
         """A sentence-pair task (its input views: see minbert.data.views)."""
         return len(self.raw_text_columns) == 2
+
+    @property
+    def splits(self) -> tuple:
+        """Its prepared splits: train, dev and test; a declared task without a test file has none."""
+        return ("train", "dev") if self.format != "cs224n" and "test" not in self.files else ("train", "dev", "test")
 
     @property
     def text_columns(self) -> tuple:
@@ -80,21 +124,45 @@ class Task:
         return (metric_value + 1.0) / 2.0 if self.metric == "pearson" else metric_value
 
 
-TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("sst", "sentiment (SST-5)", "SST", "ids-sst", ("sentence",), "sentiment", "classification",
-         classes=("very negative", "negative", "neutral", "positive", "very positive")),
-    Task("para", "paraphrase (Quora)", "Para", "quora", ("sentence1", "sentence2"), "is_duplicate", "binary",
-         classes=("not paraphrase", "paraphrase")),
-    Task("sts", "similarity (STS)", "STS", "sts", ("sentence1", "sentence2"), "similarity", "regression",
-         label_range=(0.0, 5.0), metric="pearson"),
-    Task("cfimdb", "binary sentiment (CFIMDB)", "CFIMDB", "ids-cfimdb", ("sentence",), "sentiment", "binary",
-         classes=("negative", "positive")),
-)}
-TASK_NAMES = tuple(TASKS)
-TaskName = Literal[TASK_NAMES]              # for pydantic: one of the names above
+def _builtins() -> dict[str, Task]:
+    import yaml
+
+    declared = yaml.safe_load((Path(__file__).with_name("tasks.yaml")).read_text(encoding="utf-8"))
+    return {name: Task.declared(name, decl, builtin=True) for name, decl in declared.items()}
+
+
+BUILTIN_TASKS: dict[str, Task] = _builtins()
+TASKS: dict[str, Task] = dict(BUILTIN_TASKS)     # the registry: the built-in tasks and those declared
+TASK_NAMES = tuple(BUILTIN_TASKS)                # the built-in tasks
 LEADERBOARD_TASKS = ("sst", "para", "sts")       # the course's overall score
 DEFAULT_TASKS = LEADERBOARD_TASKS                # what an experiment trains unless it says otherwise
-PAIR_TASKS = tuple(n for n, t in TASKS.items() if t.pair)
+PAIR_TASKS = tuple(n for n, t in BUILTIN_TASKS.items() if t.pair)   # the built-in pair tasks
+
+
+def declare(tasks: dict[str, Task], *, only: bool = False) -> None:
+    """Add tasks of a params file's to the registry, replacing a task of the same name declared
+    before; `only`: they become the only declared tasks (a whole params file's, read anew). A
+    built-in task is never replaced (a params file's declaration is checked against that first:
+    minbert.params.tasks)."""
+    if only:
+        for name in [n for n in TASKS if n not in BUILTIN_TASKS]:
+            del TASKS[name]
+    for name, task in tasks.items():
+        if name in BUILTIN_TASKS:
+            raise ValueError(f"task '{name}' is built in; declare your own task under another name")
+        TASKS[name] = task
+
+
+def declare_job_tasks(settings: dict) -> None:
+    """Declare the tasks a job's settings carry (checked when the job was planned), for a stage that
+    reads no other setting (evaluate: it needs no params model to score)."""
+    declare({name: Task.declared(name, decl) for name, decl in (settings.get("tasks") or {}).items()})
+
+
+def declarations(tasks) -> dict[str, dict]:
+    """The declarations of the tasks among `tasks` that are not built in (what a job's settings
+    carry, so that the job knows them and a change to one re-runs it)."""
+    return {t: TASKS[t].declaration for t in dict.fromkeys(tasks) if t in TASKS and not TASKS[t].builtin}
 
 
 def task(name: str) -> Task:

@@ -1,9 +1,10 @@
 """The prepare stage's library: read and validate the raw files, write the clean per-task splits.
 
 `raw_inputs` lists the files `prepare` reads (the job's inputs come from it too); `prepare` writes
-`<task>-<split>.tsv` for every task and split, `nli-{train,dev}.tsv` and `summary.json` into a
-temporary sibling of the output folder and renames it into place when all of it is written, so a
-failure never leaves new files beside stale ones.
+`<task>-<split>.tsv` for every task and split (the built-in tasks' from the CS224N files in
+`data.dir`, a declared task's from its own files: minbert.data.declared), `nli-{train,dev}.tsv` and
+`summary.json` into a temporary sibling of the output folder and renames it into place when all of
+it is written, so a failure never leaves new files beside stale ones.
 """
 from __future__ import annotations
 
@@ -12,32 +13,71 @@ from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, write_json
-from minbert.core.tasks import LEADERBOARD_TASKS
+from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
+from minbert.data.declared import held_out, read_declared
 from minbert.data.overlap import OVERLAP_WARNING, overlap_warnings, overlap_with_train
 from minbert.data.raw import RAW_SPLITS, raw_path, read_cs224n, read_nli, split_by_group
 from minbert.data.read import write_split
-from minbert.params import DataParams
+from minbert.params.settings import PrepareSettings
 
 log = logging.getLogger(__name__)
 
 
-def prepared_tasks(data: DataParams) -> tuple[str, ...]:
-    return LEADERBOARD_TASKS + (("cfimdb",) if data.include_cfimdb else ())
+def prepared_tasks(data: PrepareSettings) -> tuple[str, ...]:
+    return LEADERBOARD_TASKS + (("cfimdb",) if data.include_cfimdb else ()) + tuple(data.tasks)
 
 
-def raw_inputs(data: DataParams) -> list[str]:
+def raw_inputs(data: PrepareSettings) -> list[str]:
     """Every raw file prepare reads, as given in the params (relative paths stay relative)."""
-    files = [raw_path(data.dir, task, split).as_posix() for task in prepared_tasks(data) for split in RAW_SPLITS]
+    files = [raw_path(data.dir, task, split).as_posix() for task in prepared_tasks(data) for split in RAW_SPLITS
+             if TASKS[task].format == "cs224n"]
+    files += [Path(f).as_posix() for task in data.tasks for f in TASKS[task].files.values()]
     return files + ([Path(data.nli_file).as_posix()] if data.nli_file else [])
 
 
-def prepared_files(data: DataParams) -> list[str]:
+def prepared_files(data: PrepareSettings) -> list[str]:
     """The files `prepare` writes into its folder, by name."""
-    names = [f"{task}-{split}.tsv" for task in prepared_tasks(data) for split in RAW_SPLITS]
+    names = [f"{task}-{split}.tsv" for task in prepared_tasks(data) for split in TASKS[task].splits]
     return names + (["nli-train.tsv", "nli-dev.tsv"] if data.nli_file else []) + ["summary.json"]
 
 
-def prepare(data: DataParams, out: str | Path) -> dict:
+def _declared_splits(task: str, data: PrepareSettings) -> dict:
+    """A declared task's splits: {split: (frame, what reading did, source)}; a dev split held out of
+    the training rows when it names no dev file, and no test split when it names no test file."""
+    spec, out = TASKS[task], {}
+    train, report, groups = read_declared(spec, "train", data.on_bad_rows)
+    if "dev" in spec.files:
+        out["dev"] = read_declared(spec, "dev", data.on_bad_rows)[:2] + (spec.files["dev"],)
+    else:
+        try:
+            train, dev = held_out(train, groups, spec.dev_fraction, data.seed)
+        except MinBertError as e:
+            raise MinBertError(f"{spec.files['train']}: task {task}'s dev split: {e}") from None
+        out["dev"] = (dev, {**report.as_dict(), "rows_kept": len(dev), "note": "dev_fraction of the training file"},
+                      spec.files["train"])
+        report = {**report.as_dict(), "rows_kept": len(train), "note": "the training file less its dev_fraction"}
+    out["train"] = (train, report, spec.files["train"])
+    if "test" in spec.files:
+        out["test"] = read_declared(spec, "test", data.on_bad_rows, labelled=False)[:2] + (spec.files["test"],)
+    return {s: out[s] for s in spec.splits}
+
+
+def _splits(task: str, data: PrepareSettings, data_dir: Path) -> dict:
+    """{split: (frame, what reading did, source)} of one task."""
+    if TASKS[task].format != "cs224n":
+        return _declared_splits(task, data)
+    out = {}
+    for split in RAW_SPLITS:
+        src = raw_path(data_dir, task, split)
+        if not (src.exists() or src.is_symlink()):   # anything else: the reader says why
+            raise MinBertError(f"{src}: file not found; data.dir must hold {src.name}"
+                               + (" (or set data.include_cfimdb: false)" if task == "cfimdb" else ""))
+        frame, report = read_cs224n(src, task, labelled=split != "test", on_bad_rows=data.on_bad_rows)
+        out[split] = (frame, report, src)
+    return out
+
+
+def prepare(data: PrepareSettings, out: str | Path) -> dict:
     """Read, validate and write every split; return the summary (also written to summary.json)."""
     data_dir = Path(data.dir)
     if not data_dir.is_dir():
@@ -48,16 +88,11 @@ def prepare(data: DataParams, out: str | Path) -> dict:
         tmp.mkdir(parents=True)
         for task in prepared_tasks(data):
             train = None
-            for split in RAW_SPLITS:
-                src = raw_path(data_dir, task, split)
-                if not (src.exists() or src.is_symlink()):   # anything else: the reader says why
-                    raise MinBertError(f"{src}: file not found; data.dir must hold {src.name}"
-                                       + (" (or set data.include_cfimdb: false)" if task == "cfimdb" else ""))
-                frame, report = read_cs224n(src, task, labelled=split != "test", on_bad_rows=data.on_bad_rows)
+            for split, (frame, report, src) in _splits(task, data, data_dir).items():
                 if len(frame) == 0:
                     raise MinBertError(f"{src}: no valid rows left after validation")
                 write_split(frame, tmp / f"{task}-{split}.tsv")
-                files[f"{task}-{split}.tsv"] = report.as_dict()
+                files[f"{task}-{split}.tsv"] = report if isinstance(report, dict) else report.as_dict()
                 if split == "train":
                     train = (frame, src)
                 elif train is not None:

@@ -38,6 +38,14 @@ def raw_path(data_dir: str | Path, task: str, split: str) -> Path:
     """Where the raw CS224N file of `task`/`split` lives, e.g. data/demo/ids-sst-test-student.csv."""
     return Path(data_dir) / f"{TASKS[task].file_prefix}-{RAW_SPLITS[split]}.csv"
 
+
+def class_label(spec: Task, value: str):
+    """A raw label: a class's number (or a regression label), or a class's name; None when invalid."""
+    if spec.classes and value in spec.classes:
+        return spec.classes.index(value)
+    return parse_label(spec, value)
+
+
 # ---------------------------------------------------------------- reports of what was read
 
 
@@ -54,7 +62,7 @@ class FileReport:
                 "rows_dropped": sum(self.dropped.values()), "dropped_by_reason": dict(self.dropped)}
 
 
-class _BadRows:
+class BadRows:
     """Collects bad rows: raises at the first one (mode "error") or counts them (mode "drop")."""
 
     def __init__(self, path: Path, mode: str):
@@ -71,7 +79,7 @@ class _BadRows:
 
 # ---------------------------------------------------------------- decoding
 
-def _decoded_lines(path: Path, bad: _BadRows, header: bool = True) -> tuple[list[str], list[int]]:
+def decoded_lines(path: Path, bad: BadRows, header: bool = True) -> tuple[list[str], list[int]]:
     """The file's lines as text, with their 1-based line numbers.
 
     Lines end with "\n" or "\r\n"; a file with no "\n" at all but "\r" uses old Mac line endings
@@ -157,8 +165,8 @@ def read_cs224n(path: str | Path, task: str, labelled: bool = True,
     if task not in TASKS:
         raise MinBertError(f"unknown task '{task}' (expected one of {', '.join(TASKS)})")
     spec, path = TASKS[task], Path(path)
-    bad = _BadRows(path, on_bad_rows)
-    lines, numbers = _decoded_lines(path, bad)
+    bad = BadRows(path, on_bad_rows)
+    lines, numbers = decoded_lines(path, bad)
     if not lines:
         raise MinBertError(f"{path}: the file is empty; expected a header row and data rows")
     label_column = spec.raw_label_column if labelled else None
@@ -178,7 +186,7 @@ def read_cs224n(path: str | Path, task: str, labelled: bool = True,
     return frame, report
 
 
-def _fields(text: str, width: int, line: int, bad: _BadRows) -> list[str] | None:
+def _fields(text: str, width: int, line: int, bad: BadRows) -> list[str] | None:
     """A line's tab-separated fields, unquoted; None (a bad row) with another count or a field too long."""
     fields = text.split("\t")
     if len(fields) != width:
@@ -198,11 +206,14 @@ class Rows:
     an empty id, text or label, a label the task does not have, an id given twice), the good ones
     kept in order."""
 
-    def __init__(self, spec: Task, text_columns, label_column: str | None, bad: _BadRows):
+    def __init__(self, spec: Task, text_columns, label_column: str | None, bad: BadRows,
+                 group_column: str | None = None):
         self.spec, self.text_columns, self.label_column, self.bad = spec, tuple(text_columns), label_column, bad
+        self.group_column = group_column
         self.ids: list[str] = []
         self.texts: list[list[str]] = [[] for _ in self.text_columns]
         self.labels: list = []
+        self.groups: list[str] = []
         self.seen: dict[str, int] = {}
 
     def add(self, line: int, values: dict[str, str]) -> None:
@@ -220,10 +231,11 @@ class Rows:
             raw_label = values[self.label_column].strip()
             if not raw_label:
                 return bad(line, "missing_label", f"column '{self.label_column}' is empty (id {rid})")
-            label = parse_label(spec, raw_label)
+            label = class_label(spec, raw_label)
             if label is None:
+                named = f" or a class name ({', '.join(spec.classes)})" if spec.classes else ""
                 return bad(line, "bad_label", f"column '{self.label_column}' is {raw_label!r}, expected "
-                                              f"{label_rule(spec)} (id {rid})")
+                                              f"{label_rule(spec)}{named} (id {rid})")
         if rid in self.seen:
             return bad(line, "duplicate_id", f"column 'id': {rid} already appears on line {self.seen[rid]}")
         self.seen[rid] = line
@@ -231,6 +243,8 @@ class Rows:
         for store, text in zip(self.texts, texts):
             store.append(text)
         self.labels.append(label)
+        if self.group_column is not None:
+            self.groups.append(values[self.group_column].strip())
 
     def frame(self, names: list[str]) -> pd.DataFrame:
         """The kept rows under the prepared split's column names (`id`, the texts, `label`)."""
@@ -275,8 +289,8 @@ def read_nli(path: str | Path, on_bad_rows: str = "error") -> tuple[pd.DataFrame
     spaces (a BERT tokenizer reads them as spaces anyway).
     """
     path = Path(path)
-    bad = _BadRows(path, on_bad_rows)
-    lines, numbers = _decoded_lines(path, bad, header=False)
+    bad = BadRows(path, on_bad_rows)
+    lines, numbers = decoded_lines(path, bad, header=False)
     if not lines and not bad.reasons:
         raise MinBertError(f"{path}: the file is empty; expected one JSON object per line (SNLI/MNLI jsonl)")
     rows, reasons_extra = [], Counter()

@@ -20,7 +20,7 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
-from minbert.core.tasks import TASK_NAMES, TASKS, Task
+from minbert.core.tasks import TASKS, Task
 
 # ---------------------------------------------------------------- the tasks' prepared columns
 
@@ -41,19 +41,26 @@ class Prepared:
     splits: tuple[str, ...] = ("train", "dev", "test")
 
 
-def _prepared_sources() -> dict[str, Prepared]:
-    out = {t: Prepared(("id", *TASKS[t].text_columns, "label"), partial(parse_label, TASKS[t]),
-                       label_rule(TASKS[t]), float if TASKS[t].kind == "regression" else np.int64)
-           for t in TASK_NAMES}
-    # NLI: a pretraining source (minbert.train.nli), registered here and nowhere else
-    out["nli"] = Prepared(("id", "group", "sentence1", "sentence2", "label"),
-                          lambda v: v if v in NLI_LABELS else None, "one of " + ", ".join(NLI_LABELS),
-                          splits=("train", "dev"))
-    return out
+# NLI: a pretraining source (minbert.train.nli), registered here and nowhere else
+NLI = Prepared(("id", "group", "sentence1", "sentence2", "label"), lambda v: v if v in NLI_LABELS else None,
+               "one of " + ", ".join(NLI_LABELS), splits=("train", "dev"))
+
+
+def prepared(source: str) -> Prepared:
+    """What results/data holds for a task of the registry (built in or declared) or for NLI."""
+    if source == "nli":
+        return NLI
+    spec = TASKS[source]
+    return Prepared(("id", *spec.text_columns, "label"), partial(parse_label, spec), label_rule(spec),
+                    float if spec.kind == "regression" else np.int64, spec.splits)
+
+
+def prepared_sources() -> list[str]:
+    return [*TASKS, "nli"]
 
 
 def output_columns(task: str) -> list[str]:
-    return list(PREPARED[task].columns)
+    return list(prepared(task).columns)
 
 
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
@@ -78,7 +85,6 @@ def label_rule(spec: Task) -> str:
     return f"a number from {spec.label_range[0]:g} to {spec.label_range[1]:g}"
 
 
-PREPARED = _prepared_sources()                          # what results/data holds, by source name
 
 
 # ---------------------------------------------------------------- prepared splits (results/data)
@@ -86,9 +92,9 @@ PREPARED = _prepared_sources()                          # what results/data hold
 
 def _task_of(path: Path) -> str:
     task = path.name.split("-", 1)[0]
-    if task not in PREPARED:
+    if task not in prepared_sources():
         raise MinBertError(f"{path}: cannot tell the task from the file name (expected "
-                           f"<task>-<split>.tsv with task one of {', '.join(PREPARED)})")
+                           f"<task>-<split>.tsv with task one of {', '.join(prepared_sources())})")
     return task
 
 
@@ -147,7 +153,7 @@ def read_split(path: str | Path) -> pd.DataFrame:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    source = PREPARED[task]
+    source = prepared(task)
     expected = list(source.columns)
     if not lines:
         raise MinBertError(f"{path}: the file is empty; {redo}")
@@ -199,10 +205,10 @@ def load_splits(data_dir: str | Path, task: str, splits=("train", "dev", "test")
     """The `splits` of `task` from the prepared folder. Every split the prepare stage writes must be
     there (a folder with some of them missing is a broken one); a split it never writes (nli has no
     test) is left out of the result."""
-    if task not in PREPARED:
-        raise MinBertError(f"unknown task '{task}' (expected one of {', '.join(PREPARED)})")
+    if task not in prepared_sources():
+        raise MinBertError(f"unknown task '{task}' (expected one of {', '.join(prepared_sources())})")
     data_dir = Path(data_dir)
-    written = PREPARED[task].splits
+    written = prepared(task).splits
     wanted = [s for s in splits if s in written]
     found = {split: data_dir / f"{task}-{split}.tsv" for split in wanted}
     present = {s: p for s, p in found.items() if p.exists() or p.is_symlink()}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minbert.core.extensions import HEADS
 from minbert.core.tasks import TASKS
 
 Encoded = list[tuple[list[int], list[int]]]   # (input_ids, token_type_ids) per example
@@ -52,10 +53,14 @@ VIEWS = {v.name: v for v in (View("single", ("text",)), View("cross", ("ab",)), 
 
 
 def view_of(task: str, heads) -> View:
-    """The view of `task` under the heads settings (minbert.params.HeadsParams)."""
+    """The view of `task` under the heads settings (minbert.params.HeadsParams): a head of the user's
+    says its own (minbert.core.extensions)."""
     if not TASKS[task].pair:
         return VIEWS["single"]
-    if getattr(heads, task) == "cross":
+    head = heads.head_of(task)
+    if head in HEADS:
+        return VIEWS[HEADS[head].view]
+    if head == "cross":
         return VIEWS["cross"]
     return VIEWS["hybrid" if task in heads.hybrid else "bi"]
 

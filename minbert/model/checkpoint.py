@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 
 from minbert.core.errors import MinBertError
+from minbert.core.extensions import module_of
+from minbert.core.tasks import declarations
 from minbert.model.bert import BertConfig, BertModel
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
@@ -15,9 +17,34 @@ from minbert.params.finetune import HeadsParams
 CHECKPOINT_FORMAT = "minbert-multitask-1"
 
 
+def declared(model: MultitaskModel) -> dict:
+    """What rebuilding the model needs beyond the built-ins: the declarations of its tasks of the
+    user's and the user's modules its heads and losses come from (empty: none)."""
+    cfg = model.heads_cfg
+    used = [module_of(kind, name) for t in model.tasks for kind, name in (("head", cfg.head_of(t)),
+                                                                           ("loss", cfg.loss_of(t)))]
+    out = {"tasks": declarations(model.tasks), "modules": list(dict.fromkeys(m for m in used if m))}
+    return {k: v for k, v in out.items() if v}
+
+
+def declare(found: dict, source: str) -> None:
+    """Put a model's declared tasks and modules into the registries (a one-line error naming `source`)."""
+    from pydantic import ValidationError
+
+    from minbert.params.messages import raise_validation
+    from minbert.params.tasks import Declarations
+
+    try:
+        Declarations(**found)
+    except ValidationError as err:
+        raise_validation(err, Declarations, source)
+
+
 def checkpoint_dict(model: MultitaskModel, tokenizer: Tokenizer, **extra) -> dict:
     """The model as a plain dict of tensors and settings (what model.pt holds)."""
+    own = declared(model)
     return {
+        **({"declared": own} if own else {}),
         "format": CHECKPOINT_FORMAT,
         "encoder_config": model.encoder.config.to_dict(),
         "heads": model.heads_cfg.model_dump(),
@@ -54,6 +81,8 @@ def read_checkpoint(path, map_location="cpu") -> dict:
 
 
 def model_from_checkpoint(ckpt: dict, source: str = "checkpoint") -> tuple[MultitaskModel, Tokenizer]:
+    if ckpt.get("declared"):
+        declare(ckpt["declared"], source)
     try:
         encoder = BertModel(BertConfig(**ckpt["encoder_config"]))
         model = MultitaskModel(encoder, HeadsParams(**ckpt["heads"]), ckpt["tasks"])

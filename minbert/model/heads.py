@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minbert.model.bert import BertModel, init_std_linear
-from minbert.params.finetune import BI_ENCODER_HEADS
+from minbert.params.finetune import BI_ENCODER_HEADS, SCALAR_HEADS
 
 ACTIVATIONS = {"leaky_relu": nn.LeakyReLU, "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
@@ -90,27 +90,30 @@ class PrototypeHead(nn.Module):
 
 
 class CrossPairHead(nn.Module):
-    """One output per pair from the cross-encoder's pooled vector."""
+    """A pair's output (one number, or one logit per class) from the cross-encoder's pooled vector."""
 
-    def __init__(self, hidden: int, hidden_layers: int, dropout: float):
+    def __init__(self, hidden: int, hidden_layers: int, dropout: float, outputs: int = 1):
         super().__init__()
-        self.net = mlp(hidden, 1, hidden, hidden_layers, dropout)
+        self.net = mlp(hidden, outputs, hidden, hidden_layers, dropout)
+        self.squeeze = outputs == 1
 
-    def forward(self, emb):  # (B, H) -> (B,)
-        return self.net(emb).squeeze(-1)
+    def forward(self, emb):  # (B, H) -> (B,), or (B, C)
+        out = self.net(emb)
+        return out.squeeze(-1) if self.squeeze else out
 
 
 class BiPairHead(nn.Module):
     """One output per pair from two sentence embeddings u, v."""
 
     def __init__(self, kind: str, hidden: int, hidden_layers: int, dropout: float,
-                 init_scale: float = 1.0, init_bias: float = 0.0, affine: bool = True):
+                 init_scale: float = 1.0, init_bias: float = 0.0, affine: bool = True, outputs: int = 1):
         super().__init__()
         assert kind in BI_ENCODER_HEADS, kind
-        self.kind = kind
+        assert outputs == 1 or kind not in SCALAR_HEADS, (kind, outputs)
+        self.kind, self.squeeze = kind, outputs == 1
         in_dim = {"concat_uv": 2 * hidden, "concat": 3 * hidden, "concat_mult": 4 * hidden,
                   "concat_cos": 2 * hidden + 1, "cosine_linear": 3 * hidden}.get(kind)
-        self.net = mlp(in_dim, 1, hidden, hidden_layers, dropout) if in_dim else None
+        self.net = mlp(in_dim, outputs, hidden, hidden_layers, dropout) if in_dim else None
         if kind in ("cosine", "cosine_linear"):
             # a learned affine map of the cosine (the caller picks a sensible start per task), or
             # the plain cosine (affine=False: scale 1 and shift 0, fixed)
@@ -122,16 +125,20 @@ class BiPairHead(nn.Module):
                 self.register_buffer("scale", torch.tensor(scale))
                 self.register_buffer("bias", torch.tensor(bias))
 
-    def forward(self, u, v):  # (B, H), (B, H) -> (B,)
+    def _out(self, x):
+        out = self.net(x)
+        return out.squeeze(-1) if self.squeeze else out
+
+    def forward(self, u, v):  # (B, H), (B, H) -> (B,), or (B, C)
         if self.kind == "concat_uv":
-            return self.net(torch.cat([u, v], -1)).squeeze(-1)
+            return self._out(torch.cat([u, v], -1))
         if self.kind == "concat":
-            return self.net(torch.cat([u, v, (u - v).abs()], -1)).squeeze(-1)
+            return self._out(torch.cat([u, v, (u - v).abs()], -1))
         if self.kind == "concat_mult":
-            return self.net(torch.cat([u, v, (u - v).abs(), u * v], -1)).squeeze(-1)
+            return self._out(torch.cat([u, v, (u - v).abs(), u * v], -1))
         cos = F.cosine_similarity(u.float(), v.float(), dim=-1).to(u.dtype)
         if self.kind == "concat_cos":
-            return self.net(torch.cat([u, v, cos[:, None]], -1)).squeeze(-1)
+            return self._out(torch.cat([u, v, cos[:, None]], -1))
         out = self.scale * cos + self.bias
         if self.kind == "cosine_linear":
             out = out + self.net(torch.cat([u, v, (u - v).abs()], -1)).squeeze(-1)

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from minbert.core.extensions import HEADS
 from minbert.core.tasks import TASKS
 from minbert.data.batches import TaskData, collate, to_device
 from minbert.data.views import View, view_of
@@ -51,17 +52,19 @@ class MultitaskModel(nn.Module):
 
     def _new_head(self, task: str) -> nn.Module:
         cfg, view, D = self.heads_cfg, self.views[task].name, self._in_dim(task)
-        hl, dp = cfg.depth(task), cfg.dropout
+        hl, dp, name, outputs = cfg.depth(task), cfg.dropout, cfg.head_of(task), TASKS[task].outputs
+        if name in HEADS:            # a head of the user's (minbert.core.extensions)
+            return HEADS[name](D, outputs, hl, dp)
         if view == "single":
-            if task == "sst" and cfg.sst == "prototypes":
-                return PrototypeHead(D, TASKS[task].outputs, cfg.prototypes_per_label, dp)
-            return ClassifierHead(D, TASKS[task].outputs, hl, dp)
+            if name == "prototypes":
+                return PrototypeHead(D, outputs, cfg.prototypes_per_label, dp)
+            return ClassifierHead(D, outputs, hl, dp)
         if view == "cross":
-            return CrossPairHead(D, hl, dp)
+            return CrossPairHead(D, hl, dp, outputs)
         # a binary task's cosine head starts with a cosine of 0.75 as p = 0.5
         scale, bias = (10.0, -7.5) if TASKS[task].kind == "binary" else (1.0, 0.0)
-        bi = BiPairHead(getattr(cfg, task), D, hl, dp, init_scale=scale, init_bias=bias, affine=cfg.cosine_affine)
-        return HybridPairHead(bi, CrossPairHead(D, hl, dp)) if view == "hybrid" else bi
+        bi = BiPairHead(name, D, hl, dp, init_scale=scale, init_bias=bias, affine=cfg.cosine_affine, outputs=outputs)
+        return HybridPairHead(bi, CrossPairHead(D, hl, dp, outputs)) if view == "hybrid" else bi
 
     def add_tasks(self, tasks: list[str]) -> None:
         """Give the model heads (and branches) for `tasks` it does not have yet."""
@@ -112,53 +115,76 @@ class MultitaskModel(nn.Module):
             emb = pooled
         return (emb, out[2]) if return_embeddings else emb
 
-    def head_forward(self, task: str, emb: torch.Tensor) -> torch.Tensor:
-        """Apply task's head to the embeddings of a batch stacked as its view says. The heads run
-        in float32 whatever the autocast: they cost nothing next to the encoder, and a regression
-        head's scores (nearly equal for similar pairs) would otherwise be rounded to bf16's three
-        digits, which scrambles their order and any calibration fitted on them."""
+    def head_forward(self, task: str, emb: torch.Tensor, return_pair: bool = False):
+        """Apply task's head to the embeddings of a batch stacked as its view says (with `return_pair`,
+        also the pair's two sentence vectors u, v the head read, for a loss that ranks them). The
+        heads run in float32 whatever the autocast: they cost nothing next to the encoder, and a
+        regression head's scores (nearly equal for similar pairs) would otherwise be rounded to
+        bf16's three digits, which scrambles their order and any calibration fitted on them."""
         with torch.autocast(emb.device.type, enabled=False):
             emb = emb.float()
             if self.shared is not None and task in self.heads_cfg.shared.tasks:
                 emb = self.shared(emb)
-            return self.heads[task](*self.views[task].split(emb))
+            parts = self.views[task].split(emb)
+            out = self.heads[task](*parts)
+            return (out, parts[:2]) if return_pair else out
 
-    def forward(self, task: str, batch: dict, inputs_embeds=None, return_embeddings=False):
-        if return_embeddings:
-            emb, word = self.embed(batch, inputs_embeds, return_embeddings=True, task=task)
-            return self.head_forward(task, emb), word
-        return self.head_forward(task, self.embed(batch, inputs_embeds, task=task))
+    def forward(self, task: str, batch: dict, inputs_embeds=None, return_embeddings=False, return_pair=False):
+        """The head's output; with `return_embeddings` also the word embeddings (SMART), with
+        `return_pair` also the pair's sentence vectors (`head_forward`): (output, [word], [pair])."""
+        if not (return_embeddings or return_pair):
+            return self.head_forward(task, self.embed(batch, inputs_embeds, task=task))
+        emb, word = self.embed(batch, inputs_embeds, return_embeddings=True, task=task)
+        out = self.head_forward(task, emb, return_pair)
+        head, pair = out if return_pair else (out, None)
+        return (head,) + ((word,) if return_embeddings else ()) + ((pair,) if return_pair else ())
 
 
 @torch.no_grad()
 def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, batch_size: int, device,
-                 amp_context, progress=None) -> dict:
-    """Run the model over a split in length order (less padding); returns outputs in input order,
-    with `loss` when the split has labels. A symmetric pair task's output is the mean of the
-    outputs for (a, b) and (b, a). `progress(n)`: called with each batch's row count."""
+                 amp_context, progress=None, loss=None) -> dict:
+    """Run the model over a split in length order (less padding); returns outputs in input order. A
+    symmetric pair task's output is the mean of the outputs for (a, b) and (b, a). `progress(n)`:
+    called with each batch's row count. `loss(output, labels, pair)`: the loss of a labelled split,
+    computed batch by batch (as training computes it: a loss over the batch stays one over batches,
+    and a ranking loss costs a batch's square, not the split's), their mean by rows as `loss`."""
     model.eval()
     order = np.argsort(data.lengths(), kind="stable")
     passes = [False, True] if data.symmetric else [False]
-    outputs = []
+    outputs, total = [], 0.0
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size].tolist()
-        out_b = 0.0
+        out_b, pair = 0.0, None
         for swapped in passes:
             batch = to_device(collate(data, idx, tokenizer, [swapped] * len(idx)), model_device(model))
             batch.pop("labels", None)
             batch.pop("soft", None)
             with amp_context():
-                out_b = out_b + model(data.task, batch).float().cpu()
+                if loss is not None and pair is None:
+                    out, pair = model(data.task, batch, return_pair=True)
+                else:
+                    out = model(data.task, batch)
+            out_b = out_b + out.float().cpu()
         outputs.append(out_b / len(passes))
+        if loss is not None and data.labels is not None:
+            labels = torch.as_tensor(np.asarray(data.labels)[idx])
+            total += float(loss(outputs[-1], labels, tuple(p.float().cpu() for p in pair))) * len(idx)
         if progress is not None:
             progress(len(idx))
-    out = torch.cat(outputs) if outputs else torch.empty(0)
+    out = torch.cat(outputs) if outputs else empty_outputs(data.task)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
     out = out[torch.as_tensor(inverse)]
     result = predictions(data.task, model.heads_cfg, out, model.calibration.get(data.task))
     result["output"] = out
+    if loss is not None and data.labels is not None and len(order):
+        result["loss"] = total / len(order)
     return result
+
+
+def empty_outputs(task: str) -> torch.Tensor:
+    """A head's outputs for no rows (an empty split: a declared task without a test file)."""
+    return torch.empty((0, TASKS[task].outputs) if TASKS[task].kind == "classification" else (0,))
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -2,7 +2,8 @@
 
 What `MultitaskModel.forward(task, batch)` returns depends on the task's kind (minbert.core.tasks):
 - classification (sst): (B, C) logits -> the argmax class and the softmax probabilities;
-- binary (para, cfimdb): (B,) logit of the positive class -> 0/1 and its sigmoid;
+- binary (para, cfimdb): (B,) logit of the positive class -> 0/1 and its sigmoid (a head trained
+  with a loss that fixes no scale, `ranking`, through its calibration: a logistic fit);
 - regression (sts): (B,) score in the head's target space (`regression_target`), mapped back onto
   the label scale by `regression_prediction` and clipped to the label range (0-5) by `predictions`:
   every file the pipeline writes (predictions, submission files, `minbert predict`) and every score
@@ -14,12 +15,13 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
+from minbert.core.losses import LOSSES
 from minbert.core.tasks import TASKS
 
 
 def _signed_cosine_target(heads, task: str) -> bool:
     """A cosine head may predict the labels scaled to [-1, 1] (`cosine_target: -1_1`)."""
-    return getattr(heads, task) == "cosine" and heads.cosine_target == "-1_1"
+    return heads.head_of(task) == "cosine" and heads.cosine_target == "-1_1"
 
 
 def regression_target(task: str, heads, label: Tensor) -> Tensor:
@@ -29,9 +31,10 @@ def regression_target(task: str, heads, label: Tensor) -> Tensor:
     return unit * 2.0 - 1.0 if _signed_cosine_target(heads, task) else unit
 
 
-def correlation_only(heads) -> bool:
-    """A head trained with the correlation loss alone: its outputs have no fixed scale or shift."""
-    return heads.sts_loss == "pearson"
+def calibrated(heads, task: str) -> bool:
+    """A head trained with a loss that leaves its outputs on no fixed scale (the loss's declaration:
+    minbert.core.losses), whose predictions go through the calibration fitted when training ends."""
+    return LOSSES[heads.loss_of(task)].calibrate
 
 
 def regression_prediction(task: str, heads, output: Tensor, calibration=None) -> Tensor:
@@ -45,7 +48,7 @@ def regression_prediction(task: str, heads, output: Tensor, calibration=None) ->
     lo, hi = TASKS[task].label_range
     unit = (output + 1.0) / 2.0 if _signed_cosine_target(heads, task) else output
     out = unit * (hi - lo) + lo
-    if correlation_only(heads) and calibration is not None:
+    if calibrated(heads, task) and calibration is not None:
         return out * calibration[0] + calibration[1]
     return out
 
@@ -59,10 +62,12 @@ def predictions(task: str, heads, output: Tensor, calibration=None) -> dict[str,
         probs = output.softmax(-1)
         return {"prediction": probs.argmax(-1).numpy(), "probs": probs.numpy()}
     if kind == "binary":
+        if calibrated(heads, task) and calibration is not None:   # the logit mapped as fitted (Platt scaling)
+            output = output * calibration[0] + calibration[1]
         p1 = output.sigmoid()
         return {"prediction": (p1 > 0.5).long().numpy(), "probs": p1.numpy()}
     score = regression_prediction(task, heads, output, calibration)
-    if not (correlation_only(heads) and calibration is None):
+    if not (calibrated(heads, task) and calibration is None):
         # A score outside the label range is no score a label can have (-1.15, 5.01 on ordinary pairs):
         # clipped here, where the model's scores are made, so the predictions files, the submission
         # files, `minbert predict` and the evaluation all read the same values. Pearson r moves by

@@ -9,7 +9,7 @@ generated docs key tables and editor schema (minbert.params.docs). Imports only 
 The studies, the papers' tables and the whole file's model (`Params`) are imported from
 minbert.params.studies itself and not from here: every job runs this package's `__init__`, and only
 the report runs those."""
-from minbert.core.tasks import TaskName
+
 from minbert.params.catalogue import (
     LoadedParams,
     expand,
@@ -17,7 +17,7 @@ from minbert.params.catalogue import (
     seed_name,
     seeds_of,
 )
-from minbert.params.fields import NAME_MAX, NAME_RE, SEED_MAX, Downsample, Seed, Strict
+from minbert.params.fields import NAME_MAX, NAME_RE, SEED_MAX, Downsample, Seed, Strict, TaskName
 from minbert.params.finetune import (
     MULTI_TASK_UPDATES,
     DistillParams,

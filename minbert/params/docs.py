@@ -22,6 +22,7 @@ from minbert.core.errors import MinBertError
 from minbert.params.finetune import DistillParams, EarlyStopping, FinetuneParams, HeadsParams, RetrainHeadsParams
 from minbert.params.schema import ExperimentParams, PretrainParams
 from minbert.params.studies import Params
+from minbert.params.tasks import TaskParams
 
 # table name -> (docs file, the model whose keys it lists, nested sections listed key by key as section.key)
 TABLES: dict[str, tuple[str, type[BaseModel], tuple[str, ...]]] = {
@@ -31,6 +32,7 @@ TABLES: dict[str, tuple[str, type[BaseModel], tuple[str, ...]]] = {
     "retrain_heads": ("docs/finetuning.md", RetrainHeadsParams, ()),
     "early_stopping": ("docs/finetuning.md", EarlyStopping, ()),
     "pretraining": ("docs/pretraining.md", PretrainParams, ("mlm", "nli")),
+    "task": ("docs/extending.md", TaskParams, ("files",)),
 }
 SCHEMA_FILE = "params.schema.json"
 _BLOCK = re.compile(r"(<!-- keys: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /keys -->)", re.S)

@@ -8,16 +8,28 @@ import re
 import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from minbert.core.errors import MinBertError
-from minbert.core.tasks import TaskName
+from minbert.core.tasks import TASKS
+from minbert.params.messages import close
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NAME_MAX = 100                                  # names become file names (and Slurm job names)
 SEED_MAX = 2**32 - 1                            # what every RNG in the pipeline accepts
 Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+
+
+def known_task(name: str) -> str:
+    """A task of the registry: a built-in one or one the params declare (`tasks:`)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task '{name}'{close(name, TASKS)}; the tasks are {', '.join(TASKS)} (declare "
+                         f"another under `tasks`, docs/extending.md)")
+    return name
+
+
+TaskName = Annotated[str, AfterValidator(known_task)]     # a task of the registry, when the params are read
 LR_SCHEDULE = "after warm-up: `linear` or `cosine` decay to 0 at the last update, or `constant`"
 
 

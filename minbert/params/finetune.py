@@ -8,8 +8,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from minbert.core.tasks import DEFAULT_TASKS, PAIR_TASKS, TASK_NAMES, TaskName
-from minbert.params.fields import LR_SCHEDULE, Downsample, Strict, refuse
+from minbert.core.extensions import ADDED, HEADS
+from minbert.core.losses import LOSSES
+from minbert.core.tasks import DEFAULT_TASKS, PAIR_TASKS, TASKS
+from minbert.params.fields import LR_SCHEDULE, Downsample, Strict, TaskName, refuse
+from minbert.params.messages import close
 
 # the multi-task schedules (minbert.train.schedules implements each)
 SCHEDULES = ("round_robin", "drop_round_robin", "simultaneous", "task_by_task", "sequential",
@@ -18,27 +21,68 @@ MULTI_TASK_UPDATES = ("simultaneous",)          # the schedules whose updates su
 # pair heads: `cross` reads the cross-encoded pair; the others embed each sentence (minbert.model.heads)
 BI_ENCODER_HEADS = ("concat_uv", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear")
 PAIR_HEADS = ("cross",) + BI_ENCODER_HEADS
+SINGLE_HEADS = ("classifier", "prototypes")     # one-text heads; prototypes: a classification task's
+SCALAR_HEADS = ("cosine", "cosine_linear")      # pair heads of one output (an affine map of the cosine)
+NAMED_HEADS = ("sst", "para", "sts")            # the built-in tasks whose head has a key of its own
 
 # pair heads: cross = cross-encoder "[CLS] a [SEP] b [SEP]"; the others embed each sentence
 PairHead = Literal[PAIR_HEADS]
 Pooling = Literal["cls", "mean", "pooler"]
 
 
-def sts_batch_problem(sts_loss: str, tasks, batch_size: int, downsample: Downsample) -> tuple[str, str] | None:
-    """A Pearson loss over batches of one STS pair: the correlation of one pair is undefined, so the
-    loss is a constant and STS never learns from it (nothing else would say so). (the key at fault:
-    `batch_size` or `downsample`, the message), or None."""
-    if sts_loss == "mse" or "sts" not in tasks:
-        return None
-    rows = [n for n in (downsample.size if downsample.mode == "fixed" else None, downsample.caps.get("sts"))
-            if n is not None]
-    per_batch = min([batch_size, *rows])
-    if per_batch >= 2:
-        return None
-    return ("batch_size" if per_batch == batch_size else "downsample",
-            f"sts_loss '{sts_loss}' correlates the STS scores of a batch, and a batch of {per_batch} pair has no "
-            f"correlation (the loss would be constant and STS would not train); use batches of at least 2 STS pairs "
-            f"or sts_loss: mse")
+def batch_statistic_problem(heads: HeadsParams, tasks, batch_size: int, downsample: Downsample
+                            ) -> tuple[str, str] | None:
+    """A loss that is a statistic of the whole batch (its declaration says so: minbert.core.losses),
+    over batches of one row: the statistic of one row is undefined or constant, so the task never
+    learns from it (nothing else would say so). (the key at fault: `batch_size` or `downsample`, the
+    message), or None."""
+    for task in tasks:
+        name = heads.loss_of(task)
+        if not LOSSES[name].batch_statistic:
+            continue
+        rows = [n for n in (downsample.size if downsample.mode == "fixed" else None, downsample.caps.get(task))
+                if n is not None]
+        per_batch = min([batch_size, *rows])
+        if per_batch < 2:
+            return ("batch_size" if per_batch == batch_size else "downsample",
+                    f"{task}'s loss '{name}' is a statistic of the whole batch, and a batch of {per_batch} {task} row "
+                    f"carries none (the loss would be constant and {task} would not train); use batches of at least "
+                    f"2 {task} rows or another loss")
+    return None
+
+
+def _named_modules() -> str:
+    named = list(ADDED)
+    return f"the modules named ({', '.join(named)})" if named else "a module named in `modules:` (none is)"
+
+
+def head_problem(heads: HeadsParams, task: str) -> str | None:
+    """Why `task` cannot have its head or its loss (unknown, or not for its shape or kind), or None."""
+    spec, head, loss = TASKS[task], heads.head_of(task), heads.loss_of(task)
+    user = HEADS.get(head)
+    shapes = PAIR_HEADS if spec.pair else SINGLE_HEADS
+    views = ("cross", "bi") if spec.pair else ("single",)
+    if user is None and head not in shapes:
+        known = list(shapes) + [n for n, h in HEADS.items() if h.view in views]
+        return (f"{task}'s head '{head}' is no {'pair' if spec.pair else 'one-text'} head{close(head, known)}: "
+                f"neither built in nor registered by {_named_modules()} (heads: {', '.join(known)})")
+    if user is not None and user.view not in views:
+        return (f"{task}'s head '{head}' reads the {user.view} view, and {task} is "
+                f"{'a pair' if spec.pair else 'one text'}")
+    if head in SCALAR_HEADS and spec.outputs != 1:
+        return f"{task}'s head '{head}' gives one number, and {task} has {spec.outputs} classes"
+    if head == "prototypes" and spec.kind != "classification":
+        return f"{task}'s head 'prototypes' compares with each class's sentences: a classification task's head"
+    if loss not in LOSSES:
+        return (f"{task}'s loss '{loss}' is no loss{close(loss, LOSSES)}: neither built in nor registered by "
+                f"{_named_modules()} (losses: {', '.join(LOSSES)})")
+    if spec.kind not in LOSSES[loss].kinds:
+        return f"{task}'s loss '{loss}' trains {' or '.join(LOSSES[loss].kinds)} tasks, and {task} is {spec.kind}"
+    bi = head in BI_ENCODER_HEADS or (user is not None and user.view == "bi")
+    if LOSSES[loss].reads == "pairs" and not bi:
+        return (f"{task}'s loss '{loss}' ranks the pair's sentence embeddings: give {task} a bi-encoder head "
+                f"({', '.join(BI_ENCODER_HEADS)})")
+    return None
 
 
 # ---------------------------------------------------------------- model heads
@@ -70,9 +114,11 @@ class HeadsParams(Strict):
                                                 "non-padding tokens) or `pooler` (BERT's tanh pooler on [CLS])")
     task_pooling: dict[TaskName, Pooling] = Field({}, description="another pooling for some tasks, e.g. `{sts: mean}` "
                                                               "(004: STS mean-pooled)")
-    para: PairHead = Field("cross", description="the paraphrase pair head, one of the kinds below")
-    sts: PairHead = Field("cross", description="the similarity pair head, one of the kinds below")
-    sst: Literal["classifier", "prototypes"] = Field(
+    para: str = Field("cross", description="the paraphrase pair head, one of the kinds below (or one a module of yours "
+                                           "registers)")
+    sts: str = Field("cross", description="the similarity pair head, one of the kinds below (or one a module of yours "
+                                          "registers)")
+    sst: str = Field(
         "classifier", description="`classifier` (an MLP on the sentence vector) or `prototypes` (003's SST_TO_STS: "
                                   "the cosines of the sentence to `prototypes_per_label` training sentences of "
                                   "each label, with their labels, through a linear layer; the prototypes are "
@@ -81,6 +127,15 @@ class HeadsParams(Strict):
                                                                       "label it compares with (1-1000)")
     sts_loss: Literal["mse", "pearson", "mse+pearson"] = Field(
         "mse", description="`mse`, `pearson` (1 - Pearson r over the batch) or `mse+pearson` (their sum)")
+    losses: dict[TaskName, str] = Field(
+        {}, description="a task's loss by name, e.g. `{para: ranking}`: cross_entropy, bce, mse, pearson, mse+pearson, "
+                        "ranking (in-batch negatives for pairs: sentence-transformers' MultipleNegativesRankingLoss) "
+                        "or one a module of yours registers (docs/extending.md); unnamed tasks: their declared loss "
+                        "(sts: `sts_loss`)")
+    task_heads: dict[TaskName, str] = Field(
+        {}, description="the head of a task other than sst, para and sts (theirs are the keys above), e.g. "
+                        "`{cfimdb: classifier}`: a kind above or one a module of yours registers; unnamed: the "
+                        "task's declared head")
     cosine_target: Literal["0_1", "-1_1"] = Field(
         "0_1", description="how STS labels are scaled for a `cosine` head: [0, 1] or `-1_1` for [-1, 1] (every "
                            "other head, `cosine_linear` included: [0, 1])")
@@ -109,7 +164,7 @@ class HeadsParams(Strict):
                            "for `(a, b)` and `(b, a)` (twice the pair tasks' prediction cost). Paraphrase and "
                            "similarity are symmetric relations; a cross-encoder and the `concat*` heads are not "
                            "symmetric functions of the pair, so this is both augmentation and test-time averaging")
-    hybrid: list[Literal[PAIR_TASKS]] = Field(
+    hybrid: list[TaskName] = Field(
         [], description="pair tasks (`para`, `sts`, each once; the head must be a bi-encoder kind) that also get "
                         "a cross-encoder term: the encoder reads each sentence alone and the pair as `[CLS] a "
                         "[SEP] b [SEP]` (3 rows per pair in one batch; padding costs only attention), and the "
@@ -119,19 +174,49 @@ class HeadsParams(Strict):
                         "models (docs/results.md)")
 
     @model_validator(mode="after")
+    def _known_heads(self):
+        for task in NAMED_HEADS:
+            head = getattr(self, task)
+            kinds = PAIR_HEADS if TASKS[task].pair else SINGLE_HEADS
+            if head not in kinds and head not in HEADS:
+                shape = "pair" if TASKS[task].pair else "one-text"
+                raise refuse(task, f"'{head}' is no {shape} head{close(head, kinds)}: one of {', '.join(kinds)}, or "
+                                   f"one a module of yours registers")
+        return self
+
+    @model_validator(mode="after")
     def _hybrid_needs_bi_head(self):
         for task in self.hybrid:
-            if getattr(self, task) == "cross":
+            if self.head_of(task) not in BI_ENCODER_HEADS:
                 bi_heads = ", ".join(BI_ENCODER_HEADS)
-                raise ValueError(f"hybrid lists {task}, whose head is already `cross`: give {task} a "
-                                 f"bi-encoder head ({bi_heads})")
+                head = "already `cross`" if self.head_of(task) == "cross" else f"'{self.head_of(task)}'"
+                raise ValueError(f"hybrid lists {task}, whose head is {head}: give {task} a bi-encoder head "
+                                 f"({bi_heads})")
         if len(set(self.hybrid)) != len(self.hybrid):
             raise ValueError("hybrid lists a task twice")
-        paired = [t for t in self.extra_layers if t in PAIR_TASKS]
+        paired = [t for t in self.extra_layers if TASKS[t].pair]
         if paired:
             raise ValueError(f"extra_layers lists {paired[0]}: extra transformer layers are for one-sentence tasks "
-                             f"({', '.join(t for t in TASK_NAMES if t not in PAIR_TASKS)})")
+                             f"({', '.join(t for t, spec in TASKS.items() if not spec.pair)})")
+        named = [t for t in self.task_heads if t in NAMED_HEADS]
+        if named:
+            raise ValueError(f"task_heads names {named[0]}, whose head is the key `{named[0]}`; set that instead")
+        if "sts" in self.losses and self.sts_loss != "mse" and self.losses["sts"] != self.sts_loss:
+            raise ValueError(f"sts's loss is given twice (sts_loss '{self.sts_loss}', losses.sts "
+                             f"'{self.losses['sts']}'); give one")
         return self
+
+    def head_of(self, task: str) -> str:
+        """The name of `task`'s head: its own key (sst, para, sts), `task_heads`, or its declared head."""
+        if task in self.task_heads:
+            return self.task_heads[task]
+        return getattr(self, task) if task in NAMED_HEADS else TASKS[task].head
+
+    def loss_of(self, task: str) -> str:
+        """The name of `task`'s loss: `losses`, sts's `sts_loss`, or its declared loss."""
+        if task in self.losses:
+            return self.losses[task]
+        return self.sts_loss if task == "sts" else TASKS[task].loss
 
     def pooling_of(self, task: str) -> str:
         return self.task_pooling.get(task, self.pooling)
@@ -329,9 +414,13 @@ class FinetuneParams(Strict):
     @model_validator(mode="after")
     def _runs_together(self):
         """Settings that validate one by one but cannot run together in one fine-tuning."""
-        sts = sts_batch_problem(self.heads.sts_loss, self.tasks, self.batch_size, self.downsample)
-        if sts:
-            raise refuse(*sts)
+        for task in self.tasks:
+            problem = head_problem(self.heads, task)
+            if problem:
+                raise refuse("heads", problem)
+        batch = batch_statistic_problem(self.heads, self.tasks, self.batch_size, self.downsample)
+        if batch:
+            raise refuse(*batch)
         if self.pcgrad and len(self.tasks) < 2:
             raise refuse("pcgrad", f"PCGrad needs at least two tasks (got {self.tasks})")
         if self.pcgrad and self.schedule not in MULTI_TASK_UPDATES:
@@ -341,7 +430,7 @@ class FinetuneParams(Strict):
         if self.frozen_encoder_dropout and not self.freeze_encoder:
             raise refuse("frozen_encoder_dropout", "applies to a frozen encoder only and would do nothing here; drop "
                                                    "it or set finetune.freeze_encoder: true")
-        if self.heads.sst == "prototypes" and "sst" in self.tasks and not self.freeze_encoder:
+        if any(self.heads.head_of(t) == "prototypes" for t in self.tasks) and not self.freeze_encoder:
             raise refuse("heads.sst", "a prototypes head compares sentences with prototypes embedded once, so it "
                                       "trains over a frozen encoder: train sst in retrain_heads (retrain_heads.tasks: "
                                       "[sst]) or set finetune.freeze_encoder")

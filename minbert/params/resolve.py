@@ -14,12 +14,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from minbert.core.tasks import TASKS
+from minbert.core.extensions import module_of
+from minbert.core.tasks import TASKS, declarations
 from minbert.params.catalogue import LoadedParams
 from minbert.params.finetune import FinetuneParams, HeadsParams
 from minbert.params.fields import Downsample
 from minbert.params.schema import (
-    DataParams,
     EnsembleParams,
     ExperimentParams,
     MlmParams,
@@ -30,9 +30,11 @@ from minbert.params.schema import (
 )
 from minbert.params.settings import (
     EnsembleSettings,
+    EvaluateSettings,
     ExportSettings,
     FinetuneSettings,
     PredictSettings,
+    PrepareSettings,
     PretrainSettings,
     RetrainSettings,
     TeachSettings,
@@ -117,8 +119,26 @@ def _set(data: dict, key: str, value) -> None:
     data[last] = value
 
 
-def prepare_settings(lp: LoadedParams) -> DataParams:
-    return lp.params.data
+def modules_of(heads, tasks) -> list[str]:
+    """The user's modules that define the heads and losses of `tasks` under `heads`."""
+    used = [module_of(kind, name) for t in tasks for kind, name in (("head", heads.head_of(t)),
+                                                                     ("loss", heads.loss_of(t)))]
+    return list(dict.fromkeys(m for m in used if m))
+
+
+def declared(tasks, heads=None) -> dict:
+    """What a job working with `tasks` (and, when it runs their model, `heads`) must know beyond the
+    built-ins: the declarations of the user's tasks among them and the user's modules."""
+    return {"tasks": declarations(tasks), "modules": modules_of(heads, tasks) if heads is not None else []}
+
+
+def prepare_settings(lp: LoadedParams) -> PrepareSettings:
+    """The data section and every task of the user's (prepare reads their files)."""
+    return PrepareSettings(**lp.params.data.model_dump(), tasks=lp.params.tasks)
+
+
+def evaluate_settings(exp: ExperimentParams) -> EvaluateSettings:
+    return EvaluateSettings(predicts=model_tasks(exp), **declared(model_tasks(exp)))
 
 
 def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
@@ -129,9 +149,11 @@ def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
 
 def pretraining_from(pre: PretrainParams, base: ExperimentParams) -> PretrainSettings:
     """`pretrain_settings` from the pretraining's section and the base."""
+    first = pre.kind == "para_first"
+    sources = [t for t in pre.mlm.tasks if t != "nli"] if pre.kind == "mlm" else ["para"] if first else []
     return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
-                            pretraining=pretraining_read(pre),
-                            finetune=base.finetune if pre.kind == "para_first" else None,
+                            pretraining=pretraining_read(pre), finetune=base.finetune if first else None,
+                            **declared(sources, base.finetune.heads if first else None),
                             **{**TrainingSettings.keys_of(base), "precision": pre.precision or base.precision})
 
 
@@ -141,7 +163,7 @@ def finetune_settings(exp: ExperimentParams) -> FinetuneSettings:
     added = (exp.retrain_heads.tasks or []) if exp.retrain_heads.enabled else []
     return FinetuneSettings(model=None if exp.pretrain else exp.model, pretrain=exp.pretrain, seed=exp.seed,
                             max_length=exp.max_length, finetune=finetune_read(exp.finetune, exp.finetune.tasks + added),
-                            **TrainingSettings.keys_of(exp))
+                            **TrainingSettings.keys_of(exp), **declared(exp.finetune.tasks, exp.finetune.heads))
 
 
 def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
@@ -154,13 +176,14 @@ def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
         "batch_size": rh.batch_size, "lr": rh.lr, "head_lr": rh.lr, "freeze_encoder": True,
         "downsample": rh.downsample, **extras_off(),
         "task_weights": {t: w for t, w in ft.task_weights.items() if t in (rh.tasks or ft.tasks)}})
-    return RetrainSettings(seed=exp.seed, train=finetune_read(train), **TrainingSettings.keys_of(exp))
+    return RetrainSettings(seed=exp.seed, train=finetune_read(train), **TrainingSettings.keys_of(exp),
+                           **declared(model_tasks(exp), ft.heads))
 
 
 def predict_settings(exp: ExperimentParams) -> PredictSettings:
-    return PredictSettings(batch_size=exp.predict_batch_size, tasks=model_tasks(exp),
+    return PredictSettings(batch_size=exp.predict_batch_size, predicts=model_tasks(exp),
                            model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune",
-                           **NetworkSettings.keys_of(exp))
+                           **NetworkSettings.keys_of(exp), **declared(model_tasks(exp), exp.finetune.heads))
 
 
 HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}   # the packaged model's Hub id
@@ -175,19 +198,20 @@ def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
     start = (pre.model or lp.base.model) if pre is not None else exp.model
     local = not start or start.startswith(("/", ".")) or Path(start).exists()
     ex = lp.params.export
-    return ExportSettings(model_stage=predict_settings(exp).model_stage, tasks=model_tasks(exp),
+    return ExportSettings(model_stage=predict_settings(exp).model_stage, predicts=model_tasks(exp),
                           description=exp.description or "",
                           license=ex.license, language=ex.language,
                           base_model=None if local else HUB_IDS.get(start, start),
                           start_model=start if local else HUB_IDS.get(start, start),
                           pretraining=f"{exp.pretrain} ({pre.kind})" if pre is not None else None,
-                          data=str(lp.params.data.dir), demo_data=is_demo_data(lp.params.data.dir))
+                          data=str(lp.params.data.dir), demo_data=is_demo_data(lp.params.data.dir),
+                          **declared(model_tasks(exp), exp.finetune.heads))
 
 
 def ensemble_settings(ens: EnsembleParams, tasks: list[str]) -> EnsembleSettings:
     """An ensemble combines its members' predictions of `tasks` (those every member predicts)."""
     return EnsembleSettings(members=ens.members, classification=ens.classification, similarity=ens.similarity,
-                            tasks=tasks)
+                            predicts=tasks, **declared(tasks))
 
 
 def teachers(lp: LoadedParams) -> dict[str, list[str]]:
@@ -209,9 +233,11 @@ def teach_settings(lp: LoadedParams, name: str, tasks: list[str]) -> TeachSettin
     ensemble does."""
     members = teacher_members(name, lp.experiments, lp.groups, lp.params.ensembles)
     ens = lp.params.ensembles.get(name)
+    modules = [m for member in members for m in predict_settings(lp.experiments[member]).modules]
     return TeachSettings(members={m: predict_settings(lp.experiments[m]).model_stage for m in members},
-                         tasks=tasks, similarity=ens.similarity if ens else "mean",
-                         **NetworkSettings.keys_of(lp.base))
+                         predicts=tasks, similarity=ens.similarity if ens else "mean",
+                         **NetworkSettings.keys_of(lp.base), tasks=declarations(tasks),
+                         modules=list(dict.fromkeys(modules)))
 
 
 def report_settings(lp: LoadedParams) -> dict[str, Any]:

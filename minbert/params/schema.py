@@ -30,12 +30,12 @@ from __future__ import annotations
 import copy
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from minbert.core.devices import DEVICES, PRECISIONS
-from minbert.core.tasks import DEFAULT_TASKS, TASK_NAMES
-from minbert.params.fields import LR_SCHEDULE, Downsample, Seed, Strict, refuse
-from minbert.params.finetune import FinetuneParams, RetrainHeadsParams, sts_batch_problem
+from minbert.core.tasks import DEFAULT_TASKS
+from minbert.params.fields import LR_SCHEDULE, Downsample, Seed, Strict, known_task, refuse
+from minbert.params.finetune import FinetuneParams, RetrainHeadsParams, batch_statistic_problem, head_problem
 from minbert.params.messages import raise_validation
 
 Device = Literal[DEVICES]
@@ -43,6 +43,7 @@ Precision = Literal[PRECISIONS]
 CLASSIFICATION_COMBINATIONS = ("mode", "mean_prob")    # how an ensemble combines (minbert.scoring.ensemble)
 SIMILARITY_COMBINATIONS = ("median", "mean")
 ClassificationCombination = Literal[CLASSIFICATION_COMBINATIONS]
+MlmSource = Annotated[str, AfterValidator(lambda name: name if name == "nli" else known_task(name))]
 SimilarityCombination = Literal[SIMILARITY_COMBINATIONS]
 
 # ---------------------------------------------------------------- data (prepare)
@@ -66,8 +67,9 @@ class DataParams(Strict):
 
 class MlmParams(Strict):
     """Masked-LM pretraining on the tasks' texts."""
-    tasks: list[Literal[TASK_NAMES + ("nli",)]] = Field(
-        list(DEFAULT_TASKS), description="whose texts to pretrain on: any of sst, para, sts, cfimdb, nli")
+    tasks: list[MlmSource] = Field(
+        list(DEFAULT_TASKS), description="whose texts to pretrain on: any of the tasks (sst, para, sts, cfimdb, "
+                                         "your own) and nli")
     mask_prob: float = Field(0.15, gt=0, lt=1, description="share of word pieces chosen")
     downsample: Downsample = Field(Downsample(mode="smallest"), description="each source cut to the smallest "
                                                                             "(seeded), so no task dominates")
@@ -183,10 +185,15 @@ class ExperimentParams(TrainingSettings):
         if rh.enabled and ft.freeze_encoder:
             raise refuse("retrain_heads.enabled", "the encoder is already frozen in finetune "
                                                   "(finetune.freeze_encoder); drop one of them")
-        sts = sts_batch_problem(ft.heads.sts_loss, rh.tasks or ft.tasks, rh.batch_size, rh.downsample) \
-            if rh.enabled else None
-        if sts:
-            raise refuse(f"retrain_heads.{sts[0]}", sts[1])
+        if not rh.enabled:
+            return self
+        for task in rh.tasks or []:
+            problem = head_problem(ft.heads, task)
+            if problem:
+                raise refuse("finetune.heads", problem)
+        batch = batch_statistic_problem(ft.heads, rh.tasks or ft.tasks, rh.batch_size, rh.downsample)
+        if batch:
+            raise refuse(f"retrain_heads.{batch[0]}", batch[1])
         return self
 
 
@@ -218,8 +225,8 @@ class ExportParams(Strict):
 
 
 # The sections a catalogue file provides; params.yaml keeps `catalogue` and `report`.
-CATALOGUE_SECTIONS = ("data", "base", "pretrainings", "experiments", "ensembles", "papers", "studies", "export",
-                      "scales")
+CATALOGUE_SECTIONS = ("modules", "tasks", "data", "base", "pretrainings", "experiments", "ensembles", "papers",
+                      "studies", "export", "scales")
 
 # ---------------------------------------------------------------- an experiment from base and overrides
 

@@ -6,22 +6,28 @@ below *are* that part of the description. Cosmetic keys (`description`, the repo
 none of them but the report's; `predict_batch_size` only in the predictions'. How each is computed
 from a params file is minbert.params.resolve, the planner's side: a job receives its settings
 resolved and never runs the loader.
+
+Every settings model but the report's derives from `Declarations`: the declarations of the user's
+tasks the job works with and the user's modules its heads and losses come from, which enter the
+registries before the rest is read (and are left out of the settings when there are none).
 """
 from __future__ import annotations
 
 from typing import Literal
 
 from minbert.core.layout import TRAINING_STAGES
-from minbert.params.fields import Downsample, Strict
+from minbert.params.fields import Downsample
 from minbert.params.finetune import FinetuneParams, SmartParams
 from minbert.params.schema import (
     ClassificationCombination,
+    DataParams,
     NetworkSettings,
     PretrainParams,
     SimilarityCombination,
     TrainingSettings,
     deep_merge,
 )
+from minbert.params.tasks import Declarations
 
 TrainingStage = Literal[TRAINING_STAGES]     # the training stage whose model a later stage reads
 
@@ -32,7 +38,16 @@ def extras_off() -> dict:
     return {"smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None}
 
 
-class PretrainSettings(TrainingSettings):
+class PrepareSettings(DataParams, Declarations):
+    """The data section, and the user's tasks, whose files prepare reads too."""
+
+
+class EvaluateSettings(Declarations):
+    """Scoring predictions needs no setting but the tasks it scores (and the user's among them)."""
+    predicts: list[str]                     # the tasks whose predictions it scores
+
+
+class PretrainSettings(TrainingSettings, Declarations):
     model: str                              # the model the pretraining starts from
     seed: int
     max_length: int
@@ -40,7 +55,7 @@ class PretrainSettings(TrainingSettings):
     finetune: FinetuneParams | None = None  # para_first only: base.finetune, the training it shares
 
 
-class FinetuneSettings(TrainingSettings):
+class FinetuneSettings(TrainingSettings, Declarations):
     model: str | None                       # None: it starts from `pretrain`'s output (a job input)
     pretrain: str | None = None
     seed: int
@@ -48,30 +63,26 @@ class FinetuneSettings(TrainingSettings):
     finetune: FinetuneParams
 
 
-class RetrainSettings(TrainingSettings):
+class RetrainSettings(TrainingSettings, Declarations):
     seed: int
     train: FinetuneParams                   # head retraining's effective training settings
 
 
-class PredictSettings(NetworkSettings):
+class PredictSettings(NetworkSettings, Declarations):
     batch_size: int
     model_stage: TrainingStage              # which training stage's model predicts
-    tasks: list[str]                        # the tasks of that model: one predictions file per task and split
+    predicts: list[str]                     # the tasks of that model: one predictions file per task and split
 
 
-class EvaluateSettings(Strict):
-    tasks: list[str]                        # the tasks whose predictions it scores
-
-
-class TeachSettings(NetworkSettings):
+class TeachSettings(NetworkSettings, Declarations):
     members: dict[str, TrainingStage]       # the experiments it averages -> which model
-    tasks: list[str]                        # the tasks it predicts (the ones its students distil)
+    predicts: list[str]                     # the tasks it predicts (the ones its students distil)
     similarity: SimilarityCombination = "mean"   # how a regression task's scores are combined
 
 
-class ExportSettings(Strict):
+class ExportSettings(Declarations):
     model_stage: TrainingStage              # which training stage's model is exported
-    tasks: list[str]                        # its tasks: the predictions and training data the card reads
+    predicts: list[str]                     # its tasks: the predictions and training data the card reads
     description: str = ""                   # the experiment's, for the model card
     license: str
     language: str
@@ -82,11 +93,11 @@ class ExportSettings(Strict):
     demo_data: bool = False                 # data.dir holds the synthetic demo data (minbert.core.datasets)
 
 
-class EnsembleSettings(Strict):
+class EnsembleSettings(Declarations):
     members: list[str]
     classification: ClassificationCombination
     similarity: SimilarityCombination
-    tasks: list[str]                        # the tasks every member predicts: one file per task and split
+    predicts: list[str]                     # the tasks every member predicts: one file per task and split
 
 
 def pretrain_splits(s: PretrainSettings) -> list[tuple[str, str]]:

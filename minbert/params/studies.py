@@ -8,14 +8,15 @@ edit to a claim check re-describes the report alone.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from minbert.core.tasks import TASKS, TaskName
-from minbert.params.fields import Strict
+from minbert.core.tasks import TASKS
+from minbert.params.fields import Strict, TaskName
 from minbert.params.messages import close
 from minbert.params.schema import DataParams, EnsembleParams, ExperimentParams, ExportParams, PretrainParams
+from minbert.params.tasks import Declarations
 
 PAPER_OVERALL = {"leaderboard": "overall", "mean": "mean"}   # a paper's overall formula -> metrics.json key
 # what a paper column reads: its overall score (in the paper's formula) or one task's metric
@@ -324,8 +325,12 @@ class ScaleParams(Strict):
 
 # ---------------------------------------------------------------- params.yaml as a whole
 
-class Params(Strict):
-    """params.yaml (or params.yaml's `catalogue` and `report` with a catalogue file's sections)."""
+class Params(Declarations):
+    """params.yaml (or params.yaml's `catalogue` and `report` with a catalogue file's sections). Its
+    `modules` and `tasks` (Declarations) come first: they are read before every section that names
+    their tasks, losses and heads, and its tasks are then the declared ones."""
+    _only_declared: ClassVar[bool] = True
+
     catalogue: str = Field("demo", description="`demo`: the sections of params.yaml; NAME: the sections of "
                                                "params/NAME.yaml instead")
     data: DataParams = Field(DataParams(), description="how `prepare` reads and checks the raw files")

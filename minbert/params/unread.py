@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from minbert.core.errors import MinBertError
 from minbert.params import resolve as S
 from minbert.params.catalogue import LoadedParams, seeds_of
-from minbert.params.schema import ExperimentParams, PretrainParams, deep_merge
+from minbert.params.schema import ExperimentParams, PretrainParams, TrainingSettings, deep_merge
 
 
 def _leaves(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -57,7 +57,7 @@ def _base_reads(base: dict, pretrainings: dict[str, PretrainParams]) -> tuple | 
         b = ExperimentParams.model_validate(base)
     except (ValidationError, MinBertError):
         return None
-    return (S._network(b),) + tuple(S.pretraining_from(p, b).model_dump() for p in pretrainings.values())
+    return (TrainingSettings.keys_of(b),) + tuple(S.pretraining_from(p, b).model_dump() for p in pretrainings.values())
 
 
 def _resolved(base: dict, overrides: dict, name: str) -> ExperimentParams | None:

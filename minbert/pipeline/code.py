@@ -1,7 +1,8 @@
 """The code a job runs, and its hash: what makes a code edit re-run exactly the jobs it concerns.
 
-A job's code is the import closure of its roots (its stage module, and for a pretraining the
-module of its kind) within the project packages: `import` statements anywhere in a module
+A job's code is the import closure of its roots (its stage module, for a pretraining the module of
+its kind, and the user's modules its settings name: a path in the project or an importable name)
+within the project packages: `import` statements anywhere in a module
 (functions included), package `__init__` files (Python runs them first), and the data files a
 module declares as part of its code (`CODE_DATA = ("templates",)`).
 
@@ -134,10 +135,14 @@ def _closure(modules: list[str]) -> list[Path]:
             continue
         seen.add(name)
         path = _module_file(name, roots)
+        user = path is None and name in modules       # a module of the user's that a job's settings name
+        if user:
+            path = user_module_file(name)
         if path is None:
             continue
-        parts = name.split(".")
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
+        if not user:
+            parts = name.split(".")
+            todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
         files.add(path)
         data, imports = _module_facts(path, name)
         files.update(data)
@@ -157,6 +162,19 @@ def _module_facts(path: Path, name: str) -> tuple[list[Path], list[str]]:
         tree = ast.parse(path.read_bytes(), filename=str(path))
         _FACTS[key] = (_code_data(tree, path.parent), sorted(_imports(tree, name, path.name == "__init__.py")))
     return _FACTS[key]
+
+
+def user_module_file(module: str) -> Path | None:
+    """The file of a user's module (params' `modules:`): a path in the project, or an importable
+    name's source file."""
+    if module.endswith(".py") or "/" in module:
+        return Path(module) if Path(module).is_file() else None
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    origin = Path(spec.origin) if spec is not None and spec.origin else None
+    return origin if origin is not None and origin.suffix == ".py" and origin.is_file() else None
 
 
 def _display(path: Path) -> str:

@@ -27,19 +27,19 @@ from typing import Any, Callable, Iterable
 from minbert.core.layout import PREDICTED_SPLITS, Layout, prediction_file
 from minbert.core.tasks import TASKS
 from minbert.params import resolve as S
-from minbert.params.schema import DataParams
 from minbert.params.settings import (
     EnsembleSettings,
     EvaluateSettings,
     ExportSettings,
     FinetuneSettings,
     PredictSettings,
+    PrepareSettings,
     PretrainSettings,
     RetrainSettings,
     TeachSettings,
     pretrain_splits,
 )
-from minbert.params.validate import model_tasks, shared_tasks
+from minbert.params.validate import shared_tasks
 from minbert.train import PRETRAINING_MODULES
 
 
@@ -86,8 +86,9 @@ class Stage:
         return self.named_in(lp) if self.named_in is not None else self.runnable(lp)
 
     def code_roots(self, settings) -> list[str]:
-        """The modules whose closure is a job's code (minbert.pipeline.code): its stage and `code`."""
-        return [self.module, *self.code(settings)]
+        """The modules whose closure is a job's code (minbert.pipeline.code): its stage, `code` and the
+        user's modules its settings name (params' `modules:`)."""
+        return [self.module, *self.code(settings), *getattr(settings, "modules", [])]
 
 
 # ---------------------------------------------------------------- helpers
@@ -106,11 +107,11 @@ def _model_reads(model: str | None) -> tuple[list[str], list[str], list[str]]:
 
 
 def _splits(L: Layout, tasks, splits) -> list[str]:
-    return [L.split(t, s) for t in tasks for s in splits]
+    return [L.split(t, s) for t in tasks for s in splits if s in TASKS[t].splits]    # a task may have no test
 
 
 def _predictions(folder: str, tasks) -> list[str]:
-    return [prediction_file(folder, t, s) for t in tasks for s in PREDICTED_SPLITS]
+    return [prediction_file(folder, t, s) for t in tasks for s in PREDICTED_SPLITS if s in TASKS[t].splits]
 
 
 def _dump(model) -> dict:
@@ -158,25 +159,25 @@ def _tracked(L: Layout, name, stage: str, tools) -> dict[str, list[str]]:
 
 
 def _predict_io(L: Layout, name, s) -> StageIO:
-    return StageIO({"splits": _splits(L, s.tasks, PREDICTED_SPLITS), "model": [L.model(name, s.model_stage)]},
-                   {"predictions": _predictions(L.predictions(name), s.tasks)})
+    return StageIO({"splits": _splits(L, s.predicts, PREDICTED_SPLITS), "model": [L.model(name, s.model_stage)]},
+                   {"predictions": _predictions(L.predictions(name), s.predicts)})
 
 
 def _evaluate_io(L: Layout, name, s) -> StageIO:
-    return StageIO({"predictions": _predictions(L.predictions(name), s.tasks),
-                    "splits": _splits(L, s.tasks, PREDICTED_SPLITS)}, {"metrics": [L.metrics(name)]})
+    return StageIO({"predictions": _predictions(L.predictions(name), s.predicts),
+                    "splits": _splits(L, s.predicts, PREDICTED_SPLITS)}, {"metrics": [L.metrics(name)]})
 
 
 def _teach_io(L: Layout, name, s) -> StageIO:
     models = [L.model(m, stage) for m, stage in s.members.items()]
-    return StageIO({"splits": _splits(L, s.tasks, ("train",)), "models": models}, {"outputs": [L.teacher(name)]},
-                   files={L.teacher(name): [L.teacher_file(name, t) for t in s.tasks]})
+    return StageIO({"splits": _splits(L, s.predicts, ("train",)), "models": models}, {"outputs": [L.teacher(name)]},
+                   files={L.teacher(name): [L.teacher_file(name, t) for t in s.predicts]})
 
 
 def _ensemble_io(L: Layout, name, s) -> StageIO:
-    return StageIO({"predictions": [p for m in s.members for p in _predictions(L.predictions(m), s.tasks)],
-                    "splits": _splits(L, s.tasks, PREDICTED_SPLITS)},
-                   {"predictions": _predictions(L.ensemble_predictions(name), s.tasks),
+    return StageIO({"predictions": [p for m in s.members for p in _predictions(L.predictions(m), s.predicts)],
+                    "splits": _splits(L, s.predicts, PREDICTED_SPLITS)},
+                   {"predictions": _predictions(L.ensemble_predictions(name), s.predicts),
                     "metrics": [L.ensemble_metrics(name)]})
 
 
@@ -187,8 +188,8 @@ def _report_io(L: Layout, name, s) -> StageIO:
 
 def _export_io(L: Layout, name, s) -> StageIO:
     return StageIO({"model": [L.model(name, s.model_stage)], "record": [L.run_record(s.model_stage, name)],
-                    "predictions": _predictions(L.predictions(name), s.tasks),
-                    "splits": _splits(L, s.tasks, ("train",))}, {"export": [L.export(name)]})
+                    "predictions": _predictions(L.predictions(name), s.predicts),
+                    "splits": _splits(L, s.predicts, ("train",))}, {"export": [L.export(name)]})
 
 
 # ---------------------------------------------------------------- each stage's jobs in a params file
@@ -216,7 +217,7 @@ NETWORK = {"threads": 8, "gpu": 1}      # what a stage that runs the network ask
 STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("prepare", "prepare: read and check the raw files, write the prepared splits",
           {"threads": 1, "mem_mb": 4000, "runtime": 30}, _prepare_io, names=lambda lp: [None],
-          settings=lambda lp, name: S.prepare_settings(lp), model=DataParams),
+          settings=lambda lp, name: S.prepare_settings(lp), model=PrepareSettings),
     Stage("pretrain", "pretrain {name}", {**NETWORK, "mem_mb": 32000, "runtime": 600}, _pretrain_io,
           names=lambda lp: sorted({e.pretrain for e in lp.experiments.values() if e.pretrain}),
           settings=S.pretrain_settings, model=PretrainSettings, named="name", what="pretraining",
@@ -236,7 +237,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           model=PredictSettings, named="experiment"),
     Stage("evaluate", "score the predictions of {name}", {"threads": 1, "mem_mb": 2000, "runtime": 10}, _evaluate_io,
           names=lambda lp: lp.experiments,
-          settings=lambda lp, n: EvaluateSettings(tasks=model_tasks(lp.experiments[n])),
+          settings=lambda lp, n: S.evaluate_settings(lp.experiments[n]),
           model=EvaluateSettings, named="experiment", metrics=("metrics",)),
     Stage("teach", "teacher {name}: its outputs on the training data", {**NETWORK, "mem_mb": 16000, "runtime": 120},
           _teach_io, names=S.teachers, settings=lambda lp, n: S.teach_settings(lp, n, S.teachers(lp)[n]),

@@ -21,6 +21,7 @@ from minbert.core.tasks import TASKS
 from minbert.params import LoadedParams
 from minbert.scoring.predictions import read_predictions
 
+
 @dataclass
 class RunResults:
     """One experiment's (or ensemble's) outputs."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from minbert.report.best import best_verdict
 from minbert.report.data import ReportData
 from minbert.report.formats import fmt_axis_value, is_number
-from minbert.report.scores import METRIC_COLUMNS, ScoreBook
+from minbert.report.scores import ScoreBook, metric_columns
 from minbert.scoring import stats
 
 
@@ -80,9 +80,9 @@ def build_grid(study, data: ReportData, book: ScoreBook, split: str = "dev") -> 
     axes = [GridAxisView(a.name, a.key, list(a.values), [fmt_axis_value(v) for v in a.values])
             for a in study.grid.axes]
     names = [n for n, _ in cells_of]
-    keys = [key for key, _, _ in METRIC_COLUMNS if any(book.value(n, split, key) is not None for n in names)]
+    keys = [key for key, _, _ in metric_columns() if any(book.value(n, split, key) is not None for n in names)]
     metric = "overall" if "overall" in keys else next((k for k in keys if k != "mean"), "overall")
-    header, title = next((h, t) for k, h, t in METRIC_COLUMNS if k == metric)
+    header, title = next((h, t) for k, h, t in metric_columns() if k == metric)
     cells = []
     for name, coords in cells_of:
         members = book.members(name)
@@ -94,7 +94,7 @@ def build_grid(study, data: ReportData, book: ScoreBook, split: str = "dev") -> 
         cell.series = {k: (book.value(name, split, k), book.interval(name, split, k)) for k in keys if k != "mean"}
         cells.append(cell)
     grid = Grid(study.name, study.grid.experiment, axes, split, metric, header, title, cells,
-                [(k, h) for k, h, _ in METRIC_COLUMNS if k in keys and k != "mean"])
+                [(k, h) for k, h, _ in metric_columns() if k in keys and k != "mean"])
     values = [c.value for c in cells if c.value is not None]
     if values:
         grid.low, grid.high = min(values), max(values)

@@ -20,8 +20,8 @@ from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
 from minbert.params import LoadedParams
 from minbert.report import plots
 from minbert.report.analysis import analyse
-from minbert.report.data import ReportData, RunResults, load_report_data
 from minbert.report.best import BestModel, best_model
+from minbert.report.data import ReportData, RunResults, load_report_data
 from minbert.report.formats import (
     DASH,
     delta_class,
@@ -38,7 +38,7 @@ from minbert.report.formats import (
 )
 from minbert.report.grids import study_grids
 from minbert.report.papers import JUDGED, VERDICT_TITLES, paper_tables, scorecard
-from minbert.report.scores import METRIC_COLUMNS, ScoreBook
+from minbert.report.scores import ScoreBook, metric_columns
 from minbert.report.tables import ensemble_tables, study_tables
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -82,7 +82,7 @@ def environment(templates: Path = TEMPLATES) -> Environment:
                       keep_trailing_newline=True, finalize=show_bidi_controls)
     env.filters.update(metric=fmt_metric, delta=fmt_delta, duration=fmt_duration, value=fmt_value, history=fmt_history, short_id=short_id,
                        label=fmt_label, heat=heat, grid_heat=grid_heat, delta_class=delta_class, interval=fmt_interval, std=fmt_std)
-    env.globals.update(DASH=DASH, METRIC_COLUMNS=METRIC_COLUMNS, VERDICT_TITLES=VERDICT_TITLES, JUDGED=JUDGED,
+    env.globals.update(DASH=DASH, METRIC_COLUMNS=metric_columns(), VERDICT_TITLES=VERDICT_TITLES, JUDGED=JUDGED,
                        heat_gradient=plots.heat_gradient())
     return env
 
@@ -115,7 +115,7 @@ def score_columns(run: RunResults) -> list[tuple]:
     """The columns of a run's own scores table: the leaderboard's always (a missing one shows as a
     dash), any other task's (CFIMDB) when the run has it."""
     always = {"overall", "mean"} | {TASKS[t].metric_key for t in LEADERBOARD_TASKS}
-    return [c for c in METRIC_COLUMNS
+    return [c for c in metric_columns()
             if c[0] in always or any(is_number(run.split_metrics(s).get(c[0])) for s in ("dev", "test"))]
 
 

@@ -17,7 +17,7 @@ from minbert.core.errors import MinBertError
 from minbert.params.studies import PAPER_OVERALL, StudyParams
 from minbert.report.best import best_of, best_verdict
 from minbert.report.data import ReportData
-from minbert.report.scores import METRIC_COLUMNS, ScoreBook, metric_value
+from minbert.report.scores import ScoreBook, metric_columns, metric_value
 from minbert.scoring import stats
 
 # a paper's overall score, named on its study's tables
@@ -92,13 +92,13 @@ def table_columns(study, runs: list, data: ReportData) -> tuple[list, list, list
             shown_splits.append(split)
         elif split == "test" and any(run.split_metrics("dev") for run in runs):
             notes.append("No test scores: the test labels are not available.")
-    metric_columns = METRIC_COLUMNS
+    shown = metric_columns()
     if study.paper is not None:
         overall = data.params.params.papers[study.paper.id].overall
         kept = PAPER_OVERALL[overall]
-        metric_columns = [(key, PAPER_OVERALL_HEADERS[overall] if key == kept else header, tip)
-                          for key, header, tip in METRIC_COLUMNS if key not in PAPER_OVERALL.values() or key == kept]
-    columns = [(split, key, header, tip) for split in shown_splits for key, header, tip in metric_columns
+        shown = [(key, PAPER_OVERALL_HEADERS[overall] if key == kept else header, tip)
+                 for key, header, tip in shown if key not in PAPER_OVERALL.values() or key == kept]
+    columns = [(split, key, header, tip) for split in shown_splits for key, header, tip in shown
                if any(metric_value(run, split, key) is not None for run in runs)]
     return columns, shown_splits, notes
 

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
+from minbert.core.extensions import HEADS, module_of
 from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
 
 EXPORT_FORMAT = "minbert-export-1"
@@ -94,8 +95,10 @@ def cross_encoder_form(model, task: str) -> str | None:
     """Why `task`'s head is not a `BertForSequenceClassification` (None when it is one: a cross
     view, the pooler's output, a single linear layer, nothing shared or added, one reading order)."""
     cfg = model.heads_cfg
+    if cfg.head_of(task) in HEADS:
+        return f"its head '{cfg.head_of(task)}' is one of your own (module {module_of('head', cfg.head_of(task))})"
     if model.views[task].name != "cross":
-        return f"its {getattr(cfg, task)} head is a bi-encoder{' with a cross term' if model.views[task].name == 'hybrid' else ''}: " \
+        return f"its {cfg.head_of(task)} head is a bi-encoder{' with a cross term' if model.views[task].name == 'hybrid' else ''}: " \
                f"it embeds each sentence apart"
     reasons = [(cfg.pooling_of(task) != "pooler", f"it reads the {cfg.pooling_of(task)} pooling, not the pooler's output"),
                (cfg.depth(task) > 0, "its head has hidden layers"),
@@ -119,12 +122,14 @@ def write_cross_encoder(folder: Path, model, task: str, tokenizer) -> None:
     sd["classifier.weight"] = linear.weight.detach().cpu().contiguous()
     sd["classifier.bias"] = linear.bias.detach().cpu().contiguous()
     save_file(sd, str(folder / "model.safetensors"))
-    activation = "Sigmoid" if TASKS[task].kind == "binary" else "Identity"
+    spec = TASKS[task]
+    activation = "Sigmoid" if spec.kind == "binary" else "Identity"
     module = "activation" if activation == "Sigmoid" else "linear"
+    # one label per logit: a softmax task's classes, else the positive class or the score
+    names = list(spec.classes) if spec.kind == "classification" else [spec.classes[1] if spec.classes else spec.name]
     _json(folder / "config.json", {
         "model_type": "bert", "architectures": ["BertForSequenceClassification"], **model.encoder.config.to_dict(),
-        "id2label": {"0": TASKS[task].classes[1] if TASKS[task].classes else "similarity"},
-        "label2id": {TASKS[task].classes[1] if TASKS[task].classes else "similarity": 0},
+        "id2label": {str(k): name for k, name in enumerate(names)}, "label2id": {n: k for k, n in enumerate(names)},
         "sentence_transformers": {"activation_fn": f"torch.nn.modules.{module}.{activation}"}})
     write_tokenizer(folder, tokenizer)
 
@@ -143,7 +148,11 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
     pooling = write_sentence_transformers(folder, model, tokenizer.max_length)
     heads = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("encoder.")}
     save_file(heads, str(folder / HEADS_FILE), metadata={"format": EXPORT_FORMAT})
+    from minbert.model.checkpoint import declared
+
+    own = declared(model)       # the user's tasks and modules, which loading it again needs
     _json(folder / MANIFEST, {"format": EXPORT_FORMAT, "tasks": model.tasks, "heads": model.heads_cfg.model_dump(mode="json"),
+                              **({"declared": own} if own else {}),
                               "calibration": model.calibration, "max_length": tokenizer.max_length, **(extra or {})})
     cross = {}
     for task in model.tasks:
@@ -190,7 +199,8 @@ def read_export(folder: str | Path) -> dict:
     return {"format": "minbert-multitask-1", "encoder_config": config.to_dict(), "heads": manifest["heads"],
             "tasks": manifest["tasks"], "state_dict": {**{f"encoder.{k}": v for k, v in encoder_sd.items()}, **heads},
             "tokenizer_json": tokenizer_json, "max_length": manifest["max_length"],
-            "calibration": manifest.get("calibration") or {}}
+            "calibration": manifest.get("calibration") or {}, **({"declared": manifest["declared"]}
+                                                                  if manifest.get("declared") else {})}
 
 
 # ---------------------------------------------------------------- the model card

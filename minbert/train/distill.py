@@ -38,18 +38,18 @@ def teacher_columns(task: str) -> list[str]:
 
 def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir, records: dict[str, str] | None = None
           ) -> dict[str, int]:
-    """Write the teacher's outputs on the training splits of `s.tasks`; `models` maps each member
+    """Write the teacher's outputs on the training splits of `s.predicts`; `models` maps each member
     to its model file, `records` to the run record of the stage that wrote it (each model must be
     that run's). Returns the rows written per task."""
     runtime = start_runtime(s)
-    per_task: dict[str, list[np.ndarray]] = {t: [] for t in s.tasks}
+    per_task: dict[str, list[np.ndarray]] = {t: [] for t in s.predicts}
     ids: dict[str, list[str]] = {}
     for member in s.members:
         expect = {"experiment": member, "stage": s.members[member], "record_path": (records or {}).get(member)}
         model, tokenizer, _ = load_checkpoint(models[member], expect=expect)
         model.to(runtime.device)
-        data = load_task_data(data_dir, s.tasks, model.heads_cfg, tokenizer, splits=("train",))["train"]
-        for task in s.tasks:
+        data = load_task_data(data_dir, s.predicts, model.heads_cfg, tokenizer, splits=("train",))["train"]
+        for task in s.predicts:
             td = data[task]
             res = predict_task(model, td, tokenizer, BATCH_SIZE, runtime.device, runtime.amp)
             out = res["probs"] if TASKS[task].prob_columns else res["prediction"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from minbert.core.errors import MinBertError
-from minbert.core.tasks import TASKS
+from minbert.core.losses import LOSSES
 
 
 @dataclass
@@ -54,13 +54,18 @@ def shutdown_distributed(dist_info: DistInfo) -> None:
             dist.destroy_process_group()
 
 
-def refuse_batch_statistics(sts_loss: str, tasks: list[str], world: int) -> None:
-    """The correlation loss is a statistic of the whole batch: under torchrun each process would
-    compute it on its slice (one pair per rank at batch 8 on 8 GPUs: no gradient at all)."""
-    if world > 1 and sts_loss != "mse" and any(TASKS[t].kind == "regression" for t in tasks):
-        raise MinBertError(f"finetune.heads.sts_loss '{sts_loss}' is a correlation over the whole batch, "
-                           f"which {world} processes would each compute on their slice; run this experiment in one "
-                           f"process (python -m stages.finetune) or use sts_loss: mse")
+def refuse_batch_statistics(heads, tasks: list[str], world: int) -> None:
+    """A loss that is a statistic of the whole batch (its declaration says so: minbert.core.losses):
+    under torchrun each process would compute it on its slice (one pair per rank at batch 8 on 8
+    GPUs: no gradient at all)."""
+    if world <= 1:
+        return
+    for task in tasks:
+        name = heads.loss_of(task)
+        if LOSSES[name].batch_statistic:
+            raise MinBertError(f"finetune.heads: {task}'s loss '{name}' is a statistic of the whole batch, which "
+                               f"{world} processes would each compute on their slice; run this experiment in one "
+                               f"process (python -m stages.finetune) or give {task} another loss")
 
 
 def average_gradients(params: list[torch.nn.Parameter], world: int, flag: torch.Tensor | None = None) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from minbert.core.errors import MinBertError
+from minbert.core.losses import LOSSES
 from minbert.core.runtime import Runtime, seed_everything, set_threads, start_runtime
 from minbert.core.tasks import TASKS
 from minbert.data.batches import collate, load_task_data, to_device
@@ -99,7 +100,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
             raise MinBertError(f"{name} distils from '{cfg.distill.teacher}': its teacher's outputs are needed (run "
                                f"the teach stage first)")
         attach_teacher(data["train"], teacher_dir, cfg.distill, distilled_tasks(cfg.distill, cfg.tasks, teacher_dir))
-    refuse_one_pair_correlation(cfg, data["train"], name)
+    refuse_one_row_batches(cfg, data["train"], name)
     seed_everything(s.seed)  # the heads' initialisation and dropout depend on it
     model = MultitaskModel(encoder, cfg.heads, cfg.tasks)
     if cfg.freeze_encoder:
@@ -125,7 +126,7 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
     cfg = s.train
     data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
                           cache_dir=cache_dir)
-    refuse_one_pair_correlation(cfg, data["train"], options.checkpoint_extra.get("experiment") or "an experiment")
+    refuse_one_row_batches(cfg, data["train"], options.checkpoint_extra.get("experiment") or "an experiment")
     seed_everything(s.seed + 1)
     model.add_tasks(cfg.tasks)
     model.reset_heads(cfg.tasks)
@@ -147,16 +148,16 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
         shutdown_distributed(dist_info)
 
 
-def refuse_one_pair_correlation(cfg, train: dict, name: str) -> None:
-    """A correlation loss over STS data of a single pair (what is left after downsampling) is a
-    constant: STS would not train (the params checks catch the settings; this, the data)."""
-    if cfg.heads.sts_loss == "mse":
-        return
+def refuse_one_row_batches(cfg, train: dict, name: str) -> None:
+    """A loss that is a statistic of the whole batch (its declaration says so: minbert.core.losses)
+    over a task's training data of a single row (what is left after downsampling) is a constant: the
+    task would not train (the params checks catch the settings; this, the data)."""
     for task, data in train.items():
-        if TASKS[task].kind == "regression" and len(data) < 2:
-            raise MinBertError(f"{name}: sts_loss '{cfg.heads.sts_loss}' correlates the {task} scores of a batch, "
-                               f"and the {task} training data has {len(data)} row after downsampling (no correlation: "
-                               f"{task} would not train); give it at least 2 rows or set sts_loss: mse")
+        loss = cfg.heads.loss_of(task)
+        if LOSSES[loss].batch_statistic and len(data) < 2:
+            raise MinBertError(f"{name}: {task}'s loss '{loss}' is a statistic of the whole batch, and the {task} "
+                               f"training data has {len(data)} row after downsampling (it would not train); give it at "
+                               f"least 2 rows or another loss")
 
 
 def model_for_pretraining(folder: str | Path) -> str:

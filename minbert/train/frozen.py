@@ -18,7 +18,7 @@ import torch
 
 from minbert.data.batches import PAD_MULTIPLE, TaskData, padding_layout, to_device
 from minbert.data.views import SWAPPED
-from minbert.model.multitask import MultitaskModel
+from minbert.model.multitask import MultitaskModel, empty_outputs
 from minbert.model.outputs import predictions
 
 ENCODE_BATCH = 128
@@ -85,21 +85,28 @@ class FrozenFeatures:
         return batch
 
     @torch.no_grad()
-    def predict(self, model: MultitaskModel, amp, batch_size: int = 1024) -> dict:
-        """What minbert.model.multitask.predict_task gives (outputs, predictions, probabilities), from
-        the stored embeddings; a symmetric pair task's output is the mean over both orders."""
+    def predict(self, model: MultitaskModel, amp, batch_size: int = 1024, loss=None, labels=None) -> dict:
+        """What minbert.model.multitask.predict_task gives (outputs, predictions, probabilities and,
+        with `loss` and the split's `labels`, its loss batch by batch), from the stored embeddings;
+        a symmetric pair task's output is the mean over both orders."""
         model.eval()
         n = len(next(iter(self.emb.values())))
         passes = [False, True] if self.symmetric else [False]
-        outputs = []
+        outputs, total = [], 0.0
         for start in range(0, n, batch_size):
             idx = list(range(start, min(n, start + batch_size)))
-            out = 0.0
+            out, pair = 0.0, None
             for swapped in passes:
                 with amp():
-                    out = out + model.head_forward(self.task, self.rows(idx, [swapped] * len(idx))).float()
+                    o, p = model.head_forward(self.task, self.rows(idx, [swapped] * len(idx)), return_pair=True)
+                out, pair = out + o.float(), pair if pair is not None else p
             outputs.append(out / len(passes))
-        out = torch.cat(outputs).cpu() if outputs else torch.empty(0)
+            if loss is not None and labels is not None:
+                target = torch.as_tensor(np.asarray(labels)[idx])
+                total += float(loss(outputs[-1].cpu(), target, tuple(x.float().cpu() for x in pair))) * len(idx)
+        out = torch.cat(outputs).cpu() if outputs else empty_outputs(self.task)
         result = predictions(self.task, model.heads_cfg, out, model.calibration.get(self.task))
         result["output"] = out
+        if loss is not None and labels is not None and n:
+            result["loss"] = total / n
         return result

@@ -1,10 +1,10 @@
 """Losses and output divergences shared by the heads and the regularisers.
 
-- `task_loss`: each task's training loss by its kind (minbert.core.tasks): softmax cross-entropy,
-  sigmoid binary cross-entropy, or for a regression task MSE and/or the correlation loss on labels
-  scaled into the head's target space (minbert.model.outputs: `regression_target`;
-  `regression_prediction` maps back);
-- `pearson_loss`: 1 - Pearson r over a batch, the "correlation loss" some STS heads train with.
+- `task_loss`: each task's training loss, the loss object its heads settings choose by name
+  (minbert.core.losses: cross-entropy, BCE, MSE, Pearson, MSE+Pearson, ranking, or the user's), on
+  the labels in the head's target space (minbert.model.outputs: `regression_target` scales a
+  regression's labels; `regression_prediction` maps back);
+- `distill_loss`: the gold-label loss mixed with a loss against a teacher's outputs;
 - `symmetric_kl` / `divergence`: the ℓ_s of SMART (Jiang et al. 2020), used by the smoothness
   term and the Bregman proximal point term: symmetric KL between the predicted distributions for
   classification, mean squared error for regression.
@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from minbert.core.losses import LOSSES
 from minbert.core.tasks import TASKS
 from minbert.model.outputs import regression_target
 
@@ -25,20 +26,11 @@ DIVERGENCE_KINDS = ("classification", "binary", "regression")
 
 # ---------------------------------------------------------------- task losses
 
-def task_loss(task: str, heads, output: Tensor, labels: Tensor) -> Tensor:
-    """The training loss of `task` for a batch of head outputs (any float dtype; computed in fp32)."""
-    output = output.float()
-    kind = TASKS[task].kind
-    if kind == "classification":
-        return F.cross_entropy(output, labels.long())
-    if kind == "binary":
-        return F.binary_cross_entropy_with_logits(output, labels.float())
-    target = regression_target(task, heads, labels.float())
-    if heads.sts_loss == "mse":
-        return F.mse_loss(output, target)
-    if heads.sts_loss == "pearson":
-        return pearson_loss(output, target)
-    return F.mse_loss(output, target) + pearson_loss(output, target)
+def task_loss(task: str, heads, output: Tensor, labels: Tensor, pair=None) -> Tensor:
+    """The training loss of `task` for a batch of head outputs (any float dtype; computed in fp32);
+    `pair`: the pair's two embeddings, for a loss that reads them."""
+    target = regression_target(task, heads, labels.float()) if TASKS[task].kind == "regression" else labels
+    return LOSSES[heads.loss_of(task)]()(output.float(), target, pair)
 
 
 def _at_least_float32(x: Tensor) -> Tensor:
@@ -56,13 +48,13 @@ def _as_vector(x: Tensor, name: str) -> Tensor:
 
 
 def distill_loss(task: str, heads, output: Tensor, labels: Tensor, soft: Tensor, weight: float,
-                 temperature: float) -> Tensor:
+                 temperature: float, pair=None) -> Tensor:
     """(1 - weight) x the gold-label loss + weight x the loss against the teacher's outputs `soft`:
     for a classification task the KL divergence from the teacher's probabilities softened by the
     temperature T to the student's (times T^2, which keeps the gradients' scale as T changes); for a
     binary task the cross-entropy between the two softened sigmoids (times T^2); for a regression
     task the task's own loss against the teacher's scores. With weight 0 it is the gold-label loss."""
-    gold = task_loss(task, heads, output, labels)
+    gold = task_loss(task, heads, output, labels, pair)
     out, soft, T = output.float(), soft.float(), float(temperature)
     kind = TASKS[task].kind
     if kind == "classification":
@@ -75,23 +67,6 @@ def distill_loss(task: str, heads, output: Tensor, labels: Tensor, soft: Tensor,
     else:
         teacher = task_loss(task, heads, output, soft)
     return (1.0 - weight) * gold + weight * teacher
-
-
-def pearson_loss(pred: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
-    """1 - Pearson correlation between `pred` and `target` over the batch.
-
-    Differentiable, and finite for constant inputs: `eps` inside the square roots keeps the
-    gradient of the norms finite when a centred vector is all zeros (then r = 0, loss = 1).
-    Pearson r ignores the scale and offset of `pred`, so a head trained only with this loss
-    predicts scores that correlate with the labels but are not on their scale.
-    """
-    pred, target = _as_vector(pred, "pred"), _as_vector(target, "target")
-    if pred.shape != target.shape:
-        raise ValueError(f"pred and target lengths differ: {pred.shape[0]} vs {target.shape[0]}")
-    pc = pred - pred.mean()
-    tc = target - target.mean()
-    r = (pc * tc).sum() / torch.sqrt(((pc * pc).sum() + eps) * ((tc * tc).sum() + eps))
-    return 1.0 - r
 
 
 def symmetric_kl(p_logits: Tensor, q_logits: Tensor) -> Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from minbert.core.losses import LOSSES
 from minbert.core.tasks import TASKS
 from minbert.model.multitask import MultitaskModel
 from minbert.params.finetune import FinetuneParams
@@ -29,21 +30,28 @@ class TaskObjective:
 
     def __init__(self, task: str, model: MultitaskModel):
         self.task, self.model = task, model
+        # a loss that ranks the pair's sentence vectors reads them beside the head's output
+        self.reads_pairs = LOSSES[model.heads_cfg.loss_of(task)].reads == "pairs"
 
     def forward(self, inputs: dict, return_embeddings: bool = False):
-        """The head's output (with the word embeddings, for SMART, when asked)."""
+        """The head's output, and the pair's vectors for a loss that reads them (output, pair); with
+        `return_embeddings`, the word embeddings too, for SMART (output, word, pair)."""
         if "emb" in inputs:   # a frozen encoder's stored embeddings: the heads only
-            return self.model.head_forward(self.task, inputs["emb"])
+            out, pair = self.model.head_forward(self.task, inputs["emb"], return_pair=True)
+            return (out, None, pair) if return_embeddings else (out, pair)
         if return_embeddings:
-            return self.model(self.task, inputs, return_embeddings=True)
-        return self.model(self.task, inputs)
+            out, word, pair = self.model(self.task, inputs, return_embeddings=True, return_pair=True)
+            return out, word, pair
+        if self.reads_pairs:
+            return self.model(self.task, inputs, return_pair=True)
+        return self.model(self.task, inputs), None
 
-    def loss(self, output: torch.Tensor, batch: dict) -> torch.Tensor:
-        return task_loss(self.task, self.model.heads_cfg, output, batch["labels"])
+    def loss(self, output: torch.Tensor, batch: dict, pair=None) -> torch.Tensor:
+        return task_loss(self.task, self.model.heads_cfg, output, batch["labels"], pair)
 
     def __call__(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        output = self.forward(model_inputs(batch))
-        return self.loss(output, batch), output
+        output, pair = self.forward(model_inputs(batch))
+        return self.loss(output, batch, pair), output
 
 
 class ObjectiveWrapper(TaskObjective):
@@ -56,8 +64,8 @@ class ObjectiveWrapper(TaskObjective):
     def forward(self, inputs: dict, return_embeddings: bool = False):
         return self.inner.forward(inputs, return_embeddings)
 
-    def loss(self, output: torch.Tensor, batch: dict) -> torch.Tensor:
-        return self.inner.loss(output, batch)
+    def loss(self, output: torch.Tensor, batch: dict, pair=None) -> torch.Tensor:
+        return self.inner.loss(output, batch, pair)
 
 
 class Distilled(ObjectiveWrapper):
@@ -69,11 +77,11 @@ class Distilled(ObjectiveWrapper):
         super().__init__(inner)
         self.weight, self.temperature = weight, temperature
 
-    def loss(self, output: torch.Tensor, batch: dict) -> torch.Tensor:
+    def loss(self, output: torch.Tensor, batch: dict, pair=None) -> torch.Tensor:
         if batch.get("soft") is None:
-            return self.inner.loss(output, batch)
+            return self.inner.loss(output, batch, pair)
         return distill_loss(self.task, self.model.heads_cfg, output, batch["labels"], batch["soft"], self.weight,
-                            self.temperature)
+                            self.temperature, pair)
 
 
 class Smart(ObjectiveWrapper):
@@ -92,8 +100,8 @@ class Smart(ObjectiveWrapper):
         if "emb" in inputs:
             return self.inner(batch)
         model, task, sm = self.model, self.task, self.smart
-        out, word = self.forward(inputs, return_embeddings=True)
-        loss = self.loss(out, batch)
+        out, word, pair = self.forward(inputs, return_embeddings=True)
+        loss = self.loss(out, batch, pair)
         kind = TASKS[task].kind
         if sm.lambda_s > 0:
             adv = smart_adversarial_loss(lambda e: model(task, inputs, inputs_embeds=e), word, out, kind,

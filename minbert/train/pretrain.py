@@ -232,11 +232,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
         state = PretrainState(dev_before=mean_dev_loss(objective, runtime, pparams.batch_size))
         log.info("%s: dev loss before training %.4f", desc, state.dev_before)
     schedule = (pparams.epochs * steps_per_epoch, int(pparams.warmup_ratio * pparams.epochs * steps_per_epoch))
-    progress = None
-    if state_dir is not None:       # for `minbert progress`, beside the resumable state
-        from minbert.core.progress import Progress
-
-        progress = Progress(state_dir, "pretrain")
+    progress = _progress(state_dir)
     while state.epoch < pparams.epochs:
         epoch = state.epoch + 1
         sampler.set_epoch(epoch)
@@ -246,11 +242,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
                                  state, batches,
                                  f"{desc} epoch {epoch}/{pparams.epochs}")
         dev_loss = mean_dev_loss(objective, runtime, pparams.batch_size)
-        if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
-            saved.discard()    # resumed with the same settings it would diverge again
-            raise MinBertError(f"{desc}: the {'training' if not math.isfinite(train_loss) else 'dev'} loss became "
-                               f"non-finite in epoch {epoch}; lower `lr`"
-                               f"{' or set precision: fp32' if runtime.bf16 or runtime.fp16 else ''}")
+        _check_finite(saved, desc, epoch, train_loss, dev_loss, runtime)
         state.history.append({"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss})
         state.epoch = epoch
         log.info("%s epoch %d: train loss %.4f, dev loss %.4f (%.1fs, %d steps)", desc, epoch, train_loss,
@@ -264,6 +256,23 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
     for m, weights in zip(modules, best):
         m.load_state_dict(weights)
     return state.history, state.dev_before
+
+
+def _progress(state_dir):
+    """Where the run is, for `minbert progress`, beside the resumable state (none without one)."""
+    if state_dir is None:
+        return None
+    from minbert.core.progress import Progress
+
+    return Progress(state_dir, "pretrain")
+
+
+def _check_finite(saved: Resumable, desc: str, epoch: int, train_loss: float, dev_loss: float, runtime) -> None:
+    if not (math.isfinite(train_loss) and math.isfinite(dev_loss)):
+        saved.discard()    # resumed with the same settings it would diverge again
+        raise MinBertError(f"{desc}: the {'training' if not math.isfinite(train_loss) else 'dev'} loss became "
+                           f"non-finite in epoch {epoch}; lower `lr`"
+                           f"{' or set precision: fp32' if runtime.bf16 or runtime.fp16 else ''}")
 
 
 @dataclass
