@@ -127,6 +127,20 @@ def test_base_and_pretraining_settings_no_job_reads(tmp_path):
     assert not [g for g in lines(raw) if "base.finetune.lr" in g]       # every experiment reads it
 
 
+def test_a_scales_settings_are_judged_over_every_experiment():
+    """A scale sets its keys in every experiment (minbert.params.scales): a key a frozen row skips is
+    read by the others, and the base's values the scale overrides are another scale's. Said once, under
+    the scale, only when no experiment reads it."""
+    scales = {"small": {"description": "one epoch", "experiments": {"finetune": {"lr": 5e-5, "head_lr": 1e-3, "epochs": 1}}},
+              "big": {"description": "as written"}}
+    raw = {"scale": "small", "scales": scales, "base": {"finetune": {"epochs": 10, "lr": 1e-5}},
+           "experiments": {"frozen": {"finetune": {"freeze_encoder": True}}, "tuned": {}}}
+    assert lines(raw) == []
+    raw["experiments"]["tuned"] = {"finetune": {"freeze_encoder": True}}
+    got = lines(raw)
+    assert len(got) == 1 and "'scales.small.experiments.finetune.lr'" in got[0] and "the encoder is frozen" in got[0], got
+
+
 def test_a_setting_at_its_default_or_read_somewhere_is_not_reported():
     raw = {"experiments": {"x": {"finetune": {"freeze_encoder": True, "lr": 2e-5, "head_lr": 1e-3}},   # lr: default
                            "y": {"finetune": {"freeze_encoder": True, "lr": 1e-3}},        # no head_lr: heads use lr

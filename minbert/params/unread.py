@@ -109,6 +109,8 @@ def unread_settings(lp: LoadedParams) -> list[str]:
         return None if exp is None else _experiment_reads(exp)
 
     as_is = {n: reads_of(raw_base, n, raw["experiments"][n]) for n in names}
+    scale_name, scale_keys = _scale_keys(raw)
+    unread_by: dict[str, list] = {k: [] for k in scale_keys}      # a scale's key -> the experiments that skip it
     for name in names:
         if as_is[name] is None or as_is[name][0]:            # invalid (said elsewhere) or a grid's template
             continue
@@ -121,12 +123,23 @@ def unread_settings(lp: LoadedParams) -> list[str]:
                 continue                # the value it would have anyway: redundant, not unread
             if _experiment_reads(fallback) == as_is[name]:
                 why = _reason(key, exp)
+                if key in scale_keys:     # the scale's, for every experiment: said once, if none reads it
+                    unread_by[key].append((name, value, why))
+                    continue
                 lines.append(_line(where, f"experiments.{name}.{key}", value, why or f"no job of {name} reads it"))
+    judged = [n for n in names if as_is[n] is not None and not as_is[n][0]]
+    for key, skipped in unread_by.items():
+        if skipped and len(skipped) == len(judged):
+            whys = {why for _, _, why in skipped}
+            lines.append(_line(where, f"scales.{scale_name}.experiments.{key}", skipped[0][1],
+                               whys.pop() if len(whys) == 1 and "" not in whys else "no experiment reads it"))
     used_by_base = [n for n in names if as_is[n] is not None and not as_is[n][0]]
     base_as_is = _base_reads(raw_base, lp.params.pretrainings)
     for key, value in _leaves(raw_base):
         if not used_by_base or base_as_is is None:
             break
+        if key in scale_keys:           # the chosen scale sets it in every experiment; another scale reads it
+            continue
         if key == "description" or _value(_resolved(_without(raw_base, key), {}, "base"), key) == \
                 _value(_resolved(raw_base, {}, "base"), key):
             continue
@@ -148,6 +161,16 @@ def unread_settings(lp: LoadedParams) -> list[str]:
             if top in reasons:
                 lines.append(_line(where, f"pretrainings.{name}.{key}", value, reasons[top][1]))
     return _sections_beside_a_catalogue(lp) + lines
+
+
+def _scale_keys(raw: dict) -> tuple[str | None, set[str]]:
+    """The chosen scale (minbert.params.scales) and the experiment keys it sets in every experiment:
+    a key one experiment skips (a frozen row's encoder lr) is read by others, so it is judged over
+    them all, not experiment by experiment."""
+    scales, name = raw.get("scales"), raw.get("scale")
+    scale = scales.get(name) if isinstance(scales, dict) and isinstance(name, str) else None
+    over = scale.get("experiments") if isinstance(scale, dict) else None
+    return (name, {k for k, _ in _leaves(over)}) if isinstance(over, dict) and over else (None, set())
 
 
 def _sections_beside_a_catalogue(lp: LoadedParams) -> list[str]:
