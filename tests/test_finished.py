@@ -140,8 +140,8 @@ def test_one_results_folder_named_two_ways_is_one_job(tmp_path, monkeypatch):
     `--results $PWD/results` give one description and one fingerprint."""
     monkeypatch.chdir(tmp_path)
     write_outputs("b\n")
-    rel = Job.build("evaluate", "a", {"tasks": ["sst"]}, Layout("results"))
-    absolute = Job.build("evaluate", "a", {"tasks": ["sst"]}, Layout(str(tmp_path / "results")))
+    rel = Job.build("evaluate", "a", {"predicts": ["sst"]}, Layout("results"))
+    absolute = Job.build("evaluate", "a", {"predicts": ["sst"]}, Layout(str(tmp_path / "results")))
     assert rel.read_paths != absolute.read_paths
     assert rel.description() == absolute.description()
     assert rel.runtime_description() == absolute.runtime_description()

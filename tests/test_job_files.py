@@ -24,7 +24,7 @@ from minbert.pipeline.plan import write_job_file
 
 def _written(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    job = Job.build("evaluate", "a", {"tasks": ["sst"]}, Layout())
+    job = Job.build("evaluate", "a", {"predicts": ["sst"]}, Layout())
     write_job_file(job)
     return Path(job.job_file)
 
@@ -49,7 +49,7 @@ def test_a_job_file_the_planner_wrote_is_read(tmp_path, monkeypatch):
     (lambda i: i["description"]["reads"]["splits"].append("/etc/passwd"), r"its reads are not what the planner"),
     (lambda i: i["description"]["settings"].__setitem__("delete_everything", True),
      r"setting 'delete_everything' of evaluate: Extra inputs are not permitted"),
-    (lambda i: i["description"]["settings"].__setitem__("tasks", "sst"), r"setting 'tasks' of evaluate"),
+    (lambda i: i["description"]["settings"].__setitem__("predicts", "sst"), r"setting 'predicts' of evaluate"),
     (lambda i: i["job"].__setitem__("results", "/"), r"the job file of evaluate@a for the results folder / is "
                                                      r"/jobs/evaluate/a.json, not this file"),
     (lambda i: i["description"].__setitem__("name", "b"), r"holds job evaluate@b, not evaluate@a"),
@@ -68,7 +68,7 @@ def test_the_stage_deletes_nothing_a_foreign_job_file_lists(tmp_path):
     user's outside the results folder: one line, exit 2, the file untouched."""
     victim = tmp_path / "precious.txt"
     victim.write_text("mine")
-    job = Job.build("evaluate", "a", {"tasks": ["sst"]}, Layout())
+    job = Job.build("evaluate", "a", {"predicts": ["sst"]}, Layout())
     (tmp_path / "results/jobs/evaluate").mkdir(parents=True)
     text = json.loads(job.file_text())
     text["job"]["writes"]["metrics"] = [str(victim)]

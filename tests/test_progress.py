@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import child_env
+from conftest import REPO, child_env
 from test_train import finetune_experiment, make_exp, write_prepared
 
 import minbert.core.progress as progress_file
@@ -42,16 +42,20 @@ def test_a_training_job_says_where_it_is_beside_its_state(tiny_model_dir, tmp_pa
     assert not (tmp_path / "run.state").exists()              # finished: the state folder and its progress go
 
 
-def _job_file(root: Path, stage: str, name: str | None, deps=(), outs=(), settings=None) -> dict:
-    """A job file as the planner writes it (minbert.pipeline.job.Job), of a job with these reads and
-    outputs; returns its description."""
-    from minbert.pipeline.job import Job
+def _plan(root: Path, model: Path) -> dict:
+    """The jobs of a two-experiment params file (a and b) on the demo data, by id, as the planner
+    makes them for the results folder `results` under `root`."""
+    from minbert.params import validate_params
+    from minbert.pipeline.plan import pipeline
 
-    L = Layout("results")
-    job = Job(stage, name, settings or {"x": 1}, list(deps), list(outs), run_record=L.run_record(stage, name),
-              deps=list(deps), recorded={"stage": stage, "name": name, "settings": settings or {"x": 1},
-                                         "reads": list(deps), "code": {}})
-    path = root / L.job_file(stage, name)
+    lp = validate_params({"data": {"dir": str(REPO / "data/demo"), "nli_file": str(REPO / "data/demo/nli-sample.jsonl")},
+                          "base": {"model": str(model)}, "experiments": {"a": {}, "b": {}}})
+    return {j.id: j for j in pipeline(lp, Layout("results"))}
+
+
+def _job_file(root: Path, job) -> dict:
+    """Write the job's file where the planner writes it; returns its description."""
+    path = root / job.job_file
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(job.file_text())
     return job.description()
@@ -63,19 +67,20 @@ def _record(root: Path, stage: str, name: str | None, desc: dict, seconds: float
     path.write_text(json.dumps({"description": {**desc, "read_hashes": {}}, "wall_seconds": seconds}))
 
 
-def test_the_run_is_counted_and_a_running_job_shown(tmp_path, monkeypatch):
+def test_the_run_is_counted_and_a_running_job_shown(tmp_path, monkeypatch, tiny_model_dir):
     monkeypatch.chdir(tmp_path)
     L = Layout("results")
-    a = _job_file(tmp_path, "finetune", "a", outs=["results/experiments/a/model.pt"])
-    b = _job_file(tmp_path, "finetune", "b", outs=["results/experiments/b/model.pt"])
-    p = _job_file(tmp_path, "predict", "a", deps=["results/experiments/a/model.pt"], outs=["results/p/a.csv"])
-    _job_file(tmp_path, "report", None, deps=["results/p/a.csv"], outs=["reports/final.html"])
+    jobs = _plan(tmp_path, tiny_model_dir)
+    a = _job_file(tmp_path, jobs["finetune@a"])
+    b = _job_file(tmp_path, jobs["finetune@b"])
+    p = _job_file(tmp_path, jobs["predict@a"])
+    _job_file(tmp_path, jobs["evaluate@a"])
     _record(tmp_path, "finetune", "a", a)
     time.sleep(0.05)
     _record(tmp_path, "predict", "a", p, seconds=30.0)
-    _record(tmp_path, "finetune", "b", {**b, "settings": {"x": 2}})        # ran with other settings: to do again
+    _record(tmp_path, "finetune", "b", {**b, "settings": {**b["settings"], "seed": 2}})   # other settings: to do again
     states = {s.id: s.status for s in progress.job_states(L)}
-    assert states == {"finetune a": "done", "finetune b": "waiting", "predict a": "done", "report": "waiting"}
+    assert states == {"finetune a": "done", "finetune b": "waiting", "predict a": "done", "evaluate a": "waiting"}
     # a process holds b's lock and says where it is: b is running, its line shows the epoch, rate, ETA
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import json, os, sys, time
@@ -103,11 +108,11 @@ with job_lock({L.lock('finetune', 'b')!r}, "finetune@b"):
     assert {s.id: s.status for s in progress.job_states(L)}["finetune b"] == "waiting"
 
 
-def test_the_command_prints_the_run_and_watches_until_nothing_is_left(tmp_path, monkeypatch, capsys):
+def test_the_command_prints_the_run_and_watches_until_nothing_is_left(tmp_path, monkeypatch, capsys, tiny_model_dir):
     from minbert import cli
 
     monkeypatch.chdir(tmp_path)
-    desc = _job_file(tmp_path, "prepare", None, outs=["results/data"])
+    desc = _job_file(tmp_path, _plan(tmp_path, tiny_model_dir)["prepare"])
     cli.main(["progress"])
     assert capsys.readouterr().out.strip().endswith("0 of 1 jobs done, 0 running, 1 waiting; about 0:00:00 left "
                                                     "(and 1 job(s) with no earlier run to go by)")

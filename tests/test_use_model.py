@@ -327,7 +327,7 @@ def test_a_card_names_its_base_model_through_its_pretraining_and_real_data_score
     score = {"dev": {"sst": (0.5, 0.45, 0.55, 200), "para": (0.8, 0.78, 0.82, 200), "sts": (0.7, 0.65, 0.75, 200)}}
     files = {"pooling": "mean of the token vectors", "cross": {}}
     training = {"model": None, "pretrain": "mlm_x", "finetune": {"tasks": ["sst", "para", "sts"]}}
-    s = ExportSettings(model_stage="finetune", license="mit", language="en", data="data/cs224n", demo_data=False,
+    s = ExportSettings(model_stage="finetune", predicts=["sst", "para", "sts"], license="mit", language="en", data="data/cs224n", demo_data=False,
                        base_model="sentence-transformers/all-MiniLM-L6-v2",
                        start_model="sentence-transformers/all-MiniLM-L6-v2", pretraining="mlm_x (mlm)")
     text = model_card(s, "e", files, score, training, {}, {})

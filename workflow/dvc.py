@@ -23,8 +23,10 @@ def _dvc_stage_name(job: Job) -> str:
 def params_source(lp: LoadedParams, params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[str]:
     """The params files DVC tracks: the params file, and the catalogue file it takes sections from."""
     files = [str(params_path)]
-    if lp.source is not None and Path(lp.source).resolve() != (Path(repo) / params_path).resolve():
-        files.append(Path(lp.source).resolve().relative_to(Path(repo).resolve()).as_posix())
+    if lp.source is not None:
+        source = (Path(repo) / lp.source).resolve()         # a relative source is the repository's
+        if source != (Path(repo) / params_path).resolve():
+            files.append(source.relative_to(Path(repo).resolve()).as_posix())
     return files
 
 

@@ -106,8 +106,9 @@ def _flat(obj, prefix: str = "") -> dict:
     return {prefix[:-1]: obj}
 
 
-def describe_change(old: dict, new: dict, limit: int = 4) -> str:
-    """One line saying how two descriptions differ, e.g. `settings.finetune.lr: 0.0001 -> 0.0003`."""
+def describe_change(old: dict, new: dict, limit: int = 4, marks: dict[str, str] | None = None) -> str:
+    """One line saying how two descriptions differ, e.g. `settings.finetune.lr: 0.0001 -> 0.0003`;
+    `marks`: the placeholders of a job's description (`<results>`) and the folders they stand for."""
     a, b = _flat(old), _flat(new)
     changes = []
     for key in sorted(set(a) | set(b)):
@@ -122,4 +123,7 @@ def describe_change(old: dict, new: dict, limit: int = 4) -> str:
     if not changes:
         return "no recorded difference"
     more = f" and {len(changes) - limit} more" if len(changes) > limit else ""
-    return "; ".join(changes[:limit]) + more
+    line = "; ".join(changes[:limit]) + more
+    for mark, folder in (marks or {}).items():
+        line = line.replace(mark, folder)
+    return line

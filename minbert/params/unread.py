@@ -96,19 +96,10 @@ def _reason(key: str, exp: ExperimentParams | None) -> str:
     return ""
 
 
-def unread_settings(lp: LoadedParams) -> list[str]:
-    """One line for each setting of the experiments, `base` and the pretrainings that no job reads."""
-    where = str(lp.source or lp.path or "params.yaml")
-    raw = lp.raw if isinstance(lp.raw, dict) else {}
-    raw_base = raw.get("base") or {}
-    names = [n for n, ov in (raw.get("experiments") or {}).items() if isinstance(ov, dict)]
+def _experiment_lines(where: str, raw: dict, raw_base: dict, names: list[str], as_is: dict) -> list[str]:
+    """The experiments' own settings no job of theirs reads; a scale's keys (set in every experiment)
+    said once, under the scale, where no experiment reads them."""
     lines: list[str] = []
-
-    def reads_of(base: dict, name: str, overrides: dict):
-        exp = _resolved(base, overrides, name)
-        return None if exp is None else _experiment_reads(exp)
-
-    as_is = {n: reads_of(raw_base, n, raw["experiments"][n]) for n in names}
     scale_name, scale_keys = _scale_keys(raw)
     unread_by: dict[str, list] = {k: [] for k in scale_keys}      # a scale's key -> the experiments that skip it
     for name in names:
@@ -133,6 +124,24 @@ def unread_settings(lp: LoadedParams) -> list[str]:
             whys = {why for _, _, why in skipped}
             lines.append(_line(where, f"scales.{scale_name}.experiments.{key}", skipped[0][1],
                                whys.pop() if len(whys) == 1 and "" not in whys else "no experiment reads it"))
+    return lines
+
+
+def unread_settings(lp: LoadedParams) -> list[str]:
+    """One line for each setting of the experiments, `base` and the pretrainings that no job reads."""
+    where = str(lp.source or lp.path or "params.yaml")
+    raw = lp.raw if isinstance(lp.raw, dict) else {}
+    raw_base = raw.get("base") or {}
+    names = [n for n, ov in (raw.get("experiments") or {}).items() if isinstance(ov, dict)]
+    lines: list[str] = []
+
+    def reads_of(base: dict, name: str, overrides: dict):
+        exp = _resolved(base, overrides, name)
+        return None if exp is None else _experiment_reads(exp)
+
+    as_is = {n: reads_of(raw_base, n, raw["experiments"][n]) for n in names}
+    scale_keys = _scale_keys(raw)[1]
+    lines += _experiment_lines(where, raw, raw_base, names, as_is)
     used_by_base = [n for n in names if as_is[n] is not None and not as_is[n][0]]
     base_as_is = _base_reads(raw_base, lp.params.pretrainings)
     for key, value in _leaves(raw_base):

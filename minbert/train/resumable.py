@@ -85,8 +85,9 @@ def load_training_state(path: Path, *, fingerprint: str, description: dict,
         log.warning("%s cannot be resumed (%s); starting fresh", path, reason)
         return None
     if ck.get("fingerprint") != fingerprint:
+        results = next((str(d.parent) for d in Path(path).parents if d.name == "state"), "<results>")
         log.warning("%s was saved for another configuration (%s); starting fresh", path,
-                    describe_change(ck.get("description") or {}, description))
+                    describe_change(ck.get("description") or {}, description, marks={"<results>": results}))
         return None
     for name, m in modules.items():
         if m is not None and ck.get(name) is not None:
