@@ -19,7 +19,7 @@ from minbert.train.distill import teach
 def main(argv: list[str] | None = None) -> None:
     call = stage_call("teach", __doc__, argv)
     s, L, job = TeachSettings(**call.job.settings), call.layout, call.job
-    models = dict(zip(s.members, job.reads["models"], strict=True))
+    models = dict(zip(sorted(s.members), job.reads["models"], strict=True))    # the registry lists them by name
     out = job.writes["outputs"][0]
     setup_logging()
     with running(job, s, force=call.args.force) as r:

@@ -230,14 +230,16 @@ def test_snakemake_runs_the_edit_and_then_nothing(snake_repo):
 def test_snakemake_reruns_predict_for_a_deleted_predictions_file(snake_repo):
     """Each predictions file is an output of its own: deleting one re-runs the predict job that
     writes it, not only the evaluation. Its readers are planned too (the file will be new), then
-    judged again by content once it is written: the same predictions re-run none of them."""
+    judged again by content once it is written: the same predictions re-run none of them but the
+    report, which shows the new run record."""
     path = snake_repo / "results/experiments/c/predictions/sts-dev.csv"
     before = path.read_bytes()
     path.unlink()
     # with the export of c, which reads the predictions
     assert snakemake_plan(snake_repo) == chain("c", predictions_only=True)
     log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds", *TARGETS], snake_repo)   # the plan's targets
-    assert job_ids(snake_repo, commands_run(log)) == {"predict@c"}
+    # predict's new run record is new content the report shows (where each number was made)
+    assert job_ids(snake_repo, commands_run(log)) == {"predict@c", "report"}
     assert path.read_bytes() == before
     assert snakemake_plan(snake_repo) == set()
 
@@ -259,8 +261,9 @@ def test_snakemake_forcerun_runs_the_job_again(snake_repo, monkeypatch):
     before = _started(record)
     time.sleep(1.1)                            # the record's start has whole seconds
     monkeypatch.setenv("MINBERT_AUTO_PRECISION", "bf16")
-    log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds", "--forcerun", "finetune",
-               "results/experiments/c/finetune/model.pt"], snake_repo)
+    # the target before --forcerun, which takes every word after it as a rule or file to force
+    log = run([SNAKEMAKE, "results/experiments/c/finetune/model.pt", "--cores", "2", "--printshellcmds",
+               "--forcerun", "finetune"], snake_repo)
     assert job_ids(snake_repo, commands_run(log)) == {"finetune@c"}
     assert _started(record) > before and json.loads(record.read_text())["precision"] == "bf16"
     assert "up to date" not in (snake_repo / "results/logs/finetune/c.log").read_text()

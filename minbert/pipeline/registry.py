@@ -169,7 +169,7 @@ def _evaluate_io(L: Layout, name, s) -> StageIO:
 
 
 def _teach_io(L: Layout, name, s) -> StageIO:
-    models = [L.model(m, stage) for m, stage in s.members.items()]
+    models = [L.model(m, stage) for m, stage in sorted(s.members.items())]     # by name, as a job file holds them
     return StageIO({"splits": _splits(L, s.predicts, ("train",)), "models": models}, {"outputs": [L.teacher(name)]},
                    files={L.teacher(name): [L.teacher_file(name, t) for t in s.predicts]})
 
