@@ -64,7 +64,9 @@ def _job_file(root: Path, job) -> dict:
 def _record(root: Path, stage: str, name: str | None, desc: dict, seconds: float = 12.0) -> None:
     path = root / Layout("results").run_record(stage, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"description": {**desc, "read_hashes": {}}, "wall_seconds": seconds}))
+    # as runinfo writes it: the description with the inputs' hashes and where it ran
+    runtime = {"device": "cpu", "precision": "fp32", "world": 1}
+    path.write_text(json.dumps({"description": {**desc, "read_hashes": {}, "runtime": runtime}, "wall_seconds": seconds}))
 
 
 def test_the_run_is_counted_and_a_running_job_shown(tmp_path, monkeypatch, tiny_model_dir):

@@ -97,7 +97,8 @@ def job_states(layout: Layout = Layout()) -> list[JobState]:
     def is_done(i: int, path: tuple = ()) -> bool:
         """Its last run was of this description, after every job it reads from, each done too."""
         if i not in done:
-            ran = {k: v for k, v in (records[i].get("description") or {}).items() if k != "read_hashes"}
+            # the record's description with what it adds of the run (the inputs' hashes, where it ran)
+            ran = {k: v for k, v in (records[i].get("description") or {}).items() if k not in ("read_hashes", "runtime")}
             upstream = {maker[d] for d in jobs[i].deps if d in maker} - {i} - set(path)
             done[i] = states[i].status != "running" and bool(ran) and ran == jobs[i].description() and all(
                 is_done(j, path + (i,)) and (recorded[j] or 0) <= (recorded[i] or 0) for j in upstream)
