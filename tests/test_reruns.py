@@ -108,8 +108,10 @@ EDITS = {
 }
 # DVC re-runs for real (each a repro and its undo): the edits that differ in kind; an experiment's
 # own lr is run for real under DVC by test_dvc_experiments_and_revisions_compare
-DVC_EDITS = ["report code", "description", "predict_batch_size", "para head of base", "export license",
-             "raw data date", "a comment in the loop", "a key's help text", "a params check"]
+# each kind of outcome once under DVC (every edit is planned under Snakemake above): the report alone, a
+# network setting, a base setting, the export, a new date, nothing at all (a comment), a params check
+DVC_EDITS = ["report code", "predict_batch_size", "para head of base", "export license",
+             "raw data date", "a comment in the loop", "a params check"]
 
 
 def apply(folder: Path, edit):
