@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.io import read_input
 from minbert.core.tasks import Task
-from minbert.data.raw import BadRows, FileReport, Rows, decoded_lines
+from minbert.data.raw import BadRows, FileReport, Rows, decoded_lines, json_object
 from minbert.data.read import LINE_BREAKS, MAX_FIELD_CHARS, output_columns
 
 
@@ -75,13 +74,8 @@ def _records_jsonl(path: Path, bad: BadRows, columns: list[str]):
     if not lines and not bad.reasons:
         raise MinBertError(f"{path}: the file is empty; expected one JSON object per line")
     for line, text in zip(numbers, lines):
-        try:
-            record = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:
-            bad(line, "invalid_json", f"not valid JSON ({getattr(e, 'msg', 'nested too deeply')})")
-            continue
-        if not isinstance(record, dict):
-            bad(line, "invalid_json", "expected a JSON object per line")
+        record = json_object(text, line, bad)
+        if record is None:
             continue
         values = {c: _text(record.get(c)) for c in columns}
         wrong = [c for c, v in values.items() if v is None and record.get(c) is not None]

@@ -280,6 +280,20 @@ def _nli_key(value) -> str | None:
     return value or None
 
 
+def json_object(text: str, line_no: int, bad: BadRows) -> dict | None:
+    """One line of a JSON-lines file as its object; a line that is not valid JSON or not an object is
+    a bad row (`invalid_json`) and gives None."""
+    try:
+        record = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        bad(line_no, "invalid_json", f"not valid JSON ({getattr(e, 'msg', 'nested too deeply')})")
+        return None
+    if not isinstance(record, dict):
+        bad(line_no, "invalid_json", "expected a JSON object per line")
+        return None
+    return record
+
+
 def read_nli(path: str | Path, on_bad_rows: str = "error") -> tuple[pd.DataFrame, FileReport]:
     """Read SNLI/MNLI jsonl: columns id, group, sentence1, sentence2, label.
 
@@ -301,13 +315,8 @@ def read_nli(path: str | Path, on_bad_rows: str = "error") -> tuple[pd.DataFrame
         if len(text) > 8 * MAX_FIELD_CHARS:
             bad(line_no, "field_too_long", f"the line has {len(text):,} characters (a broken file?)")
             continue
-        try:
-            rec = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:
-            bad(line_no, "invalid_json", f"not valid JSON ({getattr(e, 'msg', 'nested too deeply')})")
-            continue
-        if not isinstance(rec, dict):
-            bad(line_no, "invalid_json", "expected a JSON object per line")
+        rec = json_object(text, line_no, bad)
+        if rec is None:
             continue
         label = rec.get("gold_label")
         if label == "-":
