@@ -384,15 +384,17 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
 def estimate_command(args) -> None:
     from minbert.core.runtime import pick_device, precision_on
     from minbert.params.load import load_params
-    from minbert.pipeline.estimate import describe, estimate, measure
+    from minbert.pipeline.estimate import describe, estimate, measure, typical_length
 
     lp = load_params(args.params)
     base = lp.base
     device = args.device or base.device
     threads = args.threads or base.threads
-    cost = measure(base.model, device, base.precision, threads)
+    length = typical_length(lp, base.model)
+    cost = measure(base.model, device, base.precision, threads, length)
     dev = pick_device(device)
-    where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + ")"
+    where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
+        f", sentences of {length} word pieces)"
     print(describe(estimate(lp, cost), where))
 
 

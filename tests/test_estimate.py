@@ -5,6 +5,7 @@ one line on the demo."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ import pytest
 from conftest import REPO, child_env
 
 from minbert.params import load_params
-from minbert.pipeline.estimate import StepCost, estimate, fit_seconds, sentences, train_rows
+from minbert.pipeline.estimate import StepCost, estimate, fit_seconds, sentences, train_rows, typical_length
 
 PARAMS = """\
 data: {dir: DATA, nli_file: null}
@@ -47,6 +48,15 @@ def test_a_fine_tuning_costs_its_planned_updates_and_evaluations(lp):
     assert seconds == pytest.approx(train + evals)
 
 
+def test_dev_evaluations_on_a_subset_cost_its_rows(lp):
+    rows = train_rows(lp)
+    cfg = lp.experiments["plain"].finetune.model_copy(update={"dev_size": 50})
+    seconds, updates = fit_seconds(cfg, ["sst", "sts"], rows["train"], rows["dev"], COST, 1)
+    train = 120 * 10 * 1e-3 + 120 * 20 * 1e-3
+    evals = 2 * 3 * math.ceil((50 + 100) / 128) * 128 * 1e-4     # 50 sst sentences and 50 pairs a pass
+    assert updates == 240 and seconds == pytest.approx(train + evals)
+
+
 def test_a_frozen_encoder_without_dropout_costs_one_pass_over_its_data(lp):
     rows = train_rows(lp)
     exp = lp.experiments["frozen"]
@@ -62,6 +72,22 @@ def test_the_whole_estimate_adds_every_job(lp):
     assert sentences("sts", lp.experiments["plain"].finetune.heads) == 2 and sentences("sst", None) == 1
 
 
+def test_the_typical_length_is_the_datas_mean_word_pieces(lp, minilm_dir):
+    # the mean over the first 400 training rows of each CS224N file, every text column, counted by
+    # transformers' own tokenizer of the model ([CLS] and [SEP] included), rounded up
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(minilm_dir))
+    counts = []
+    for name, cols in (("ids-sst-train.csv", ["sentence"]), ("quora-train.csv", ["sentence1", "sentence2"]),
+                       ("sts-train.csv", ["sentence1", "sentence2"])):
+        frame = pd.read_csv(REPO / "data" / "demo" / name, sep="\t", index_col=0).head(400)
+        for col in cols:
+            counts += [len(tok(str(t))["input_ids"]) for t in frame[col]]
+    assert typical_length(lp, str(minilm_dir)) == math.ceil(sum(counts) / len(counts))
+
+
 @pytest.mark.slow
 def test_the_command_says_how_long_before_anything_runs(tmp_path, tiny_model_dir):
     (tmp_path / "params.yaml").write_text(PARAMS.replace("DATA", str(REPO / "data" / "demo"))
@@ -70,5 +96,5 @@ def test_the_command_says_how_long_before_anything_runs(tmp_path, tiny_model_dir
                           "--threads", "1"], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     line = out.stdout.strip()
-    assert line.startswith("about ") and "of work on cpu (fp32, 1 threads), one job at a time: 4 jobs, 480 training " \
-                                          "updates" in line and "the longest: " in line
+    assert re.match(r"about .* of work on cpu \(fp32, 1 threads, sentences of \d+ word pieces\), one job at a time: "
+                    r"4 jobs, 480 training updates .*the longest: ", line), line

@@ -103,8 +103,10 @@ def to_device(batch: dict, device) -> dict:
 
 
 def load_task_data(data_dir, tasks: list[str], heads: HeadsParams, tokenizer, *, splits=("train", "dev"),
-                   downsample=None, seed: int = 0, cache_dir=None) -> dict[str, dict[str, TaskData]]:
-    """Read the prepared splits of `tasks`, downsample the training splits, tokenise (cached).
+                   downsample=None, seed: int = 0, cache_dir=None, dev_size: int | None = None
+                   ) -> dict[str, dict[str, TaskData]]:
+    """Read the prepared splits of `tasks`, downsample the training splits, cut each dev split to a
+    seeded subset of at most `dev_size` rows (in file order), tokenise (cached).
 
     Returns {split: {task: TaskData}} for the splits that exist."""
     from minbert.data.downsample import downsample as downsample_frames
@@ -116,6 +118,9 @@ def load_task_data(data_dir, tasks: list[str], heads: HeadsParams, tokenizer, *,
         split_frames = {t: f[split] for t, f in frames.items() if split in f}
         if split == "train" and downsample is not None:
             split_frames = downsample_frames(split_frames, downsample, seed)
+        if split == "dev" and dev_size is not None:
+            split_frames = {t: fr if len(fr) <= dev_size else fr.sample(n=dev_size, random_state=seed).sort_index()
+                            for t, fr in split_frames.items()}
         out[split] = {t: build_task_data(t, fr, tokenizer, heads, cache_dir) for t, fr in split_frames.items()}
     return out
 

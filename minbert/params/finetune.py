@@ -334,6 +334,11 @@ class FinetuneParams(Strict):
                                                               "epoch) and a candidate for the model kept. More show "
                                                               "where a short run's dev curve flattens (the report's "
                                                               "training check), at the cost of one dev pass each")
+    dev_size: int | None = Field(None, ge=1, description="dev evaluations during training read a seeded subset of "
+                                                          "at most this many rows of each task's dev split (the same "
+                                                          "rows every time), which picks the model kept and draws "
+                                                          "the dev curve at a fraction of a full pass; predict still "
+                                                          "scores every dev row. null: the whole dev split")
     early_stopping: EarlyStopping | None = Field(
         None, description="`{patience, min_delta}`: stop when the dev selection score has not improved for `patience` "
                           "evaluations (the model kept is still the best evaluated; the lr schedule stays the one "

@@ -2,8 +2,8 @@
 (`minbert estimate`): every training run's planned updates, as its loop will plan them
 (minbert.train.training.Plan, on the training rows its data holds after its downsampling), and
 every dev evaluation, pretraining step and prediction, each priced by the encoder's step time
-measured here, now, at two batch sizes (t(n) = a + b·n sentences, forward and backward or forward
-alone).
+measured here, now, at two batch sizes (t(n) = a + b·n sentences of the data's typical length,
+forward and backward or forward alone).
 
 The step time is the eager one (a GPU's captured step is faster), one job at a time, so the figure
 is an estimate of the work, not of a run that shares the device between jobs. Rows come from
@@ -53,8 +53,36 @@ class Estimate:
         return sum(self.seconds.values())
 
 
-def measure(model: str, device: str = "auto", precision: str = "auto", threads: int | None = None) -> StepCost:
-    """The encoder's pass time at 8 and 32 sentences of LENGTH word pieces on this machine's device."""
+def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
+    """Word pieces of a typical sentence of the params' data (the mean over the first `sample`
+    training rows of each CS224N file of the tasks its experiments train, [CLS] and [SEP] included, rounded
+    up); LENGTH where the data has none. Batches are padded to their longest row but the encoder
+    skips the padding, so a pass costs about what its sentences' real lengths do."""
+    from minbert.core.errors import MinBertError
+    from minbert.data.raw import raw_path, read_cs224n
+    from minbert.model.tokenizer import Tokenizer
+    from minbert.model.weights import load_encoder
+
+    lengths = []
+    used = {t for exp in lp.experiments.values() for t in exp.finetune.tasks}
+    for name, task in TASKS.items():
+        path = Path(raw_path(lp.params.data.dir, name, "train")) if task.format == "cs224n" and name in used else None
+        if path is None or not path.is_file():
+            continue
+        try:
+            frame, _ = read_cs224n(path, name, labelled=True, on_bad_rows="drop")
+        except MinBertError:
+            continue                                  # prepare says what is wrong with it
+        if not lengths:
+            tokenizer = Tokenizer(load_encoder(model)[2], 512)
+        for column in task.text_columns:
+            lengths += [len(ids) for ids, _ in tokenizer.encode(frame[column].head(sample).astype(str).tolist())]
+    return max(4, math.ceil(sum(lengths) / len(lengths))) if lengths else LENGTH
+
+
+def measure(model: str, device: str = "auto", precision: str = "auto", threads: int | None = None,
+            length: int = LENGTH) -> StepCost:
+    """The encoder's pass time at 8 and 32 sentences of `length` word pieces on this machine's device."""
     import torch
 
     from minbert.core.runtime import autocast, pick_device, precision_on, set_threads
@@ -69,7 +97,7 @@ def measure(model: str, device: str = "auto", precision: str = "auto", threads: 
     for train in (True, False):
         times = []
         for n in (8, 32):
-            ids = torch.randint(1000, 20000, (n, LENGTH), device=dev)
+            ids = torch.randint(1000, 20000, (n, length), device=dev)
             mask = torch.ones_like(ids)
             encoder.train(train)
 
@@ -144,7 +172,8 @@ def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str
     if cached:                                        # the frozen features, once per split
         seconds += sum(cost.of(target[t] * sentences(t, cfg.heads), train=False) for t in tasks)
     evaluations = len(plan.phases) * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
-    dev = sum(dev_rows.get(t, 0) * sentences(t, cfg.heads) for t in tasks)
+    cap = getattr(cfg, "dev_size", None)
+    dev = sum(min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) for t in tasks)
     seconds += 0 if cached else evaluations * _batched(dev, cost)
     return seconds, plan.total_updates
 

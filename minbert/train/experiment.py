@@ -92,7 +92,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
     encoder.gradient_checkpointing = cfg.gradient_checkpointing
     tokenizer = Tokenizer(folder, s.max_length)
     data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
-                          cache_dir=cache_dir)
+                          cache_dir=cache_dir, dev_size=cfg.dev_size)
     if cfg.distill is not None:
         from minbert.train.distill import attach_teacher, distilled_tasks
 
@@ -125,7 +125,7 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
     model, tokenizer, _ = load_checkpoint(finetuned, expect=expect)   # `expect`: the fine-tuning it must come from
     cfg = s.train
     data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
-                          cache_dir=cache_dir)
+                          cache_dir=cache_dir, dev_size=cfg.dev_size)
     refuse_one_row_batches(cfg, data["train"], options.checkpoint_extra.get("experiment") or "an experiment")
     seed_everything(s.seed + 1)
     model.add_tasks(cfg.tasks)
