@@ -291,7 +291,8 @@ def test_the_real_data_catalogue_is_written_at_the_papers_settings():
         f = e.finetune
         row = name.rsplit(".seed", 1)[0]
         lr, batch, epochs = expected[name[:4]]
-        if row in ("r004_r1", "r004_r3"):               # 004's frozen rows (its Table 1): the heads' rate
+        if row in ("r004_r1", "r004_r3", "r002_frozen", "r003_frozen"):   # 004's frozen rows and the frozen
+            # references of the tables that print none: the heads' rate of 004's frozen rows
             assert f.freeze_encoder and f.head_lr == 1e-3, name
             continue
         if row.startswith(("r004_r9", "r004_lr_sweep", "r004_dropout_sweep")):
@@ -320,7 +321,23 @@ def test_the_real_data_catalogue_is_written_at_the_papers_settings():
     tables = {st.name: st.paper for st in lp.params.studies if st.paper}
     assert {d.setting for d in tables["r004_extensions"].differs} == {"R9", "R10", "R11"}
     assert tables["r004_extensions"].frozen_reference == "R1"
+    assert (tables["r002_methods"].reference_run, tables["r003_embeddings"].reference_run) == ("r002_frozen", "r003_frozen")
     assert "bert-base" not in str([d.paper for d in lp.params.papers["003"].differs])   # 003 states no width
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"reference_run": "r002_frozn"}, "key 'studies[2].paper.reference_run' (study 'r002_methods'): unknown experiment "
+                                      "'r002_frozn' (did you mean 'r002_frozen'?)"),
+    ({"reference_run": "r002_baseline"}, "key 'studies[2].paper.reference_run' (study 'r002_methods'): 'r002_baseline' "
+                                         "fine-tunes its encoder; the reference is a run with finetune.freeze_encoder: true"),
+    ({"frozen_reference": "Baseline"}, "frozen_reference and reference_run: give one frozen-encoder reference"),
+])
+def test_a_tables_frozen_reference_exists_and_is_frozen(change, message):
+    raw = _raw("params/reproduce.yaml")
+    _study(raw, "r002_methods")["paper"].update(change)
+    with pytest.raises(MinBertError) as err:
+        validate_params(raw, "reproduce.yaml")
+    assert message in str(err.value) and "\n" not in str(err.value)
 
 
 def test_the_demo_and_minilm_catalogues_claim_no_more_than_they_run():

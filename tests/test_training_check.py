@@ -132,3 +132,20 @@ def test_a_difference_whose_seeds_disagree_in_sign_is_never_reproduced():
     assert claim_verdict(0.02, ours, seed_differences=[0.03, 0.02, 0.01]) == "reproduced"
     assert claim_verdict(0.02, ours, seed_differences=[0.05, 0.03, -0.01]) == "not significant"
     assert claim_verdict(-0.02, est([-0.01, -0.02] * 50), seed_differences=[-0.01, 0.004]) == "not significant"
+
+
+def test_the_scorecard_counts_each_claim_row_once_trained_only_where_every_claim_found_it_trained():
+    from minbert.report.papers import Scorecard, rows_checked
+    from minbert.report.training import RowCheck
+
+    def row(name, trained):
+        return NS(name=name, trained=trained)
+
+    # "ft" counts as trained on one claim's column (the frozen reference) but not on another's
+    claims = [NS(training=[row("ft", True), row("frozen", True)]), NS(training=[row("ft", False), row("b", True)]),
+              NS(training=[])]
+    rows = rows_checked(claims)
+    assert rows == {"ft": False, "frozen": True, "b": True}
+    card = Scorecard(claims, {}, False, rows=rows)
+    assert card.rows_trained == 2 and card.rows_untrained == ["ft"]
+    assert RowCheck("x").trained is False                      # no history: not trained

@@ -201,6 +201,10 @@ class StudyPaper(Strict):
         "", description="the label of a row of this table with the encoder frozen: a fine-tuned row whose dev curve "
                         "shows no plateau still counts as trained on a claim's column where it beats this row there "
                         "significantly (the report's training check)")
+    reference_run: str = Field(
+        "", description="instead of `frozen_reference`, for a table that prints no frozen-encoder row: an experiment "
+                        "with the encoder frozen, run beside the table's rows but not one of them, that plays the "
+                        "same part in the training check")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -223,6 +227,9 @@ class StudyPaper(Strict):
             for col in values:
                 if col not in names:
                     raise ValueError(f"summary {kind}: unknown column '{col}'{close(col, names)}")
+        if self.frozen_reference and self.reference_run:
+            raise ValueError("frozen_reference and reference_run: give one frozen-encoder reference, a row's label or "
+                             "an experiment")
         if self.frozen_reference and self.frozen_reference not in labels:
             raise ValueError(f"frozen_reference: unknown row '{self.frozen_reference}'"
                              f"{close(self.frozen_reference, labels)}")

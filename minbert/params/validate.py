@@ -95,7 +95,7 @@ def check_ensembles(params: Params, experiments: dict, groups: dict, where: str)
 def check_studies(params: Params, experiments: dict, groups: dict, where: str) -> None:
     """The papers' tables name known papers and runs, and each study's rows and baseline exist."""
     runnable = set(experiments) | set(groups) | set(params.ensembles)
-    check_papers(params, runnable, where)
+    check_papers(params, runnable, where, experiments, groups)
     seen_studies = set()
     for i, st in enumerate(params.studies):
         if st.name in seen_studies:
@@ -110,7 +110,7 @@ def check_studies(params: Params, experiments: dict, groups: dict, where: str) -
                                f"'{st.baseline}' is not one of the study's experiments")
 
 
-def check_papers(params: Params, runnable: set, where: str) -> None:
+def check_papers(params: Params, runnable: set, where: str, experiments: dict, groups: dict) -> None:
     """A study's paper table names a known paper, and its rows runs that exist (the expansion has
     put a `best_of` study's rows in its place; those rows are the studies' own to check)."""
     studies = {st.name for st in params.studies}
@@ -132,6 +132,26 @@ def check_papers(params: Params, runnable: set, where: str) -> None:
                 if name not in runnable and name not in rows:
                     raise MinBertError(f"{where}: key '{key}.rows[{j}].best_of' (row '{row.label}'): '{name}' is no "
                                        f"experiment, ensemble or study{close(name, runnable | studies)}")
+        check_reference(st, runnable, f"{where}: key '{key}", experiments, groups)
+
+
+def check_reference(st, runnable: set, where: str, experiments: dict, groups: dict) -> None:
+    """A table's frozen-encoder reference (a row's run, or `reference_run`) exists and freezes its
+    encoder: the training check reads a fine-tuned row's win over it as learning freezing cannot."""
+    paper = st.paper
+    if paper.reference_run:
+        name, key = paper.reference_run, "reference_run"
+        if name not in runnable:
+            raise MinBertError(f"{where}.reference_run' (study '{st.name}'): unknown experiment '{name}'"
+                               f"{close(name, runnable)}")
+    elif paper.frozen_reference:
+        name, key = next(r.run for r in paper.rows if r.label == paper.frozen_reference), "frozen_reference"
+    else:
+        return
+    exp = experiments.get(name) or next((experiments[m] for m in groups.get(name, ()) if m in experiments), None)
+    if exp is not None and not exp.finetune.freeze_encoder:
+        raise MinBertError(f"{where}.{key}' (study '{st.name}'): '{name}' fine-tunes its encoder; the reference is "
+                           f"a run with finetune.freeze_encoder: true")
 
 
 def check_pretrainings(params: Params, where: str) -> None:

@@ -291,7 +291,7 @@ def claim_view(study: str, sp, claim, chosen: dict, formula: str, book: ScoreBoo
     view.verdict = claim_verdict(view.paper_difference, est, book.confidence, claim.margin, claim.kind,
                                  view.seed_differences)
     if check is not None and view.verdict != "not run":
-        reference = chosen.get(sp.frozen_reference) if sp.frozen_reference else None
+        reference = chosen.get(sp.frozen_reference) if sp.frozen_reference else (sp.reference_run or None)
         view.training = [row_check(run, book, check, reference, claim.split, key)
                          for run in (view.better_run, view.worse_run)]
         if not all(r.trained for r in view.training):
@@ -353,6 +353,15 @@ class Scorecard:
     devices: list = field(default_factory=list)   # where the numbers were made, from the run records
     scale: str = ""                             # the catalogue's scale: "laptop: ..." (params `scale`)
     seeds: list = field(default_factory=list)   # the distinct numbers of seeds behind the judged verdicts
+    rows: dict = field(default_factory=dict)    # each claim row checked -> whether it trained in every claim
+
+    @property
+    def rows_trained(self) -> int:
+        return sum(self.rows.values())
+
+    @property
+    def rows_untrained(self) -> list[str]:
+        return sorted(name for name, trained in self.rows.items() if not trained)
 
     @property
     def judged(self) -> int:
@@ -380,4 +389,15 @@ def scorecard(tables: dict[str, PaperTableView], data: ReportData) -> Scorecard:
     params = data.params.params
     scale = f"{params.scale}: {params.scales[params.scale].description}" if params.scale in params.scales else ""
     seeds = sorted({c.seeds for c in claims if c.verdict in JUDGED})
-    return Scorecard(claims, counts, demo, scales, devices_of(data), scale, seeds)
+    return Scorecard(claims, counts, demo, scales, devices_of(data), scale, seeds, rows_checked(claims))
+
+
+def rows_checked(claims: list) -> dict[str, bool]:
+    """Every row a claim compares that the training check saw, and whether it trained in each claim
+    it is in (a fine-tuned row may count as trained on one claim's column through the frozen
+    reference and not on another's)."""
+    out: dict[str, bool] = {}
+    for claim in claims:
+        for row in claim.training:
+            out[row.name] = out.get(row.name, True) and row.trained
+    return out
