@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A private one-machine Slurm cluster for tests and trials of profiles/slurm (docs/workflow.md).
 #
-#   scripts/slurm_cluster.sh start     install slurm-wlm + munge if missing (root, apt), start the daemons
+#   scripts/slurm_cluster.sh install   install slurm-wlm + munge if missing (root, apt), nothing else
+#   scripts/slurm_cluster.sh start     install them if missing, start the daemons
 #   scripts/slurm_cluster.sh status    the daemons, sinfo and squeue; exit 1 when not running
 #   scripts/slurm_cluster.sh env       print `export SLURM_CONF=... PATH=...` (eval it to use the cluster)
 #   scripts/slurm_cluster.sh stop      cancel its jobs, stop exactly the daemons it started, remove its folder
@@ -280,9 +281,10 @@ cmd_start() {
 }
 
 case "${1:-}" in
+  install) install_slurm ;;
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) env_lines ;;
-  *) echo "usage: $0 start|stop|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|status|env" >&2; exit 2 ;;
 esac
