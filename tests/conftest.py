@@ -22,21 +22,6 @@ def child_env(first: str | os.PathLike = REPO, **extra: str) -> dict:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
-# The test files whose runs take longest on 2 CPU cores (the sums of their tests' times in CI's
-# --durations, longest first). xdist's `--dist loadfile` hands a worker the next file in collection
-# order whenever it is nearly done with its own: these go first (greedy longest-first), so no long
-# file starts last on one worker while the other has run out of work.
-LONGEST_FILES = ("test_reruns.py", "test_catalogues.py", "test_shipped_demo.py", "test_slurm.py",
-                 "test_extending_runs.py", "test_guards.py", "test_install.py", "test_interrupts.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    """The longest files first (LONGEST_FILES), every other in its place; a file's tests keep their
-    order (a stable sort), and every worker collects the same order."""
-    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 # a log record as minbert.core.runtime.setup_logging writes it: a stage may log a warning before its
 # error line on one machine and not on another (bf16 emulated on a CPU without native bf16)
 LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \S+ (DEBUG|INFO|WARNING) ")

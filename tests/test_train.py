@@ -182,31 +182,27 @@ def test_dev_is_evaluated_within_an_epoch_and_the_best_evaluation_is_kept(tiny_m
 
 
 def test_dev_size_evaluates_a_seeded_subset_of_each_dev_split(tiny_model_dir, prepared, tmp_path):
-    from minbert.model.tokenizer import Tokenizer
-    from minbert.params.finetune import HeadsParams
+    def ids(split, **kw):
+        frames = batches.task_frames(prepared, ["sst", "sts"], ("train", "dev"), **kw)[split]
+        return {t: frame["id"].tolist() for t, frame in frames.items()}
 
-    tok, heads = Tokenizer(tiny_model_dir, 32), HeadsParams()
-    full = batches.load_task_data(prepared, ["sst", "sts"], heads, tok, seed=7)
-    cut = batches.load_task_data(prepared, ["sst", "sts"], heads, tok, seed=7, dev_size=10)
-    again = batches.load_task_data(prepared, ["sst", "sts"], heads, tok, seed=7, dev_size=10)
-    other = batches.load_task_data(prepared, ["sst", "sts"], heads, tok, seed=8, dev_size=10)
+    full, cut = ids("dev", seed=7), ids("dev", seed=7, dev_size=10)
+    assert cut == ids("dev", seed=7, dev_size=10) != ids("dev", seed=8, dev_size=10)     # seeded
     for t in ("sst", "sts"):
-        ids, all_ids = cut["dev"][t].ids, full["dev"][t].ids
-        assert len(ids) == 10 and ids == again["dev"][t].ids != other["dev"][t].ids
-        assert ids == [i for i in all_ids if i in set(ids)]          # rows of the split, in file order
-        assert cut["train"][t].ids == full["train"][t].ids            # training rows untouched
-    assert batches.load_task_data(prepared, ["sst"], heads, tok, seed=7, dev_size=100)["dev"]["sst"].ids == \
-        full["dev"]["sst"].ids                                       # a split under the size stays whole
-    # the run's dev scores are those of its subset: the kept model's dev metrics are its predictions'
-    # on those 10 rows
+        assert len(cut[t]) == 10 and cut[t] == [i for i in full[t] if i in set(cut[t])]   # the split's rows, in order
+    assert ids("train", seed=7, dev_size=10) == ids("train", seed=7)                      # training rows untouched
+    assert ids("dev", seed=7, dev_size=100) == full                                       # a split under the size
+    # a run's dev scores are those of its subset: the kept model's dev metrics are its predictions' on
+    # those 10 rows (of the run's seed, 7)
     exp = make_exp(tiny_model_dir, tasks=["sts"], dev_size=10, epochs=1)
     finetune_experiment(exp, prepared, tmp_path / "run")
     kept = torch.load(tmp_path / "run" / "model.pt", map_location="cpu", weights_only=True)
     from minbert.model.checkpoint import load_checkpoint
     from minbert.model.multitask import predict_task
-    model, tok2, _ = load_checkpoint(tmp_path / "run" / "model.pt")
-    sub = batches.load_task_data(prepared, ["sts"], model.heads_cfg, tok2, seed=7, dev_size=10)["dev"]["sts"]
-    pred = predict_task(model, sub, tok2, 64, torch.device("cpu"), lambda: torch.autocast("cpu", enabled=False))
+    model, tok, _ = load_checkpoint(tmp_path / "run" / "model.pt")
+    sub = batches.load_training_data(exp.finetune, prepared, tok, 7)["dev"]["sts"]
+    assert len(sub) == 10
+    pred = predict_task(model, sub, tok, 64, torch.device("cpu"), lambda: torch.autocast("cpu", enabled=False))
     r = np.corrcoef(pred["prediction"], sub.labels)[0, 1]
     assert kept["dev_metrics"]["sts_pearson"] == pytest.approx(r, abs=1e-5)
 

@@ -102,18 +102,15 @@ def to_device(batch: dict, device) -> dict:
     return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
 
 
-def load_task_data(data_dir, tasks: list[str], heads: HeadsParams, tokenizer, *, splits=("train", "dev"),
-                   downsample=None, seed: int = 0, cache_dir=None, dev_size: int | None = None
-                   ) -> dict[str, dict[str, TaskData]]:
-    """Read the prepared splits of `tasks`, downsample the training splits, cut each dev split to a
-    seeded subset of at most `dev_size` rows (in file order), tokenise (cached).
-
-    Returns {split: {task: TaskData}} for the splits that exist."""
+def task_frames(data_dir, tasks: list[str], splits=("train", "dev"), downsample=None, seed: int = 0,
+                dev_size: int | None = None) -> dict[str, dict]:
+    """{split: {task: frame}} of the prepared splits of `tasks` that exist: the training splits
+    downsampled, each dev split cut to a seeded subset of at most `dev_size` rows, in file order."""
     from minbert.data.downsample import downsample as downsample_frames
     from minbert.data.read import load_splits
 
     frames = {t: load_splits(data_dir, t, splits) for t in tasks}
-    out: dict[str, dict[str, TaskData]] = {}
+    out: dict[str, dict] = {}
     for split in splits:
         split_frames = {t: f[split] for t, f in frames.items() if split in f}
         if split == "train" and downsample is not None:
@@ -121,6 +118,24 @@ def load_task_data(data_dir, tasks: list[str], heads: HeadsParams, tokenizer, *,
         if split == "dev" and dev_size is not None:
             split_frames = {t: fr if len(fr) <= dev_size else fr.sample(n=dev_size, random_state=seed).sort_index()
                             for t, fr in split_frames.items()}
-        out[split] = {t: build_task_data(t, fr, tokenizer, heads, cache_dir) for t, fr in split_frames.items()}
+        out[split] = split_frames
     return out
+
+
+def load_task_data(data_dir, tasks: list[str], heads: HeadsParams, tokenizer, *, splits=("train", "dev"),
+                   downsample=None, seed: int = 0, cache_dir=None) -> dict[str, dict[str, TaskData]]:
+    """Read the prepared splits of `tasks`, downsample the training splits, tokenise (cached).
+
+    Returns {split: {task: TaskData}} for the splits that exist."""
+    frames = task_frames(data_dir, tasks, splits, downsample, seed)
+    return {split: {t: build_task_data(t, fr, tokenizer, heads, cache_dir) for t, fr in fs.items()}
+            for split, fs in frames.items()}
+
+
+def load_training_data(cfg, data_dir, tokenizer, seed: int, cache_dir=None) -> dict[str, dict[str, TaskData]]:
+    """A training run's train and dev splits as its settings cut them (`cfg`: FinetuneParams): its
+    tasks' training rows downsampled, each dev split cut to `cfg.dev_size` rows; tokenised (cached)."""
+    frames = task_frames(data_dir, cfg.tasks, ("train", "dev"), cfg.downsample, seed, cfg.dev_size)
+    return {split: {t: build_task_data(t, fr, tokenizer, cfg.heads, cache_dir) for t, fr in fs.items()}
+            for split, fs in frames.items()}
 

@@ -17,7 +17,7 @@ from minbert.core.errors import MinBertError
 from minbert.core.losses import LOSSES
 from minbert.core.runtime import Runtime, seed_everything, set_threads, start_runtime
 from minbert.core.tasks import TASKS
-from minbert.data.batches import collate, load_task_data, to_device
+from minbert.data.batches import collate, load_training_data, to_device
 from minbert.model.bert import BertModel
 from minbert.model.checkpoint import load_checkpoint
 from minbert.model.multitask import MultitaskModel
@@ -91,8 +91,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
     with_dropout(encoder, cfg.hidden_dropout, cfg.attention_dropout)
     encoder.gradient_checkpointing = cfg.gradient_checkpointing
     tokenizer = Tokenizer(folder, s.max_length)
-    data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
-                          cache_dir=cache_dir, dev_size=cfg.dev_size)
+    data = load_training_data(cfg, data_dir, tokenizer, s.seed, cache_dir)
     if cfg.distill is not None:
         from minbert.train.distill import attach_teacher, distilled_tasks
 
@@ -124,8 +123,7 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
     runtime, dist_info = start_training(s)
     model, tokenizer, _ = load_checkpoint(finetuned, expect=expect)   # `expect`: the fine-tuning it must come from
     cfg = s.train
-    data = load_task_data(data_dir, cfg.tasks, cfg.heads, tokenizer, downsample=cfg.downsample, seed=s.seed,
-                          cache_dir=cache_dir, dev_size=cfg.dev_size)
+    data = load_training_data(cfg, data_dir, tokenizer, s.seed, cache_dir)
     refuse_one_row_batches(cfg, data["train"], options.checkpoint_extra.get("experiment") or "an experiment")
     seed_everything(s.seed + 1)
     model.add_tasks(cfg.tasks)
