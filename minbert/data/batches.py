@@ -127,15 +127,17 @@ def load_task_data(data_dir, tasks: list[str], heads: HeadsParams, tokenizer, *,
     """Read the prepared splits of `tasks`, downsample the training splits, tokenise (cached).
 
     Returns {split: {task: TaskData}} for the splits that exist."""
-    frames = task_frames(data_dir, tasks, splits, downsample, seed)
-    return {split: {t: build_task_data(t, fr, tokenizer, heads, cache_dir) for t, fr in fs.items()}
-            for split, fs in frames.items()}
+    return _tokenised(task_frames(data_dir, tasks, splits, downsample, seed), tokenizer, heads, cache_dir)
 
 
 def load_training_data(cfg, data_dir, tokenizer, seed: int, cache_dir=None) -> dict[str, dict[str, TaskData]]:
     """A training run's train and dev splits as its settings cut them (`cfg`: FinetuneParams): its
     tasks' training rows downsampled, each dev split cut to `cfg.dev_size` rows; tokenised (cached)."""
     frames = task_frames(data_dir, cfg.tasks, ("train", "dev"), cfg.downsample, seed, cfg.dev_size)
-    return {split: {t: build_task_data(t, fr, tokenizer, cfg.heads, cache_dir) for t, fr in fs.items()}
+    return _tokenised(frames, tokenizer, cfg.heads, cache_dir)
+
+
+def _tokenised(frames: dict[str, dict], tokenizer, heads: HeadsParams, cache_dir) -> dict[str, dict[str, TaskData]]:
+    return {split: {t: build_task_data(t, fr, tokenizer, heads, cache_dir) for t, fr in fs.items()}
             for split, fs in frames.items()}
 

@@ -59,9 +59,9 @@ def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
     up); LENGTH where the data has none. Batches are padded to their longest row but the encoder
     skips the padding, so a pass costs about what its sentences' real lengths do."""
     from minbert.core.errors import MinBertError
+    from minbert.core.models import model_folder
     from minbert.data.raw import raw_path, read_cs224n
     from minbert.model.tokenizer import Tokenizer
-    from minbert.model.weights import load_encoder
 
     lengths = []
     used = {t for exp in lp.experiments.values() for t in exp.finetune.tasks}
@@ -74,7 +74,7 @@ def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
         except MinBertError:
             continue                                  # prepare says what is wrong with it
         if not lengths:
-            tokenizer = Tokenizer(load_encoder(model)[2], 512)
+            tokenizer = Tokenizer(model_folder(model), 512)
         for column in task.text_columns:
             lengths += [len(ids) for ids, _ in tokenizer.encode(frame[column].head(sample).astype(str).tolist())]
     return max(4, math.ceil(sum(lengths) / len(lengths))) if lengths else LENGTH
