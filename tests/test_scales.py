@@ -129,9 +129,12 @@ def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
     paper, laptop = reproduce(tmp_path, "paper"), reproduce(tmp_path, "laptop")
     assert set(laptop.experiments) == {n.rsplit(".seed", 1)[0] for n in paper.experiments}   # one seed each
     ft = laptop.experiments["r004_r4"].finetune
-    assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 4, 1000, 1e-4, 2e-3, 0.1)
-    assert ft.downsample.caps == {"sst": 1500, "para": 1500, "sts": 1500}
+    assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 4, 500, 1e-4, 2e-3, 0.1)
+    assert ft.downsample.caps == {"sst": 1000, "para": 1000, "sts": 1000}
+    # dev alone predicted at the laptop scale (no claim reads test), both splits at the papers' scale
+    assert not any(e.predict_test for e in laptop.experiments.values())
+    assert all(e.predict_test for e in paper.experiments.values())
     assert ft.batch_size == 16                                       # each paper's own batch stays
     for pid, paper_params in laptop.params.papers.items():
         settings = [d.setting for d in paper_params.differs]
-        assert {"learning rates", "dev evaluations", "seeds"} <= set(settings), pid
+        assert {"learning rates", "dev evaluations", "seeds", "test predictions"} <= set(settings), pid

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from minbert.core.extensions import module_of
+from minbert.core.layout import PREDICTED_SPLITS
 from minbert.core.tasks import TASKS, declarations
 from minbert.params.catalogue import LoadedParams
 from minbert.params.finetune import FinetuneParams, HeadsParams
@@ -137,8 +138,13 @@ def prepare_settings(lp: LoadedParams) -> PrepareSettings:
     return PrepareSettings(**lp.params.data.model_dump(), tasks=lp.params.tasks)
 
 
+def predicted_splits(exp: ExperimentParams) -> list[str]:
+    """The splits an experiment predicts: dev, and test unless `predict_test` is off."""
+    return [s for s in PREDICTED_SPLITS if s == "dev" or exp.predict_test]
+
+
 def evaluate_settings(exp: ExperimentParams) -> EvaluateSettings:
-    return EvaluateSettings(predicts=model_tasks(exp), **declared(model_tasks(exp)))
+    return EvaluateSettings(predicts=model_tasks(exp), splits=predicted_splits(exp), **declared(model_tasks(exp)))
 
 
 def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
@@ -181,7 +187,7 @@ def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
 
 
 def predict_settings(exp: ExperimentParams) -> PredictSettings:
-    return PredictSettings(batch_size=exp.predict_batch_size, predicts=model_tasks(exp),
+    return PredictSettings(batch_size=exp.predict_batch_size, predicts=model_tasks(exp), splits=predicted_splits(exp),
                            model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune",
                            **NetworkSettings.keys_of(exp), **declared(model_tasks(exp), exp.finetune.heads))
 
@@ -199,6 +205,7 @@ def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
     local = not start or start.startswith(("/", ".")) or Path(start).exists()
     ex = lp.params.export
     return ExportSettings(model_stage=predict_settings(exp).model_stage, predicts=model_tasks(exp),
+                          splits=predicted_splits(exp),
                           description=exp.description or "",
                           license=ex.license, language=ex.language,
                           base_model=None if local else HUB_IDS.get(start, start),
@@ -208,10 +215,10 @@ def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
                           **declared(model_tasks(exp), exp.finetune.heads))
 
 
-def ensemble_settings(ens: EnsembleParams, tasks: list[str]) -> EnsembleSettings:
-    """An ensemble combines its members' predictions of `tasks` (those every member predicts)."""
+def ensemble_settings(ens: EnsembleParams, tasks: list[str], splits: list[str]) -> EnsembleSettings:
+    """An ensemble combines its members' predictions of `tasks` on `splits` (those every member predicts)."""
     return EnsembleSettings(members=ens.members, classification=ens.classification, similarity=ens.similarity,
-                            predicts=tasks, **declared(tasks))
+                            predicts=tasks, splits=splits, **declared(tasks))
 
 
 def teachers(lp: LoadedParams) -> dict[str, list[str]]:

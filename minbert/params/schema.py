@@ -163,6 +163,9 @@ class ExperimentParams(TrainingSettings):
     retrain_heads: RetrainHeadsParams = Field(
         RetrainHeadsParams(), description="a second stage that trains heads over the frozen fine-tuned encoder")
     predict_batch_size: int = Field(128, ge=1, description="batch size of the dev and test predictions")
+    predict_test: bool = Field(True, description="predict the test split as well as dev; false: dev only (no claim, "
+                                                 "table or submission can then read this experiment's test "
+                                                 "predictions)")
     description: str = Field("", description="a sentence on the experiment, for the report and the model card")
     template: bool = Field(False, description="only the base of a study's grid: not run itself")
 

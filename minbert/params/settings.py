@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from minbert.core.layout import TRAINING_STAGES
+from minbert.core.layout import PREDICTED_SPLITS, TRAINING_STAGES
 from minbert.params.fields import Downsample
 from minbert.params.finetune import FinetuneParams, SmartParams
 from minbert.params.schema import (
@@ -30,6 +30,7 @@ from minbert.params.schema import (
 from minbert.params.tasks import Declarations
 
 TrainingStage = Literal[TRAINING_STAGES]     # the training stage whose model a later stage reads
+PredictedSplit = Literal[PREDICTED_SPLITS]   # a split an experiment predicts (dev always, test unless off)
 
 
 def extras_off() -> dict:
@@ -43,8 +44,10 @@ class PrepareSettings(DataParams, Declarations):
 
 
 class EvaluateSettings(Declarations):
-    """Scoring predictions needs no setting but the tasks it scores (and the user's among them)."""
+    """Scoring predictions needs no setting but the tasks and splits it scores (and the user's tasks
+    among them)."""
     predicts: list[str]                     # the tasks whose predictions it scores
+    splits: list[PredictedSplit] = list(PREDICTED_SPLITS)   # the splits predicted
 
 
 class PretrainSettings(TrainingSettings, Declarations):
@@ -72,6 +75,7 @@ class PredictSettings(NetworkSettings, Declarations):
     batch_size: int
     model_stage: TrainingStage              # which training stage's model predicts
     predicts: list[str]                     # the tasks of that model: one predictions file per task and split
+    splits: list[PredictedSplit] = list(PREDICTED_SPLITS)   # dev, and test unless `predict_test` is off
 
 
 class TeachSettings(NetworkSettings, Declarations):
@@ -83,6 +87,7 @@ class TeachSettings(NetworkSettings, Declarations):
 class ExportSettings(Declarations):
     model_stage: TrainingStage              # which training stage's model is exported
     predicts: list[str]                     # its tasks: the predictions and training data the card reads
+    splits: list[PredictedSplit] = list(PREDICTED_SPLITS)   # the splits predicted
     description: str = ""                   # the experiment's, for the model card
     license: str
     language: str
@@ -98,6 +103,7 @@ class EnsembleSettings(Declarations):
     classification: ClassificationCombination
     similarity: SimilarityCombination
     predicts: list[str]                     # the tasks every member predicts: one file per task and split
+    splits: list[PredictedSplit] = list(PREDICTED_SPLITS)   # the splits every member predicts
 
 
 def pretrain_splits(s: PretrainSettings) -> list[tuple[str, str]]:

@@ -133,6 +133,28 @@ def check_papers(params: Params, runnable: set, where: str, experiments: dict, g
                     raise MinBertError(f"{where}: key '{key}.rows[{j}].best_of' (row '{row.label}'): '{name}' is no "
                                        f"experiment, ensemble or study{close(name, runnable | studies)}")
         check_reference(st, runnable, f"{where}: key '{key}", experiments, groups)
+        check_test_claims(st, f"{where}: key '{key}", params, experiments, groups)
+
+
+def check_test_claims(st, where: str, params: Params, experiments: dict, groups: dict) -> None:
+    """A claim on the test split compares rows whose experiments all predict it (`predict_test`)."""
+    for k, claim in enumerate(st.paper.claims):
+        if claim.split != "test":
+            continue
+        for label in claim.rows:
+            row = st.paper.row(label)
+            names = [row.run] if row.run is not None else list(row.best_of)
+            studies = {x.name: x.experiments for x in params.studies}
+            names = [m for n in names for m in studies.get(n, [n])]      # a best-of row's studies: their runs
+            runs = []
+            for n in names:
+                members = params.ensembles[n].members if n in params.ensembles else [n]
+                runs += [r for m in members for r in groups.get(m, [m])]
+            off = next((r for r in runs if r in experiments and not experiments[r].predict_test), None)
+            if off is not None:
+                raise MinBertError(f"{where}.claims[{k}].split' (claim '{claim.text}'): row '{label}' runs '{off}', "
+                                   f"which predicts dev only (predict_test: false); compare on dev or set "
+                                   f"predict_test: true")
 
 
 def check_reference(st, runnable: set, where: str, experiments: dict, groups: dict) -> None:

@@ -215,7 +215,8 @@ def estimate(lp: LoadedParams, cost: StepCost) -> Estimate:
             out.add("retrain_heads", name, seconds)
             out.updates += updates
         tasks = list(dict.fromkeys([*exp.finetune.tasks, *(exp.retrain_heads.tasks or [])]))
-        n = sum((dev.get(t, 0) + test.get(t, 0)) * sentences(t, exp.finetune.heads) for t in tasks)
+        n = sum((dev.get(t, 0) + (test.get(t, 0) if exp.predict_test else 0)) * sentences(t, exp.finetune.heads)
+                for t in tasks)
         out.add("predict", name, _batched(n, cost))
     out.longest.sort(reverse=True)
     return out

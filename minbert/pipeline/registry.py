@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from minbert.core.layout import PREDICTED_SPLITS, Layout, prediction_file
+from minbert.core.layout import Layout, prediction_file
 from minbert.core.tasks import TASKS
 from minbert.params import resolve as S
 from minbert.params.settings import (
@@ -110,8 +110,8 @@ def _splits(L: Layout, tasks, splits) -> list[str]:
     return [L.split(t, s) for t in tasks for s in splits if s in TASKS[t].splits]    # a task may have no test
 
 
-def _predictions(folder: str, tasks) -> list[str]:
-    return [prediction_file(folder, t, s) for t in tasks for s in PREDICTED_SPLITS if s in TASKS[t].splits]
+def _predictions(folder: str, tasks, splits) -> list[str]:
+    return [prediction_file(folder, t, s) for t in tasks for s in splits if s in TASKS[t].splits]
 
 
 def _dump(model) -> dict:
@@ -159,13 +159,13 @@ def _tracked(L: Layout, name, stage: str, tools) -> dict[str, list[str]]:
 
 
 def _predict_io(L: Layout, name, s) -> StageIO:
-    return StageIO({"splits": _splits(L, s.predicts, PREDICTED_SPLITS), "model": [L.model(name, s.model_stage)]},
-                   {"predictions": _predictions(L.predictions(name), s.predicts)})
+    return StageIO({"splits": _splits(L, s.predicts, s.splits), "model": [L.model(name, s.model_stage)]},
+                   {"predictions": _predictions(L.predictions(name), s.predicts, s.splits)})
 
 
 def _evaluate_io(L: Layout, name, s) -> StageIO:
-    return StageIO({"predictions": _predictions(L.predictions(name), s.predicts),
-                    "splits": _splits(L, s.predicts, PREDICTED_SPLITS)}, {"metrics": [L.metrics(name)]})
+    return StageIO({"predictions": _predictions(L.predictions(name), s.predicts, s.splits),
+                    "splits": _splits(L, s.predicts, s.splits)}, {"metrics": [L.metrics(name)]})
 
 
 def _teach_io(L: Layout, name, s) -> StageIO:
@@ -175,9 +175,9 @@ def _teach_io(L: Layout, name, s) -> StageIO:
 
 
 def _ensemble_io(L: Layout, name, s) -> StageIO:
-    return StageIO({"predictions": [p for m in s.members for p in _predictions(L.predictions(m), s.predicts)],
-                    "splits": _splits(L, s.predicts, PREDICTED_SPLITS)},
-                   {"predictions": _predictions(L.ensemble_predictions(name), s.predicts),
+    return StageIO({"predictions": [p for m in s.members for p in _predictions(L.predictions(m), s.predicts, s.splits)],
+                    "splits": _splits(L, s.predicts, s.splits)},
+                   {"predictions": _predictions(L.ensemble_predictions(name), s.predicts, s.splits),
                     "metrics": [L.ensemble_metrics(name)]})
 
 
@@ -188,7 +188,7 @@ def _report_io(L: Layout, name, s) -> StageIO:
 
 def _export_io(L: Layout, name, s) -> StageIO:
     return StageIO({"model": [L.model(name, s.model_stage)], "record": [L.run_record(s.model_stage, name)],
-                    "predictions": _predictions(L.predictions(name), s.predicts),
+                    "predictions": _predictions(L.predictions(name), s.predicts, s.splits),
                     "splits": _splits(L, s.predicts, ("train",))}, {"export": [L.export(name)]})
 
 
@@ -204,7 +204,8 @@ def _pretrain_code(s) -> list[str]:
 
 def _ensemble_settings(lp, name):
     ens = lp.params.ensembles[name]
-    return S.ensemble_settings(ens, [t for t in TASKS if t in shared_tasks(ens.members, lp.experiments)])
+    splits = [s for s in S.PREDICTED_SPLITS if all(s in S.predicted_splits(lp.experiments[m]) for m in ens.members)]
+    return S.ensemble_settings(ens, [t for t in TASKS if t in shared_tasks(ens.members, lp.experiments)], splits)
 
 
 def _report_code(settings) -> list[str]:

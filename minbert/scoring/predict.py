@@ -32,12 +32,13 @@ def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
 
 def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None,
                        expect: dict | None = None) -> dict:
-    """Write <task>-<split>.csv for every trained task and each of its dev/test splits. `expect`:
+    """Write <task>-<split>.csv for every trained task and each of its splits among `s.splits` (dev, and
+    test unless the experiment's `predict_test` is off). `expect`:
     the experiment, stage and run record the checkpoint must come from (minbert.model.checkpoint.check_origin)."""
     runtime = start_runtime(s)
     model, tokenizer, _ = load_checkpoint(checkpoint, expect=expect)
     model.to(runtime.device)
-    data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=("dev", "test"), cache_dir=cache_dir)
+    data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=tuple(s.splits), cache_dir=cache_dir)
     written = {}
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
