@@ -78,6 +78,10 @@ EDITS = {
     "predict_batch_size": ("params", (("base", "predict_batch_size"), 7),
                            chain(*EVERY_EXPERIMENT, predictions_only=True),
                            {"predict@a", "predict@b", "predict@c", "predict@d", "report"}),
+    # dev alone predicted: its predictions, their scores, the ensemble it is in (the splits it combines)
+    "one experiment's predict_test": ("params", (("experiments", "b", "predict_test"), False),
+                                      {"predict@b", "evaluate@b", "ensemble@ab", "report"},
+                                      {"predict@b", "evaluate@b", "ensemble@ab", "report"}),
     "para head of base": ("params", (("base", "finetune", "heads", "para"), "concat_mult"),
                           {"pretrain@pf"} | chain("a", "c", "d"),
                           {"pretrain@pf", "finetune@a", "finetune@c", "finetune@d", "report"}),

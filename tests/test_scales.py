@@ -131,10 +131,17 @@ def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
     ft = laptop.experiments["r004_r4"].finetune
     assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 4, 500, 1e-4, 2e-3, 0.1)
     assert ft.downsample.caps == {"sst": 1000, "para": 1000, "sts": 1000}
+    # the rows that train their heads alone (`frozen`): 10 epochs over the encoder's outputs computed
+    # once (no dropout in it); at the papers' scale they keep their own epochs and dropout
+    for name, exp in laptop.experiments.items():
+        f = exp.finetune
+        assert (f.epochs, f.frozen_encoder_dropout) == ((10, False) if f.freeze_encoder else (1, False)), name
+        assert not exp.retrain_heads.enabled or exp.retrain_heads.epochs == 10, name
+    assert paper.experiments["r000_frozen_baseline.seed11711"].finetune.frozen_encoder_dropout
     # dev alone predicted at the laptop scale (no claim reads test), both splits at the papers' scale
     assert not any(e.predict_test for e in laptop.experiments.values())
     assert all(e.predict_test for e in paper.experiments.values())
     assert ft.batch_size == 16                                       # each paper's own batch stays
     for pid, paper_params in laptop.params.papers.items():
         settings = [d.setting for d in paper_params.differs]
-        assert {"learning rates", "dev evaluations", "seeds", "test predictions"} <= set(settings), pid
+        assert {"learning rates", "dev evaluations", "seeds", "test predictions", "frozen-encoder rows"} <= set(settings), pid

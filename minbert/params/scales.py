@@ -39,7 +39,7 @@ def chosen_scale(raw: dict, where: str) -> tuple[str, ScaleParams] | None:
 def at_scale(raw: Any, where: str) -> Any:
     """`raw` (the params' YAML content, the catalogue's sections in place) with its chosen scale
     applied: `base` deep-merged with the scale's, the scale's `experiments` and `pretrainings` over
-    each one's own settings, its `repeats` on every study whose paper table has claims, its `differs`
+    each one's own settings (then its `frozen` over the experiments that freeze their encoder), its `repeats` on every study whose paper table has claims, its `differs`
     added to each paper's. A new mapping; `raw` stays as it was. Sections of the wrong type are
     left for the schema to refuse."""
     if not isinstance(raw, dict):
@@ -55,6 +55,10 @@ def at_scale(raw: Any, where: str) -> Any:
         if over and isinstance(raw.get(section), dict):
             out[section] = {k: deep_merge(v or {}, over) if isinstance(v, dict) or v is None else v
                             for k, v in raw[section].items()}
+    if scale.frozen and isinstance(out.get("experiments"), dict):
+        base = out.get("base") if isinstance(out.get("base"), dict) else {}
+        out["experiments"] = {k: deep_merge(v, scale.frozen) if _frozen(v, base) else v
+                              for k, v in out["experiments"].items()}
     if scale.repeats is not None and isinstance(raw.get("studies"), list):
         judged = _judged_studies(raw["studies"])
         out["studies"] = [{**st, "repeats": scale.repeats} if isinstance(st, dict) and st.get("name") in judged else st
@@ -62,6 +66,17 @@ def at_scale(raw: Any, where: str) -> Any:
     if scale.differs and isinstance(raw.get("papers"), dict):
         out["papers"] = {pid: _with_differs(paper, str(pid), scale) for pid, paper in raw["papers"].items()}
     return out
+
+
+def _frozen(exp, base: dict) -> bool:
+    """An experiment's raw settings freeze its encoder (its own `finetune.freeze_encoder`, or the base's)."""
+    if not isinstance(exp, dict):
+        return False
+    for where in (exp, base):
+        ft = where.get("finetune")
+        if isinstance(ft, dict) and "freeze_encoder" in ft:
+            return ft["freeze_encoder"] is True
+    return False
 
 
 def _judged_studies(studies: list) -> set:

@@ -324,6 +324,10 @@ class ScaleParams(Strict):
     base: dict[str, Any] = Field({}, description="deep-merged into `base`")
     experiments: dict[str, Any] = Field({}, description="deep-merged over every experiment's own settings (so it "
                                                         "wins over them)")
+    frozen: dict[str, Any] = Field({}, description="deep-merged, after `experiments`, over every experiment that "
+                                                   "freezes its encoder (finetune.freeze_encoder): what a row that "
+                                                   "trains its heads alone can afford, its encoder's outputs computed "
+                                                   "once")
     pretrainings: dict[str, Any] = Field({}, description="deep-merged over every pretraining's settings")
     repeats: Annotated[int, Field(ge=1, le=100)] | None = Field(
         None, description="seeds of every row of a study whose paper table has claims (the verdicts resample them)")
