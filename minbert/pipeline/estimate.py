@@ -159,22 +159,26 @@ def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str
     target = target_sizes({t: sizes[t] for t in tasks}, cfg.downsample)
     plan = Plan.build(cfg, tasks, target, seed)
     frozen = cfg.freeze_encoder
-    cached = frozen and not cfg.frozen_encoder_dropout
+    # a frozen encoder's outputs are computed once, but where dropout, SMART or a task's own layers
+    # (extra_layers: its branch) make them differ each time (minbert.train.frozen.cacheable)
+    cached = {t for t in tasks if frozen and not cfg.frozen_encoder_dropout and not cfg.smart.enabled
+              and t not in cfg.heads.extra_layers}
     smart = set(cfg.smart.tasks or tasks) if cfg.smart.enabled else set()
     seconds = 0.0
     for updates in plan.epochs.values():
         for update in updates:
             for task in update:
-                n = cfg.batch_size * sentences(task, cfg.heads)
-                if cached:
+                if task in cached:
                     continue
+                n = cfg.batch_size * sentences(task, cfg.heads)
                 seconds += cost.of(n, train=not frozen) * (3 if task in smart else 1)
-    if cached:                                        # the frozen features, once per split
-        seconds += sum(cost.of(target[t] * sentences(t, cfg.heads), train=False) for t in tasks)
+    # the cached tasks' features, once per split
+    seconds += sum(cost.of(target[t] * sentences(t, cfg.heads), train=False) for t in cached)
     evaluations = len(plan.phases) * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
     cap = getattr(cfg, "dev_size", None)
-    dev = sum(min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) for t in tasks)
-    seconds += 0 if cached else evaluations * _batched(dev, cost)
+    dev = {t: min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) for t in tasks}
+    seconds += sum(_batched(dev[t], cost) for t in cached)
+    seconds += evaluations * _batched(sum(n for t, n in dev.items() if t not in cached), cost)
     return seconds, plan.total_updates
 
 
