@@ -95,7 +95,8 @@ def write_submission(source: str | Path, out_dir: str | Path = "predictions", zi
             path = Path(prediction_file(folder, task, split))
             if not path.is_file():
                 raise MinBertError(f"{path}: missing; the submission needs dev and test predictions of sst, para and "
-                                   f"sts (train those tasks and prepare the test splits)")
+                                   f"sts (train those tasks, prepare the test splits, and leave the experiment's "
+                                   f"predict_test on)")
             frame = read_predictions(path, task)
             split_path = Path(layout.split(task, split))
             if not split_path.is_file():
