@@ -171,7 +171,8 @@ def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str
                 if task in cached:
                     continue
                 n = cfg.batch_size * sentences(task, cfg.heads)
-                seconds += cost.of(n, train=not frozen) * (3 if task in smart else 1)
+                trains = not frozen or task in cfg.heads.extra_layers      # a branch's layers train
+                seconds += cost.of(n, train=trains) * (3 if task in smart else 1)
     # the cached tasks' features, once per split
     seconds += sum(cost.of(target[t] * sentences(t, cfg.heads), train=False) for t in cached)
     evaluations = len(plan.phases) * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
