@@ -39,8 +39,8 @@ def chosen_scale(raw: dict, where: str) -> tuple[str, ScaleParams] | None:
 def at_scale(raw: Any, where: str) -> Any:
     """`raw` (the params' YAML content, the catalogue's sections in place) with its chosen scale
     applied: `base` deep-merged with the scale's, the scale's `experiments` and `pretrainings` over
-    each one's own settings (then its `frozen` over the experiments that freeze their encoder), its `repeats` on every study whose paper table has claims, its `differs`
-    added to each paper's. A new mapping; `raw` stays as it was. Sections of the wrong type are
+    each one's own settings (then its `frozen` over the experiments that freeze their encoder), its
+    `repeats` on every study whose paper table has claims, its `differs` added to each paper's. A new mapping; `raw` stays as it was. Sections of the wrong type are
     left for the schema to refuse."""
     if not isinstance(raw, dict):
         return raw

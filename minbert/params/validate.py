@@ -143,9 +143,7 @@ def check_test_claims(st, where: str, params: Params, experiments: dict, groups:
             continue
         for label in claim.rows:
             row = st.paper.row(label)
-            names = [row.run] if row.run is not None else list(row.best_of)
-            studies = {x.name: x.experiments for x in params.studies}
-            names = [m for n in names for m in studies.get(n, [n])]      # a best-of row's studies: their runs
+            names = [row.run] if row.run is not None else list(row.best_of)   # best_of: studies already expanded
             runs = []
             for n in names:
                 members = params.ensembles[n].members if n in params.ensembles else [n]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from minbert.core.layout import Layout, prediction_file
+from minbert.core.layout import PREDICTED_SPLITS, Layout, prediction_file
 from minbert.core.tasks import TASKS
 from minbert.params import resolve as S
 from minbert.params.settings import (
@@ -204,7 +204,7 @@ def _pretrain_code(s) -> list[str]:
 
 def _ensemble_settings(lp, name):
     ens = lp.params.ensembles[name]
-    splits = [s for s in S.PREDICTED_SPLITS if all(s in S.predicted_splits(lp.experiments[m]) for m in ens.members)]
+    splits = [s for s in PREDICTED_SPLITS if all(s in S.predicted_splits(lp.experiments[m]) for m in ens.members)]
     return S.ensemble_settings(ens, [t for t in TASKS if t in shared_tasks(ens.members, lp.experiments)], splits)
 
 
