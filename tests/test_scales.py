@@ -129,7 +129,7 @@ def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
     paper, laptop = reproduce(tmp_path, "paper"), reproduce(tmp_path, "laptop")
     assert set(laptop.experiments) == {n.rsplit(".seed", 1)[0] for n in paper.experiments}   # one seed each
     ft = laptop.experiments["r004_r4"].finetune
-    assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 4, 500, 1e-4, 2e-3, 0.1)
+    assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 4, 400, 1e-4, 2e-3, 0.1)
     assert ft.downsample.caps == {"sst": 1000, "para": 1000, "sts": 1000}
     # the rows that train their heads alone (`frozen`): 10 epochs over the encoder's outputs computed
     # once (no dropout in it); at the papers' scale they keep their own epochs and dropout

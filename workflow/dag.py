@@ -207,10 +207,18 @@ class SnakemakeDag:
         self.maker = {o: j for j in all_jobs for o in j.outputs}
         read = {self.maker[d].id for j in all_jobs for d in j.deps if d in self.maker}
         self.checkpoint_rules = {self.rule_of[i] for i in read}
+        self.heights = chain_heights(all_jobs, self.maker)
 
     def job(self, stage: str, wildcards) -> Job | None:
         """The job of `stage` the wildcards name; None for a name the params do not have."""
         return self.jobs.get(stage if "name" not in wildcards.keys() else f"{stage}@{wildcards.name}")
+
+    def priority(self, stage: str, wildcards) -> int:
+        """A job's Snakemake priority: how many jobs that run the network its longest chain still holds
+        (`chain_heights`), so that among the jobs ready to run the head of a long chain (a pretraining,
+        then its fine-tuning, head re-training and predictions) starts first, not last."""
+        job = self.job(stage, wildcards)
+        return 0 if job is None else self.heights.get(job.id, 0)
 
     def cmd(self, stage: str, wildcards) -> str:
         job = self.job(stage, wildcards)
@@ -259,6 +267,28 @@ class SnakemakeDag:
             else:
                 out.append(dep)
         return out
+
+
+def chain_heights(all_jobs: list[Job], maker: dict) -> dict[str, int]:
+    """Per job, the most jobs that run the network (the stages with a `gpu` resource) on one path from
+    it to the end of the graph, itself included: the critical-path order that list scheduling starts
+    jobs in, counted in jobs rather than seconds (each such job costs minutes, the others seconds)."""
+    readers: dict[str, list[Job]] = {j.id: [] for j in all_jobs}
+    for j in all_jobs:
+        for d in set(j.deps):
+            if d in maker and maker[d].id != j.id:
+                readers[maker[d].id].append(j)
+    heights: dict[str, int] = {}
+
+    def height(job: Job) -> int:
+        if job.id not in heights:
+            own = 1 if "gpu" in STAGES[job.stage].resources else 0
+            heights[job.id] = own + max((height(r) for r in readers[job.id]), default=0)
+        return heights[job.id]
+
+    for j in all_jobs:
+        height(j)
+    return heights
 
 
 def snakemake_outputs(sample: Job) -> list:

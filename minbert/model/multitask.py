@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from minbert.core.extensions import HEADS
 from minbert.core.tasks import TASKS
-from minbert.data.batches import TaskData, collate, to_device
+from minbert.data.batches import TaskData
 from minbert.data.views import View, view_of
 from minbert.model.bert import BertModel, mean_pool
 from minbert.model.heads import (
@@ -143,12 +143,21 @@ class MultitaskModel(nn.Module):
 @torch.no_grad()
 def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, batch_size: int, device,
                  amp_context, progress=None, loss=None) -> dict:
-    """Run the model over a split in length order (less padding); returns outputs in input order. A
-    symmetric pair task's output is the mean of the outputs for (a, b) and (b, a). `progress(n)`:
-    called with each batch's row count. `loss(output, labels, pair)`: the loss of a labelled split,
-    computed batch by batch (as training computes it: a loss over the batch stays one over batches,
-    and a ranking loss costs a batch's square, not the split's), their mean by rows as `loss`."""
+    """Run the model over a split; returns outputs in input order. In eval mode the encoder is
+    deterministic, so each encoding a split needs is embedded once (length-sorted, `batch_size` rows at
+    a time: minbert.train.frozen.FrozenFeatures), and the heads then run over the rows in length order:
+    a symmetric pair task's output is the mean of the outputs for (a, b) and (b, a), its sentences
+    encoded once for both orders. `progress(n)`: called as rows are done. `loss(output, labels, pair)`:
+    the loss of a labelled split, computed batch by batch (as training computes it: a loss over the
+    batch stays one over batches, and a ranking loss costs a batch's square, not the split's), their
+    mean by rows as `loss`."""
+    from minbert.train.frozen import FrozenFeatures
+
     model.eval()
+    if len(data) == 0:
+        out = empty_outputs(data.task)
+        return {**predictions(data.task, model.heads_cfg, out, model.calibration.get(data.task)), "output": out}
+    features = FrozenFeatures(model, data, tokenizer, model_device(model), amp_context, batch_size, progress)
     order = np.argsort(data.lengths(), kind="stable")
     passes = [False, True] if data.symmetric else [False]
     outputs, total = [], 0.0
@@ -156,28 +165,19 @@ def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, ba
         idx = order[start:start + batch_size].tolist()
         out_b, pair = 0.0, None
         for swapped in passes:
-            batch = to_device(collate(data, idx, tokenizer, [swapped] * len(idx)), model_device(model))
-            batch.pop("labels", None)
-            batch.pop("soft", None)
-            with amp_context():
-                if loss is not None and pair is None:
-                    out, pair = model(data.task, batch, return_pair=True)
-                else:
-                    out = model(data.task, batch)
-            out_b = out_b + out.float().cpu()
+            out, p = model.head_forward(data.task, features.rows(idx, [swapped] * len(idx)), return_pair=True)
+            out_b, pair = out_b + out.float().cpu(), pair if pair is not None else p
         outputs.append(out_b / len(passes))
         if loss is not None and data.labels is not None:
             labels = torch.as_tensor(np.asarray(data.labels)[idx])
             total += float(loss(outputs[-1], labels, tuple(p.float().cpu() for p in pair))) * len(idx)
-        if progress is not None:
-            progress(len(idx))
-    out = torch.cat(outputs) if outputs else empty_outputs(data.task)
+    out = torch.cat(outputs)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
     out = out[torch.as_tensor(inverse)]
     result = predictions(data.task, model.heads_cfg, out, model.calibration.get(data.task))
     result["output"] = out
-    if loss is not None and data.labels is not None and len(order):
+    if loss is not None and data.labels is not None:
         result["loss"] = total / len(order)
     return result
 

@@ -40,7 +40,8 @@ def at_scale(raw: Any, where: str) -> Any:
     """`raw` (the params' YAML content, the catalogue's sections in place) with its chosen scale
     applied: `base` deep-merged with the scale's, the scale's `experiments` and `pretrainings` over
     each one's own settings (then its `frozen` over the experiments that freeze their encoder), its
-    `repeats` on every study whose paper table has claims, its `differs` added to each paper's. A new mapping; `raw` stays as it was. Sections of the wrong type are
+    `repeats` on every study whose paper table has claims, its `named` settings over the rows they
+    name, its `differs` added to each paper's. A new mapping; `raw` stays as it was. Sections of the wrong type are
     left for the schema to refuse."""
     if not isinstance(raw, dict):
         return raw
@@ -63,9 +64,32 @@ def at_scale(raw: Any, where: str) -> Any:
         judged = _judged_studies(raw["studies"])
         out["studies"] = [{**st, "repeats": scale.repeats} if isinstance(st, dict) and st.get("name") in judged else st
                           for st in raw["studies"]]
+    _apply_named(out, scale, where, chosen[0])
     if scale.differs and isinstance(raw.get("papers"), dict):
         out["papers"] = {pid: _with_differs(paper, str(pid), scale) for pid, paper in raw["papers"].items()}
     return out
+
+
+def _apply_named(out: dict, scale: ScaleParams, where: str, name: str) -> None:
+    """The scale's settings for single experiments, pretrainings and studies, deep-merged over each
+    (in `out`, in place); a one-line error for a name the catalogue does not have."""
+    for section, named in (("experiments", scale.named.experiments), ("pretrainings", scale.named.pretrainings)):
+        have = out.get(section) if isinstance(out.get(section), dict) else {}
+        for key, over in named.items():
+            if key not in have:
+                raise MinBertError(f"{where}: key 'scales.{name}.named.{section}.{key}': the catalogue has no "
+                                   f"{section[:-1]} '{key}'{close(key, list(have))}")
+            out[section] = {**out[section], key: deep_merge(have[key] or {}, over)}
+            have = out[section]
+    if scale.named.studies:
+        studies = out.get("studies") if isinstance(out.get("studies"), list) else []
+        names = [st.get("name") for st in studies if isinstance(st, dict)]
+        for key, over in scale.named.studies.items():
+            if key not in names:
+                raise MinBertError(f"{where}: key 'scales.{name}.named.studies.{key}': the catalogue has no study "
+                                   f"'{key}'{close(key, [n for n in names if isinstance(n, str)])}")
+        out["studies"] = [deep_merge(st, scale.named.studies[st["name"]])
+                          if isinstance(st, dict) and st.get("name") in scale.named.studies else st for st in studies]
 
 
 def _frozen(exp, base: dict) -> bool:

@@ -316,6 +316,15 @@ class ScaleDifference(PaperDifference):
     papers: list[str] = Field([], description="the papers (keys of `papers`) it concerns; empty: every paper")
 
 
+class ScaleNamed(Strict):
+    """A scale's settings for single rows, by name, deep-merged last (over what the scale gives all)."""
+    experiments: dict[str, dict[str, Any]] = Field({}, description="experiment name -> its settings at this scale "
+                                                                   "(`template: true`: not run at this scale)")
+    pretrainings: dict[str, dict[str, Any]] = Field({}, description="pretraining name -> its settings at this scale")
+    studies: dict[str, dict[str, Any]] = Field({}, description="study name -> its settings at this scale (its "
+                                                               "`experiments`, its `grid`)")
+
+
 class ScaleParams(Strict):
     """One scale of a catalogue (`scales.<name>`, chosen by `scale`): what it changes in every run,
     how many seeds the claims' rows run, and every way in which that departs from the papers.
@@ -331,6 +340,8 @@ class ScaleParams(Strict):
     pretrainings: dict[str, Any] = Field({}, description="deep-merged over every pretraining's settings")
     repeats: Annotated[int, Field(ge=1, le=100)] | None = Field(
         None, description="seeds of every row of a study whose paper table has claims (the verdicts resample them)")
+    named: ScaleNamed = Field(ScaleNamed(), description="settings for one experiment, pretraining or study, by its "
+                                                        "name, deep-merged last (a sweep's values for this scale, say)")
     differs: list[ScaleDifference] = Field([], description="each way in which this scale departs from the papers")
 
 

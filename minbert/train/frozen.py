@@ -34,29 +34,38 @@ class FrozenFeatures:
     """Sentence embeddings of every encoding a task's split needs (its view's parts, and the swapped
     cross-encoding of a symmetric pair task), computed at once with the encoder in eval mode."""
 
-    def __init__(self, model: MultitaskModel, data: TaskData, tokenizer, device, amp):
+    def __init__(self, model: MultitaskModel, data: TaskData, tokenizer, device, amp, batch_size: int = ENCODE_BATCH,
+                 progress=None):
+        """`batch_size`: rows of one encoding embedded at a time; `progress(n)`: called as rows are done
+        (a row counts once all its encodings are)."""
         self.task, self.view = data.task, data.view
+        self.batch_size, self._progress, self._done = batch_size, progress, 0
         self.labels, self.soft, self.symmetric = data.labels, data.soft, data.symmetric
         self.emb: dict[str, torch.Tensor] = {}
         training = model.encoder.training
         model.encoder.eval()
         try:
             with torch.no_grad():
-                for part in data.view.encodings(data.symmetric):
-                    self.emb[part] = self._embed(model, data.enc[part], tokenizer, device, amp)
+                parts = data.view.encodings(data.symmetric)
+                for k, part in enumerate(parts):
+                    self.emb[part] = self._embed(model, data.enc[part], tokenizer, device, amp, k, len(parts))
         finally:
             model.encoder.train(training)
 
-    def _embed(self, model, rows, tokenizer, device, amp) -> torch.Tensor:
+    def _embed(self, model, rows, tokenizer, device, amp, k: int = 0, n_parts: int = 1) -> torch.Tensor:
         order = np.argsort([len(ids) for ids, _ in rows], kind="stable")
         chunks, index = [], []
-        for start in range(0, len(order), ENCODE_BATCH):
-            idx = order[start:start + ENCODE_BATCH]
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start:start + self.batch_size]
             batch = tokenizer.pad([rows[i] for i in idx], multiple_of=PAD_MULTIPLE)
             batch.update(padding_layout(batch["attention_mask"]))
             with amp():
                 chunks.append(model.embed(to_device(batch, device), task=self.task))
             index.append(idx)
+            if self._progress is not None:            # rows whose every encoding is embedded
+                done = (k * len(order) + start + len(idx)) // n_parts
+                self._progress(done - self._done)
+                self._done = done
         emb = torch.cat(chunks)
         inverse = np.empty(len(order), dtype=np.int64)
         inverse[np.concatenate(index)] = np.arange(len(order))

@@ -11,6 +11,9 @@
 # function asks for the checkpoints it reads from (dag.SnakemakeDag.inputs_after); a dry run
 # (`snakemake -n`) does not, so its plan lists every job a target needs, not only the first ones.
 #
+# A job's priority is the number of network-running jobs on its longest chain (dag.chain_heights):
+# among the jobs ready to run, the head of the longest chain (a pretraining) starts first.
+#
 # With `--config in_process=true` (and `--force-use-threads`) the stages run inside Snakemake's own
 # process instead: the catalogue smoke test runs hundreds of tiny jobs without a Python start-up each.
 
@@ -40,6 +43,7 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
             log: dag.snakemake_log(sample_job)
             message: MESSAGES and dag.stage_message(stage_name)
             wildcard_constraints: name=name_pattern
+            priority: lambda wc, s=stage_name: SNAKE.priority(s, wc)
             threads: 1
             run: dag.run_in_process(SNAKE.job(RULE_STAGE[rule], wildcards), log[0])
     else:
@@ -51,6 +55,7 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
             benchmark: dag.snakemake_benchmark(sample_job)
             message: MESSAGES and dag.stage_message(stage_name)
             wildcard_constraints: name=name_pattern
+            priority: lambda wc, s=stage_name: SNAKE.priority(s, wc)
             params:
                 cmd=lambda wc, s=stage_name: SNAKE.cmd(s, wc),
             threads: dag.stage_threads(stage_name, GPUS, JOBS_PER_GPU, workflow.cores, ON_THIS_MACHINE)
