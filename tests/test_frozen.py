@@ -90,3 +90,52 @@ def test_nothing_is_stored_where_the_frozen_encoder_is_not_deterministic(tiny_mo
     assert not frozen.cacheable(model, ft.model_copy(update={"freeze_encoder": False}), "sts")
     assert not frozen.cacheable(model, ft.model_copy(update={"smart": ft.smart.model_copy(update={"enabled": True})}),
                                 "sts")
+
+
+@pytest.mark.parametrize("heads,task", [
+    ({"para": "concat", "symmetric_pairs": True, "pooling": "mean"}, "para"),          # bi-encoder, both orders
+    ({"para": "cross", "symmetric_pairs": True}, "para"),                               # (a, b) and (b, a) encoded
+    ({"sst": "classifier", "extra_layers": {"sst": 1}}, "sst"),                           # through a branch
+])
+def test_prediction_embeds_each_encoding_once_and_equals_the_batch_by_batch_forward(tiny_model_dir, prepared,
+                                                                                    heads, task):
+    """predict_task embeds a split's encodings once (in eval mode the encoder is deterministic) and runs
+    the heads over both orders of a symmetric pair: the outputs, and the loss batch by batch, equal the
+    model's whole forward on each batch of rows in both orders; progress counts every row once."""
+    from functools import partial
+
+    from minbert.data.read import load_splits
+    from minbert.model.multitask import predict_task
+    from minbert.train.losses import task_loss
+
+    torch.manual_seed(0)
+    encoder, _, folder = load_encoder(str(tiny_model_dir))
+    tok = Tokenizer(folder, 32)
+    cfg = HeadsParams(**heads)
+    model = MultitaskModel(encoder, cfg, [task]).eval()
+    data = build_task_data(task, load_splits(prepared, task, ("dev",))["dev"], tok, cfg)
+    assert data.symmetric == (task == "para") and (task in model.branches) == (task == "sst")
+    amp = lambda: autocast(CPU, False)  # noqa: E731
+    loss = partial(task_loss, task, cfg)
+    seen = []
+    got = predict_task(model, data, tok, 7, CPU, amp, progress=seen.append, loss=loss)
+    assert sum(seen) == len(data) and all(n >= 0 for n in seen)
+    order = sorted(range(len(data)), key=lambda i: data.lengths()[i])
+    passes = [False, True] if data.symmetric else [False]
+    outputs, total = {}, 0.0
+    with torch.no_grad():
+        for start in range(0, len(order), 7):
+            idx = order[start:start + 7]
+            outs = []
+            for swapped in passes:
+                batch = to_device(collate(data, idx, tok, [swapped] * len(idx)), CPU)
+                labels = batch.pop("labels", None)
+                batch.pop("soft", None)
+                out, pair = model(task, batch, return_pair=True)
+                outs.append((out.float(), pair))
+            mean = sum(o for o, _ in outs) / len(passes)
+            total += float(loss(mean, labels, outs[0][1])) * len(idx)
+            outputs.update(zip(idx, mean))
+    expected = torch.stack([outputs[i] for i in range(len(data))])
+    torch.testing.assert_close(got["output"], expected, rtol=1e-4, atol=1e-5)
+    assert got["loss"] == pytest.approx(total / len(data), rel=1e-4, abs=1e-6)

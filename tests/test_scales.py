@@ -127,7 +127,10 @@ def test_the_papers_scale_plans_each_papers_epochs_on_all_training_rows_over_thr
 
 def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
     paper, laptop = reproduce(tmp_path, "paper"), reproduce(tmp_path, "laptop")
-    assert set(laptop.experiments) == {n.rsplit(".seed", 1)[0] for n in paper.experiments}   # one seed each
+    # one seed each; R4 for six epochs is R4 at one epoch, and the lr sweep is this scale's own
+    rows = {n.rsplit(".seed", 1)[0] for n in paper.experiments} - {"r004_r9"}
+    assert set(laptop.experiments) - rows == {"r004_lr_sweep.lr0.001", "r004_lr_sweep.lr1e-05"}
+    assert rows - set(laptop.experiments) == {"r004_lr_sweep.lr0.0001", "r004_lr_sweep.lr1e-07"}
     ft = laptop.experiments["r004_r4"].finetune
     assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 4, 400, 1e-4, 2e-3, 0.1)
     assert ft.downsample.caps == {"sst": 1000, "para": 1000, "sts": 1000}
@@ -136,7 +139,8 @@ def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
     for name, exp in laptop.experiments.items():
         f = exp.finetune
         assert (f.epochs, f.frozen_encoder_dropout) == ((10, False) if f.freeze_encoder else (1, False)), name
-        assert not exp.retrain_heads.enabled or exp.retrain_heads.epochs == 10, name
+        # head re-training: each paper's epochs (000: 10, 003: 3) on the scale's rows
+        assert not exp.retrain_heads.enabled or exp.retrain_heads.epochs == (3 if name.startswith("r003") else 10), name
     assert paper.experiments["r000_frozen_baseline.seed11711"].finetune.frozen_encoder_dropout
     # dev alone predicted at the laptop scale (no claim reads test), both splits at the papers' scale
     assert not any(e.predict_test for e in laptop.experiments.values())
@@ -145,3 +149,57 @@ def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
     for pid, paper_params in laptop.params.papers.items():
         settings = [d.setting for d in paper_params.differs]
         assert {"learning rates", "dev evaluations", "seeds", "test predictions", "frozen-encoder rows"} <= set(settings), pid
+
+
+def test_the_laptop_scales_r9_is_its_own_sweep_and_never_r4(tmp_path):
+    """R9 "fails to improve on R4" could not fail if a row it takes the best of were R4: at one epoch
+    R4 for six epochs is R4, and the paper's lr 1e-4 is this scale's own rate. The scale's `named`
+    settings sweep 10x, 0.1x and 0.01x its rate (the paper's ratios to its R4's) and run no R9 as it is."""
+    laptop = reproduce(tmp_path, "laptop")
+    r4 = laptop.experiments["r004_r4"]
+    table = next(st for st in laptop.params.studies if st.name == "r004_extensions").paper
+    r9 = table.row("R9").best_of
+    assert sorted(laptop.experiments[r].finetune.lr for r in r9) == sorted([1e-3, 1e-5, 1e-6] + [1e-4] * 3)
+    assert sorted(laptop.experiments[r].finetune.heads.dropout for r in r9) == sorted([0.3] * 3 + [0.4, 0.5, 0.6])
+    for r in r9:
+        assert laptop.experiments[r].model_dump(exclude={"description"}) != r4.model_dump(exclude={"description"}), r
+    assert laptop.params.pretrainings["mlm_sst_para"].mlm.downsample.size == 2000
+    assert any(d.setting == "R9" for d in laptop.params.papers["004"].differs)
+    # without them the claim is refused in one line, naming it
+    raw = (REPO / "params" / "reproduce.yaml").read_text()
+    cut = raw.replace("        r004_r9: {template: true}", "        r004_r9: {}").replace(
+        "        r004_dropout_sweep: {experiments: []}\n", "")
+    assert cut != raw
+    (tmp_path / "params" / "reproduce.yaml").write_text(cut)
+    with pytest.raises(MinBertError) as e:
+        load_params(tmp_path / "params.yaml")
+    assert "(claim 'varying the hyperparameters fails to improve on R4'): row 'R9' runs 'r004_r9'" in str(e.value)
+    assert "could not fail" in str(e.value) and "\n" not in str(e.value)
+
+
+NAMED = """\
+    named:
+      experiments: {a: {finetune: {batch_size: 4}}, c: {template: true}}
+      pretrainings: {mlm: {epochs: 2}}
+      studies: {plain: {title: Renamed, experiments: [a]}}
+"""
+
+
+@pytest.mark.parametrize("section,right,wrong", [("experiments", "a: {finetune", "aa: {finetune"),
+                                                 ("pretrainings", "mlm: {epochs: 2", "mln: {epochs: 2"),
+                                                 ("studies", "plain: {title", "plane: {title")])
+def test_a_scales_named_settings_apply_to_the_row_they_name_and_an_unknown_name_is_one_line(
+        tmp_path, section, right, wrong):
+    named = CATALOGUE.replace("    differs: [{setting: epochs", NAMED + "    differs: [{setting: epochs")
+    lp = load_params(project(tmp_path, "catalogue: cat\n", named))
+    a = lp.experiments["a.seed11711"].finetune
+    assert (a.batch_size, a.epochs) == (4, 1)                          # named, over the scale's settings for all
+    assert lp.experiments["b.seed11711"].finetune.batch_size != 4
+    assert "c" not in lp.experiments                                   # a template at this scale: not run
+    assert lp.params.pretrainings["mlm"].epochs == 2                    # named wins over the scale's own
+    assert next(st for st in lp.params.studies if st.name == "plain").title == "Renamed"
+    with pytest.raises(MinBertError, match=rf"key 'scales.small.named.{section}.{wrong.split(':')[0]}': the catalogue "
+                                           rf"has no .*did you mean") as e:
+        bad = CATALOGUE.replace("    differs: [{setting: epochs", NAMED.replace(right, wrong) + "    differs: [{setting: epochs")
+        load_params(project(tmp_path, "catalogue: cat\n", bad))
+    assert "\n" not in str(e.value)

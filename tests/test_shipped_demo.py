@@ -60,6 +60,9 @@ def demo_repo(repo_root, tmp_path_factory, tiny_model_dir):
     log = run([SNAKEMAKE, "--cores", "1", "--scheduler", "greedy", "--force-use-threads", "--config",
                "in_process=true", "dvc_commit=true", "progress=1", "--", "all", "results/exports/mlm_multitask"],
               folder, timeout=1800)
+    # the head of the longest chain starts first (its priority: workflow.dag.chain_heights)
+    started = [w for w in re.findall(r"^Job \d+: (\S+)", log, re.M) if not w.startswith("prepare")]
+    assert started[0] == "pretrain", log[-3000:]
     # where the run stood, on Snakemake's terminal every second while jobs ran (minbert.pipeline.progress)
     assert re.search(r"^\[progress\] \d+ of 26 jobs done, 1 running, \d+ waiting", log, re.M), log[-3000:]
     # the stages ran inside Snakemake's process; its records of them would make a plain run re-run them

@@ -144,6 +144,25 @@ def test_dvc_stages_track_the_description_files_and_the_whole_params_files(repo_
     assert stages["pretrain-para_first"]["outs"][0] == "results/pretrain/para_first/model"
 
 
+def test_the_head_of_the_longest_chain_has_the_highest_priority(repo_root):
+    """Snakemake's priority of a job is the number of network-running jobs on its longest path to the
+    end, so among the jobs ready to run a pretraining (then its fine-tuning, predictions) starts first;
+    tests/test_shipped_demo.py sees Snakemake run it first."""
+    jobs = dag.jobs("params.yaml")
+    heights = dag.SnakemakeDag(jobs).heights
+    lp = dag.load_params(repo_root / "params.yaml")
+    pretrained = {n: e.pretrain for n, e in lp.experiments.items() if e.pretrain}
+    assert pretrained
+    for name, exp in lp.experiments.items():
+        after = heights[f"retrain_heads@{name}"] if exp.retrain_heads.enabled else heights[f"predict@{name}"]
+        assert heights[f"finetune@{name}"] == after + 1 and heights[f"predict@{name}"] >= 1, name
+        if name in pretrained:
+            assert heights[f"pretrain@{exp.pretrain}"] >= heights[f"finetune@{name}"] + 1
+    assert heights["report"] == 0 and all(heights[j.id] == 0 for j in jobs if j.stage == "evaluate")
+    assert heights["prepare"] == max(heights.values()) > max(heights[f"finetune@{n}"] for n in lp.experiments
+                                                              if n not in pretrained)
+
+
 def test_resources_and_threads_are_declared_per_stage():
     for stage, res in dag.STAGE_RESOURCES.items():
         assert {"threads", "mem_mb", "runtime"} <= set(res), stage

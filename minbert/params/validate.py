@@ -134,6 +134,39 @@ def check_papers(params: Params, runnable: set, where: str, experiments: dict, g
                                        f"experiment, ensemble or study{close(name, runnable | studies)}")
         check_reference(st, runnable, f"{where}: key '{key}", experiments, groups)
         check_test_claims(st, f"{where}: key '{key}", params, experiments, groups)
+        check_distinct_claims(st, f"{where}: key '{key}", params, experiments, groups)
+
+
+def row_runs(paper, label: str, params: Params, groups: dict) -> list[str]:
+    """The experiments a paper row's figures come from: its run's, or every run it takes the best of
+    (their studies already expanded into their rows), ensembles and repeated experiments expanded."""
+    row = paper.row(label)
+    runs = []
+    for n in [row.run] if row.run is not None else list(row.best_of):
+        members = params.ensembles[n].members if n in params.ensembles else [n]
+        runs += [r for m in members for r in groups.get(m, [m])]
+    return runs
+
+
+def check_distinct_claims(st, where: str, params: Params, experiments: dict, groups: dict) -> None:
+    """No run on one side of a claim trains exactly what a run on its other side trains (the settings
+    as resolved, the description apart): such a claim could not fail. A scale that cuts two rows down
+    to the same run (R4 for six epochs at one epoch, a sweep value that is the row's own rate) says
+    what each row runs at that scale instead (`scales.<name>.named`)."""
+    def settings(run):
+        return experiments[run].model_dump(mode="json", exclude={"description"})
+
+    for k, claim in enumerate(st.paper.claims):
+        first, second = ([r for r in row_runs(st.paper, label, params, groups) if r in experiments]
+                         for label in claim.rows)
+        theirs = {}
+        for r in second:
+            theirs.setdefault(repr(settings(r)), r)
+        same = next(((r, theirs[repr(settings(r))]) for r in first if repr(settings(r)) in theirs), None)
+        if same is not None:
+            raise MinBertError(f"{where}.claims[{k}]' (claim '{claim.text}'): row '{claim.rows[0]}' runs '{same[0]}', "
+                               f"which trains exactly what row '{claim.rows[1]}' runs ('{same[1]}'), so its verdict "
+                               f"could not fail; give one of them other settings (at a scale: scales.<name>.named)")
 
 
 def check_test_claims(st, where: str, params: Params, experiments: dict, groups: dict) -> None:
@@ -142,12 +175,7 @@ def check_test_claims(st, where: str, params: Params, experiments: dict, groups:
         if claim.split != "test":
             continue
         for label in claim.rows:
-            row = st.paper.row(label)
-            names = [row.run] if row.run is not None else list(row.best_of)   # best_of: studies already expanded
-            runs = []
-            for n in names:
-                members = params.ensembles[n].members if n in params.ensembles else [n]
-                runs += [r for m in members for r in groups.get(m, [m])]
+            runs = row_runs(st.paper, label, params, groups)
             off = next((r for r in runs if r in experiments and not experiments[r].predict_test), None)
             if off is not None:
                 raise MinBertError(f"{where}.claims[{k}].split' (claim '{claim.text}'): row '{label}' runs '{off}', "

@@ -10,6 +10,11 @@ draws new masks every batch, as the course code does), not with SMART (its pertu
 the encoder), not for a task with a trainable branch of extra layers over the encoder (003's
 FREEZE_SST). The stored embeddings equal the ones the encoder gives batch by batch up to float
 rounding (tests/test_frozen.py).
+
+Prediction (minbert.model.multitask.predict_task: the predict stage, dev evaluation during training,
+the Python API) runs the model in eval mode, where every encoder is deterministic, branches
+included: it embeds each encoding once the same way, so a symmetric pair task's two orders share
+one pass of the encoder over each sentence.
 """
 from __future__ import annotations
 
