@@ -384,18 +384,21 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
 def estimate_command(args) -> None:
     from minbert.core.runtime import pick_device, precision_on
     from minbert.params.load import load_params
-    from minbert.pipeline.estimate import describe, estimate, measure, typical_length
+    from minbert.pipeline.estimate import busy_note, describe, estimate, measure, typical_length
 
     lp = load_params(args.params)
     base = lp.base
     device = args.device or base.device
     threads = args.threads or base.threads
+    dev = pick_device(device)
+    busy = busy_note(dev.type)                  # before this process adds its own load
     length = typical_length(lp, base.model)
     cost = measure(base.model, device, base.precision, threads, length)
-    dev = pick_device(device)
     where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
         f", sentences of {length} word pieces)"
     print(describe(estimate(lp, cost), where))
+    if busy:
+        print(busy)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

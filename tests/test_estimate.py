@@ -114,3 +114,13 @@ def test_the_command_says_how_long_before_anything_runs(tmp_path, tiny_model_dir
     line = out.stdout.strip()
     assert re.match(r"about .* of work on cpu \(fp32, 1 threads, sentences of \d+ word pieces\), one job at a time: "
                     r"4 jobs, 480 training updates .*the longest: ", line), line
+
+
+def test_an_estimate_measured_on_busy_cores_says_so():
+    from minbert.pipeline.estimate import busy_note
+
+    note = busy_note("cpu", load=2.9, cores=2)
+    assert "busy" in note and "load average 2.9 on 2 cores" in note and "\n" not in note
+    assert busy_note("cpu", load=0.4, cores=2) is None
+    assert busy_note("cuda", load=9.0, cores=2) is None          # a GPU's step is not the CPU's load
+    assert busy_note("cpu") is None or "busy" in busy_note("cpu")  # this machine's own load, read

@@ -232,6 +232,22 @@ def fmt_seconds(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
 
 
+def busy_note(device_type: str, load: float | None = None, cores: int | None = None) -> str | None:
+    """A line saying the CPU's cores were busy when the step time was measured (the 1-minute load
+    average at least half the cores this process may use), or None: a busy machine measures a slower
+    step, and the estimate would price the jobs as if they had to share the cores all along."""
+    import os
+
+    if device_type != "cpu":
+        return None
+    load = os.getloadavg()[0] if load is None else load
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    if load < cores / 2:
+        return None
+    return (f"the cores were busy while the step time was measured (load average {load:.1f} on {cores} cores): "
+            f"the estimate is of a machine this busy; measure again on idle cores")
+
+
 def describe(est: Estimate, where: str) -> str:
     """The estimate in a few lines."""
     stages = ", ".join(f"{s} {fmt_seconds(v)}" for s, v in sorted(est.seconds.items(), key=lambda kv: -kv[1]))
