@@ -1,6 +1,7 @@
 """Shared fixtures: the real data beside the repository, the packaged MiniLM, a tiny random BERT."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -149,3 +150,43 @@ def default_signals() -> None:
     Python in the child turns it into KeyboardInterrupt even when the test run itself was started
     as a shell's background job (which starts with SIGINT ignored, inherited by every child)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# ---------------------------------------------------------------- the longest files first
+# Under `-n auto --dist loadfile` pytest-xdist hands whole files to its workers in the order of the
+# collection (its own reordering, by number of tests, is switched off here): the files that took
+# longest in the last recorded run go first and the short ones fill in behind them (longest
+# processing time first), so no worker is left with one long file at the end while the others idle.
+# tests/durations.json holds each file's seconds (setup, call and teardown of its tests), written by
+# a run with MINBERT_RECORD_DURATIONS=tests/durations.json; a file it does not list goes after the
+# listed ones, in collection order. Stale figures only cost balance, never a test.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session, config, items):
+    try:
+        seconds = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    items.sort(key=lambda item: -float(seconds.get(Path(str(item.fspath)).name, 0)))   # stable: ties keep order
+
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("MINBERT_RECORD_DURATIONS"):
+        name = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    out = os.environ.get("MINBERT_RECORD_DURATIONS")
+    if out and not hasattr(session.config, "workerinput") and _FILE_SECONDS:    # the controller, under xdist
+        ranked = dict(sorted(((k, round(v)) for k, v in _FILE_SECONDS.items()), key=lambda kv: -kv[1]))
+        Path(out).write_text(json.dumps(ranked, indent=1) + "\n")
