@@ -61,9 +61,15 @@ def _cap(d: dict, key: str, most: int) -> None:
 
 def tiny_catalogue(raw: dict, data: Path, model: str) -> dict:
     """The catalogue with the tiny data and model, at its scale of fewest seeds, and every training
-    stage cut to at most two epochs of one update (the settings that make each experiment what it is
-    stay)."""
+    stage cut to a few epochs of one update (the settings that make each experiment what it is stay,
+    and rows with different epochs keep different ones)."""
     raw = dict(raw)
+    # fewer epochs, each row's still distinct from another's (R9's six against R4's ten): rows cut to
+    # the same run would make a claim unable to fail, which loading refuses
+    stated = sorted({e["finetune"]["epochs"] for e in [raw.get("base") or {}, *(raw.get("experiments") or {}).values()]
+                     if isinstance(e, dict) and isinstance(e.get("finetune"), dict)
+                     and isinstance(e["finetune"].get("epochs"), int) and e["finetune"]["epochs"] > 2})
+    fewer = {v: 3 + k for k, v in enumerate(stated)}
     if raw.get("scales"):               # the scale of fewest seeds: the rows are the same at every scale
         raw["scale"] = min(raw["scales"], key=lambda k: (raw["scales"][k] or {}).get("repeats") or 1)
     raw["data"] = {**(raw.get("data") or {}), "dir": str(data), "nli_file": str(data / "nli.jsonl")}
@@ -72,7 +78,8 @@ def tiny_catalogue(raw: dict, data: Path, model: str) -> dict:
     for exp in [base, *[e for e in (raw.get("experiments") or {}).values() if isinstance(e, dict)]]:
         ft = exp.setdefault("finetune", {})
         ft["max_steps_per_epoch"] = 1
-        _cap(ft, "epochs", 2)
+        if isinstance(ft.get("epochs"), int) and ft["epochs"] > 2:
+            ft["epochs"] = fewer[ft["epochs"]]
         _cap(exp, "max_length", 32)
         rh = exp.get("retrain_heads")
         if isinstance(rh, dict):

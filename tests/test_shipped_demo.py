@@ -145,6 +145,9 @@ CHANGED = {
     # it would train cross_encoder's chain again: planned instead (tested to be exactly that chain above)
     "snakemake --cores all --config set='++experiments.cross_encoder.finetune.lr=5e-5'":
         "snakemake -n --cores all --config set='++experiments.cross_encoder.finetune.lr=5e-5'",
+    # it would train every fine-tune of the demo again (and all after them): planned instead, every
+    # fine-tune in the plan (checked below); tests/test_reruns.py runs a forced fine-tune for real
+    "snakemake --cores all --forcerun finetune": "snakemake -n --cores all --forcerun finetune",
 }
 
 
@@ -238,6 +241,10 @@ def test_every_documented_command_runs_on_the_demo_or_says_what_it_needs(demo_re
     block = readme[readme.index("$ ls results/exports/mlm_multitask"):]
     assert listing == set(block.split("```")[0].split()[3:]), listing
     assert "Nothing to be done" in ran["snakemake --cores all"] or "up to date" in ran["snakemake --cores all"]
+    from test_workflow import dag
+    fine_tunes = sum(j.stage == "finetune" for j in dag.jobs("params.yaml", repo=demo_repo))
+    assert re.search(rf"^finetune\s+{fine_tunes}$", ran["snakemake --cores all --forcerun finetune"], re.M), \
+        ran["snakemake --cores all --forcerun finetune"][-2000:]
     assert "(3, 32)" in ran[next(c for c in ran if c.startswith("python -c 'from sentence_transformers"))]
     page = (demo_repo / "dvc_plots" / "index.html").read_text()
     assert "<script src" not in page and "vegaEmbed(" in page            # `dvc plots show`: offline
