@@ -79,6 +79,8 @@ def _apply_named(out: dict, scale: ScaleParams, where: str, name: str) -> None:
             if key not in have:
                 raise MinBertError(f"{where}: key 'scales.{name}.named.{section}.{key}': the catalogue has no "
                                    f"{section[:-1]} '{key}'{close(key, list(have))}")
+            if have[key] is not None and not isinstance(have[key], dict):
+                continue                                  # the schema refuses it, naming its key
             out[section] = {**out[section], key: deep_merge(have[key] or {}, over)}
             have = out[section]
     if scale.named.studies:
