@@ -145,13 +145,13 @@ def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, ba
                  amp_context, progress=None, loss=None) -> dict:
     """Run the model over a split; returns outputs in input order. In eval mode the encoder is
     deterministic, so each encoding a split needs is embedded once (length-sorted, `batch_size` rows at
-    a time: minbert.train.frozen.FrozenFeatures), and the heads then run over the rows in length order:
+    a time: minbert.model.embeddings.FrozenFeatures), and the heads then run over the rows in length order:
     a symmetric pair task's output is the mean of the outputs for (a, b) and (b, a), its sentences
     encoded once for both orders. `progress(n)`: called as rows are done. `loss(output, labels, pair)`:
     the loss of a labelled split, computed batch by batch (as training computes it: a loss over the
     batch stays one over batches, and a ranking loss costs a batch's square, not the split's), their
     mean by rows as `loss`."""
-    from minbert.train.frozen import FrozenFeatures
+    from minbert.model.embeddings import FrozenFeatures
 
     model.eval()
     if len(data) == 0:
