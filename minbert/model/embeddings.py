@@ -89,28 +89,33 @@ class FrozenFeatures:
         return batch
 
     @torch.no_grad()
-    def predict(self, model: MultitaskModel, amp, batch_size: int = 1024, loss=None, labels=None) -> dict:
+    def predict(self, model: MultitaskModel, amp, batch_size: int = 1024, loss=None, labels=None, order=None) -> dict:
         """What minbert.model.multitask.predict_task gives (outputs, predictions, probabilities and,
         with `loss` and the split's `labels`, its loss batch by batch), from the stored embeddings;
-        a symmetric pair task's output is the mean over both orders."""
+        a symmetric pair task's output is the mean over both orders. `order`: the rows in the order
+        their batches take them (default: as stored); the outputs come back in row order."""
         model.eval()
         n = len(next(iter(self.emb.values())))
+        order = np.arange(n) if order is None else np.asarray(order)
         passes = [False, True] if self.symmetric else [False]
         outputs, total = [], 0.0
         for start in range(0, n, batch_size):
-            idx = list(range(start, min(n, start + batch_size)))
+            idx = order[start:start + batch_size].tolist()
             out, pair = 0.0, None
             for swapped in passes:
                 with amp():
                     o, p = model.head_forward(self.task, self.rows(idx, [swapped] * len(idx)), return_pair=True)
-                out, pair = out + o.float(), pair if pair is not None else p
+                out, pair = out + o.float().cpu(), pair if pair is not None else p
             outputs.append(out / len(passes))
             if loss is not None and labels is not None:
                 target = torch.as_tensor(np.asarray(labels)[idx])
-                total += float(loss(outputs[-1].cpu(), target, tuple(x.float().cpu() for x in pair))) * len(idx)
+                total += float(loss(outputs[-1], target, tuple(x.float().cpu() for x in pair))) * len(idx)
         from minbert.model.multitask import empty_outputs
 
-        out = torch.cat(outputs).cpu() if outputs else empty_outputs(self.task)
+        out = torch.cat(outputs) if outputs else empty_outputs(self.task)
+        inverse = np.empty(n, dtype=np.int64)
+        inverse[order] = np.arange(n)
+        out = out[torch.from_numpy(inverse)]                                 # back to row order
         result = predictions(self.task, model.heads_cfg, out, model.calibration.get(self.task))
         result["output"] = out
         if loss is not None and labels is not None and n:

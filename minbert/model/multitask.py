@@ -158,28 +158,8 @@ def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, ba
         out = empty_outputs(data.task)
         return {**predictions(data.task, model.heads_cfg, out, model.calibration.get(data.task)), "output": out}
     features = FrozenFeatures(model, data, tokenizer, model_device(model), amp_context, batch_size, progress)
-    order = np.argsort(data.lengths(), kind="stable")
-    passes = [False, True] if data.symmetric else [False]
-    outputs, total = [], 0.0
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size].tolist()
-        out_b, pair = 0.0, None
-        for swapped in passes:
-            out, p = model.head_forward(data.task, features.rows(idx, [swapped] * len(idx)), return_pair=True)
-            out_b, pair = out_b + out.float().cpu(), pair if pair is not None else p
-        outputs.append(out_b / len(passes))
-        if loss is not None and data.labels is not None:
-            labels = torch.as_tensor(np.asarray(data.labels)[idx])
-            total += float(loss(outputs[-1], labels, tuple(p.float().cpu() for p in pair))) * len(idx)
-    out = torch.cat(outputs)
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order))
-    out = out[torch.as_tensor(inverse)]
-    result = predictions(data.task, model.heads_cfg, out, model.calibration.get(data.task))
-    result["output"] = out
-    if loss is not None and data.labels is not None:
-        result["loss"] = total / len(order)
-    return result
+    labels = data.labels if loss is not None else None
+    return features.predict(model, amp_context, batch_size, loss, labels, order=np.argsort(data.lengths(), kind="stable"))
 
 
 def empty_outputs(task: str) -> torch.Tensor:
