@@ -20,8 +20,11 @@ data are hashed byte for byte (their text is what they output).
 from __future__ import annotations
 
 import ast
+import atexit
+import functools
 import hashlib
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -87,17 +90,22 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return found
 
 
-def _code_data(tree: ast.AST, folder: Path) -> list[Path]:
-    """Files a module declares as part of its code: `CODE_DATA = ("templates",)` (folders or files,
+def _code_data_names(tree: ast.AST) -> list[str]:
+    """What a module declares as part of its code: `CODE_DATA = ("templates",)` (folders or files,
     relative to the module)."""
     for node in getattr(tree, "body", []):
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CODE_DATA" for t in node.targets):
-            out = []
-            for rel in ast.literal_eval(node.value):
-                p = folder / rel
-                out += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-            return out
+            return [str(rel) for rel in ast.literal_eval(node.value)]
     return []
+
+
+def _code_data(names: list[str], folder: Path) -> list[Path]:
+    """The files of a module's declared code data (`_code_data_names`), folders walked."""
+    out = []
+    for rel in names:
+        p = folder / rel
+        out += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+    return out
 
 
 _CLOSURES: dict[tuple, list[Path]] = {}
@@ -155,12 +163,20 @@ _FACTS: dict[tuple, tuple[list[Path], list[str]]] = {}
 
 def _module_facts(path: Path, name: str) -> tuple[list[Path], list[str]]:
     """A module's declared code data and the modules it imports, parsed once per process while the
-    file is unchanged (the closures of a plan's stages share most modules)."""
+    file is unchanged (the closures of a plan's stages share most modules), and kept between
+    processes by the file's content (`_Parsed`)."""
     st = os.stat(path)
     key = (str(path), name, st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _FACTS:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-        _FACTS[key] = (_code_data(tree, path.parent), sorted(_imports(tree, name, path.name == "__init__.py")))
+        data = path.read_bytes()
+        package = path.name == "__init__.py"
+
+        def facts() -> list:
+            tree = ast.parse(data, filename=str(path))
+            return [_code_data_names(tree), sorted(_imports(tree, name, package))]
+
+        names, imports = _PARSED.get(data, f"facts {name} {package}", facts)
+        _FACTS[key] = (_code_data(names, path.parent), imports)
     return _FACTS[key]
 
 
@@ -222,7 +238,9 @@ def code_hash(path: str | Path) -> str:
     st = os.stat(path)
     key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _CODE_HASHES:
-        _CODE_HASHES[key] = _code_hash(Path(path).read_bytes(), str(path))
+        data = Path(path).read_bytes()
+        _CODE_HASHES[key] = _PARSED.get(data, "hash .py" if str(path).endswith(".py") else "hash",
+                                        lambda: _code_hash(data, str(path)))
     return _CODE_HASHES[key]
 
 
@@ -234,3 +252,65 @@ def _code_hash(data: bytes, path: str) -> str:
         except (SyntaxError, ValueError):
             pass
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- kept between processes
+
+class _Parsed:
+    """What parsing gives for a file's bytes (its code hash, its imports), kept on disk between
+    processes: every plan (each `snakemake`, `dvc repro` and hand run) would otherwise parse the
+    hundred modules of the closures again, most of its start-up. Keyed by the SHA-256 of the bytes,
+    read afresh each time (never by a file's date), in a file named after this module's own content
+    and the Python version (the syntax tree's form), so an edit to either starts a new one. At most
+    `MOST` entries (the oldest go); a folder that cannot be written is no error: it only costs the
+    parsing."""
+
+    MOST = 20000
+
+    def __init__(self):
+        self.entries: dict[str, object] | None = None
+        self.new = 0
+
+    @functools.cached_property
+    def path(self) -> Path:
+        import sys
+
+        salt = hashlib.sha256(Path(__file__).read_bytes() + sys.version.encode()).hexdigest()[:16]
+        root = os.environ.get("MINBERT_CACHE") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "minbert")
+        return Path(root) / f"code-{salt}.json"
+
+    def get(self, data: bytes, what: str, compute):
+        if self.entries is None:
+            self.entries = self._read()
+        key = f"{hashlib.sha256(data).hexdigest()} {what}"
+        if key not in self.entries:
+            self.entries[key] = compute()
+            self.new += 1
+        return self.entries[key]
+
+    def _read(self) -> dict:
+        try:
+            found = json.loads(self.path.read_text(encoding="utf-8"))
+            return found if isinstance(found, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def save(self) -> None:
+        """Write what this process parsed, merged with what others wrote meanwhile (at exit)."""
+        if not self.new:
+            return
+        merged = {**self._read(), **self.entries}
+        keep = dict(list(merged.items())[-self.MOST:])
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(keep), encoding="utf-8")
+            os.replace(tmp, self.path)
+            self.new = 0
+        except OSError:
+            pass
+
+
+_PARSED = _Parsed()
+atexit.register(_PARSED.save)
