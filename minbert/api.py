@@ -129,9 +129,9 @@ class Model:
                 raise MinBertError(f"{key} {value!r}: expected a positive integer")
         if precision is not None and precision not in PRECISIONS:
             raise MinBertError(f"precision {precision!r}: expected {', '.join(PRECISIONS)}")
+        self.device = pick_device(device)       # refused before the model is read
         set_threads(threads)
         self.model, self.tokenizer, self.source = load_multitask(path)
-        self.device = pick_device(device)
         self.model.to(self.device).eval()
         stage = predict_settings(path)
         precision = precision or ("bf16" if bf16 else "fp32" if bf16 is False else stage.get("precision", "auto"))

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from minbert.core.devices import DEVICES
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import TASKS
 from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, first_repeat, tasks_for, text_columns
@@ -318,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "else JSONL for JSONL input and TSV otherwise)")
     p.add_argument("--batch-size", type=int, help="rows per batch (default: the experiment's predict stage's, "
                                                   "else 64)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda when available")
+    p.add_argument("--device", default="auto", choices=DEVICES, help="default: cuda when available")
     p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"],
                    help="default: the experiment's predict stage's setting, else auto (bf16 where it is native): "
                         "the stage's batches and precision give its numbers")
@@ -375,7 +376,7 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
                                    "predictions, priced by the encoder's step time measured here now (seconds), "
                                    "one job at a time (minbert.pipeline.estimate).")
     e.add_argument("--params", default="params.yaml", help="the params file (default: params.yaml)")
-    e.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"], help="default: the params' base device")
+    e.add_argument("--device", default=None, choices=DEVICES, help="default: the params' base device")
     e.add_argument("--threads", type=int, help="CPU threads (default: the params' base threads, else torch's)")
     e.set_defaults(func=estimate_command)
     return e

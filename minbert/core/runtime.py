@@ -12,13 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minbert.core.devices import PRECISIONS
+from minbert.core.devices import PRECISIONS, check_device
 from minbert.core.errors import MinBertError
 
 
 def pick_device(setting: str = "auto") -> torch.device:
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise MinBertError("params: device 'cuda' was asked for but no CUDA GPU is available; use device: auto or cpu")
+    """The device a setting names, here: a setting the project does not know, or `cuda` without a
+    GPU, is a one-line error (minbert.core.devices.check_device), never a quiet CPU."""
+    if check_device(setting) == "cuda" and not torch.cuda.is_available():
+        raise MinBertError("device 'cuda' was asked for but no CUDA GPU is available; use auto or cpu")
     if setting in ("auto", "cuda") and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
