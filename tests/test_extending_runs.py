@@ -6,6 +6,7 @@ by name, and an edit to the module that defines them re-runs the jobs that use i
 under each engine. And the page's examples are the catalogue's and the modules' own text."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -156,6 +157,48 @@ def test_an_edit_to_a_module_reruns_the_jobs_that_use_it_under_snakemake(snake_r
 
 
 EDITS = {"code": lambda text: text + "\nEDITED_FOR_A_TEST = True\n", "comment": lambda text: text + "\n# a comment\n"}
+HELPER = "examples/extending/huber_delta.py"
+
+
+@contextlib.contextmanager
+def loss_split_in_two(folder: Path):
+    """The loss module with its constant in a helper file of its own, which it imports (issue 49: a
+    module's helpers were no code of any job); the module as it was afterwards."""
+    before = (folder / LOSSES).read_text()
+    split = before.replace("from minbert.core.losses import", "from examples.extending.huber_delta import DELTA\n"
+                           "from minbert.core.losses import", 1).replace("delta=0.1", "delta=DELTA")
+    assert split.count("DELTA") == 2
+    (folder / HELPER).write_text('"""Where the Huber loss turns linear."""\nDELTA = 0.1\n')
+    (folder / LOSSES).write_text(split)
+    try:
+        yield
+    finally:
+        (folder / LOSSES).write_text(before)
+        (folder / HELPER).unlink()
+
+
+@contextlib.contextmanager
+def edited(path: Path, edit: str):
+    before = path.read_text()
+    path.write_text(EDITS[edit](before))
+    try:
+        yield
+    finally:
+        path.write_text(before)
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_an_edit_to_a_modules_helper_reruns_the_jobs_that_use_it_under_snakemake(snake_repo):
+    """The split taken as done (`--touch`: nothing trains), an edit to the helper alone plans what
+    an edit to the module does; a comment in it nothing."""
+    with loss_split_in_two(snake_repo):
+        run([SNAKEMAKE, "--touch", "--cores", "2", *TARGETS], snake_repo)
+        assert plan(snake_repo) == set()
+        for edit, expected in (("code", USING_THE_MODULES | {"evaluate@mine", "report"}), ("comment", set())):
+            with edited(snake_repo / HELPER, edit):
+                assert plan(snake_repo) == expected, edit
+    assert plan(snake_repo) == set()
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +237,26 @@ def test_the_declared_tasks_and_a_modules_edit_under_dvc(dvc_repo):
         assert dvc_status(dvc_repo) == {j.replace("@", "-") for j in USING_THE_MODULES}
     finally:
         (dvc_repo / HEADS).write_text(before)
+    assert dvc_status(dvc_repo) == set()
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_an_edit_to_a_modules_helper_reruns_the_jobs_that_use_it_under_dvc(dvc_repo):
+    """The resolve stage depends on each module's helpers (dvc.yaml lists them), so an edit to the
+    helper alone rewrites the job files of the jobs that use the module."""
+    def taken_as_done():
+        run([sys.executable, "-m", "workflow.dag", "--write-dvc"], dvc_repo)
+        run([DVC, "repro", "resolve"], dvc_repo)
+        run([DVC, "commit", "--force"], dvc_repo)
+
+    with loss_split_in_two(dvc_repo):
+        taken_as_done()
+        assert HELPER in yaml.safe_load((dvc_repo / "dvc.yaml").read_text())["stages"]["resolve"]["deps"]
+        assert dvc_status(dvc_repo) == set()
+        with edited(dvc_repo / HELPER, "code"):
+            assert dvc_status(dvc_repo) == {j.replace("@", "-") for j in USING_THE_MODULES}
+    taken_as_done()
     assert dvc_status(dvc_repo) == set()
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from minbert.core.tasks import TASKS
 from minbert.params import LoadedParams
-from minbert.pipeline.code import PROJECT_PACKAGES, user_module_file
+from minbert.pipeline.code import PROJECT_PACKAGES, module_files, project_root, user_roots
 from minbert.pipeline.job import Job
 from workflow.dag import LAYOUT, REPO, RESOLVE_STAGE, _in, jobs, load
 
@@ -31,14 +31,16 @@ def params_source(lp: LoadedParams, params_path: str | Path = "params.yaml", rep
 
 
 def user_modules(all_jobs: list[Job], repo: Path) -> list[str]:
-    """The files of the user's modules (params' `modules:`) some job runs, those inside the project:
-    the resolve stage depends on them as on the project's folders."""
+    """The files of the user's modules (params' `modules:`) some job runs, each module's helpers
+    included (minbert.pipeline.code.module_files), those inside the project: the resolve stage
+    depends on them as on the project's folders."""
     out = set()
     with _in(repo):
-        for module in {m for j in all_jobs for m in j.code_roots if not m.startswith(PROJECT_PACKAGES)}:
-            path = user_module_file(module)
-            if path is not None and path.resolve().is_relative_to(repo.resolve()):
-                out.add(path.resolve().relative_to(repo.resolve()).as_posix())
+        for module in {m for j in all_jobs for m in user_roots(j.code_roots)}:
+            for name in module_files(module):
+                path = Path(name) if Path(name).is_absolute() else project_root() / name
+                if path.resolve().is_relative_to(repo.resolve()):
+                    out.add(path.resolve().relative_to(repo.resolve()).as_posix())
     return sorted(out)
 
 

@@ -44,6 +44,8 @@ from minbert.pipeline import finished
 from minbert.pipeline.job import Job, inside, refuse_inputs_inside_outputs
 from minbert.pipeline.lock import engine, job_lock
 
+CHECKOUT = Path(__file__).resolve().parents[2]    # the code's revision, whatever folder the job runs from
+
 
 def peak_rss_mib() -> float:
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -148,7 +150,7 @@ def running(job: Job, network=None, main_process: bool = True, force: bool = Fal
         yield run
         if main_process:
             write_json(Path(job.run_record), {
-                "stage": job.stage, "name": job.name, "git_revision": git_revision(),
+                "stage": job.stage, "name": job.name, "git_revision": git_revision(CHECKOUT),
                 "started": start.isoformat(timespec="seconds"),
                 "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "wall_seconds": round(time.perf_counter() - t0, 2), "peak_rss_mib": peak_rss_mib(),
