@@ -28,6 +28,10 @@ try:
     # where the run stands (jobs done, each training job's epoch, rate and ETA) on this terminal
     PROGRESS = dag.whole_number(config, "progress", 30 if sys.stderr.isatty() else 0,
                                 "seconds between progress lines (0: none)")
+    if PROGRESS:
+        from minbert.pipeline.progress import interval
+
+        interval(PROGRESS, "--config progress=")
     # Every job file is rewritten here when it changed: it is each job's first input, so a changed
     # setting, input list or code file re-runs exactly the jobs it concerns.
     JOBS = dag.resolve(PARAMS, workflow.basedir, dag.split_set(config.get("set")))

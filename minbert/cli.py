@@ -286,17 +286,14 @@ def progress_command(a: argparse.Namespace) -> None:
     import time
 
     from minbert.core.layout import Layout
-    from minbert.pipeline.progress import job_states, summary
+    from minbert.pipeline.progress import interval, job_states, summary, watch
 
-    if a.watch is not None and a.watch <= 0:
-        raise MinBertError(f"--watch {a.watch:g}: expected a number of seconds above 0")
-    while True:
-        states = job_states(Layout(results=a.results))
-        stamp = time.strftime("%H:%M:%S")
-        print("\n".join(f"{stamp} {line}" if k == 0 else line for k, line in enumerate(summary(states))), flush=True)
-        if a.watch is None or not any(s.status != "done" for s in states):
-            return
-        time.sleep(a.watch)
+    if a.watch is not None:
+        watch(interval(a.watch, "--watch "), Layout(results=a.results))
+        return
+    stamp = time.strftime("%H:%M:%S")
+    print("\n".join(f"{stamp} {line}" if k == 0 else line
+                    for k, line in enumerate(summary(job_states(Layout(results=a.results))))), flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -365,7 +362,8 @@ def progress_parser(sub) -> argparse.ArgumentParser:
                                    "locks, run records and each training job's progress.json; writes nothing.")
     g.add_argument("--results", default="results", help="the results folder (default: results)")
     g.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
-                   help="print again every SECONDS (default 5) until nothing is running or waiting (Ctrl-C stops)")
+                   help="print again every SECONDS (default 5) until nothing is waiting, or nothing runs and no "
+                        "engine runs in this folder (Ctrl-C stops)")
     g.set_defaults(func=progress_command)
     return g
 
