@@ -248,3 +248,15 @@ def test_the_time_left_prices_the_waiting_jobs_from_their_planned_work(tmp_path,
 def test_no_job_files_is_said(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert progress.summary(progress.job_states(Layout("results")))[0].startswith("no jobs")
+
+
+def test_snakemakes_progress_lines_refuse_an_interval_they_cannot_sleep():
+    """`--config progress=N` is a whole number; one too large to sleep killed the printing thread
+    with a traceback on Snakemake's terminal: refused in one line before any thread starts (the
+    Snakefile checks it with the same function while it reads its config)."""
+    from minbert.core.errors import MinBertError
+
+    with pytest.raises(MinBertError, match=r"^progress every 1000000000000000000000: expected a number of seconds "
+                                           r"above 0 and at most 86400$"):
+        progress.print_every(10**21)
+    assert progress.interval(30, "--config progress=") == 30.0

@@ -619,3 +619,18 @@ def test_the_api_refuses_cuda_without_a_gpu_in_one_line(lone_model):
     with pytest.raises(MinBertError, match=r"^device 'cuda' was asked for but no CUDA GPU is available; use auto or "
                                            r"cpu$"):
         load_model(lone_model, device="cuda")
+
+
+@pytest.mark.parametrize("threads", [-1, 0, 5000])
+def test_a_thread_count_torch_cannot_take_is_one_line(lone_model, threads):
+    """`minbert estimate --threads -1` ended in torch's traceback; every caller of set_threads (the
+    stages, `minbert estimate`, the API) now gets one line."""
+    from minbert.api import load_model
+    from minbert.core.errors import MinBertError
+    from minbert.core.runtime import set_threads
+
+    with pytest.raises(MinBertError, match=rf"^threads {threads}: expected a whole number of CPU threads from 1 to "
+                                           r"1024$"):
+        set_threads(threads)
+    with pytest.raises(MinBertError, match=rf"^threads {threads}: expected a"):
+        load_model(lone_model, device="cpu", threads=threads)

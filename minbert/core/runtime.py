@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import numbers
 import os
 import random
 import sys
@@ -157,9 +158,17 @@ def seed_everything(seed: int) -> torch.Generator:
     return g
 
 
+MAX_THREADS = 1024           # as the params' `threads` allows
+
+
 def set_threads(n: int | None) -> None:
-    if n:
-        torch.set_num_threads(n)
+    """torch's CPU threads (None: its default); a number it cannot take is one line (`--threads -1`
+    was a traceback in torch)."""
+    if n is None:
+        return
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= MAX_THREADS:
+        raise MinBertError(f"threads {n!r}: expected a whole number of CPU threads from 1 to {MAX_THREADS}")
+    torch.set_num_threads(int(n))
 
 
 def setup_logging(log_file: str | os.PathLike | None = None, level=logging.INFO) -> logging.Logger:
