@@ -179,6 +179,9 @@ def planned_work(job, rows: dict[str, dict[str, int]] | None) -> float | None:
     return E._batched(n * members, unit)
 
 
+_WORK: dict[tuple, float | None] = {}
+
+
 def _price(jobs: list, states: list[JobState], layout: Layout) -> None:
     """Each waiting job's price (see the module docstring), from the speed the run's training jobs
     showed: their seconds (less the start-up) per unit of planned work."""
@@ -186,10 +189,13 @@ def _price(jobs: list, states: list[JobState], layout: Layout) -> None:
 
     rows = _rows(layout)
     for job, state in zip(jobs, states, strict=True):
-        try:
-            state.work = planned_work(job, rows)
-        except (ValueError, KeyError, TypeError, ArithmeticError):   # settings of another version
-            state.work = None
+        key = (job.stage, json.dumps(job.settings, sort_keys=True, default=str), json.dumps(rows, sort_keys=True))
+        if key not in _WORK:          # a watch prices the same jobs every few seconds
+            try:
+                _WORK[key] = planned_work(job, rows)
+            except (ValueError, KeyError, TypeError, ArithmeticError):   # settings of another version
+                _WORK[key] = None
+        state.work = _WORK[key]
     seen = []
     for s in states:
         taken = s.last_seconds if s.status == "done" else \
