@@ -242,19 +242,20 @@ def predict_command(a) -> None:
     frame, lines = read_rows(name, text, fmt)
     model = load_model(a.model, device=a.device, batch_size=a.batch_size, threads=a.threads,
                        precision="bf16" if a.bf16 else a.precision)
-    for t in a.task or []:
-        model.has(t)
-    origin = Origin(name, lines)
-    tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
-    check_texts(origin, frame, text_columns(tasks))
-    if len(frame) == 0:
-        raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
-    keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
-    parts = [frame[keep].reset_index(drop=True)]
-    for t in tasks:
-        cols = frame[PAIR if TASKS[t].pair else SINGLE]
-        cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
-        parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
+    with model.registry.active():            # the model's own tasks, heads and losses
+        for t in a.task or []:
+            model.has(t)
+        origin = Origin(name, lines)
+        tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
+        check_texts(origin, frame, text_columns(tasks))
+        if len(frame) == 0:
+            raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
+        keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
+        parts = [frame[keep].reset_index(drop=True)]
+        for t in tasks:
+            cols = frame[PAIR if TASKS[t].pair else SINGLE]
+            cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
+            parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
     out_fmt = a.out_format or (SUFFIXES.get(Path(a.out).suffix.lower()) if a.out not in (None, "-") else None) \
         or ("jsonl" if fmt == "jsonl" else "tsv")
     write_output(pd.concat(parts, axis=1), a.out, "tsv" if out_fmt == "txt" else out_fmt)

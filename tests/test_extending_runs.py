@@ -17,7 +17,7 @@ import yaml
 from conftest import child_env, shared_data_dir
 from test_workflow import DVC, SNAKEMAKE, commands_run, job_ids, make_copy, needs_dvc, needs_snakemake, run
 
-from workflow import dag
+from workflow import dag, dvc
 
 REPO = Path(__file__).resolve().parents[1]
 HEADS, LOSSES = "examples/extending/heads.py", "examples/extending/losses.py"
@@ -65,7 +65,7 @@ def test_the_documented_catalogue_plans_each_extension_where_it_is_used(tmp_path
     p = yaml.safe_load((REPO / "params" / "extending.yaml").read_text())
     p["tasks"]["snli"]["files"]["train"] = snli_sample()
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    with dag._in(REPO):
+    with dag.in_repo(REPO):
         jobs = planner.pipeline(load_params(tmp_path / "params.yaml"))
         closures = {j.id: set(code.code_closure(*(j.code_roots or [j.module]))) for j in jobs}
     assert {j for j, files in closures.items() if HEADS in files} == {"finetune@own_head", "predict@own_head"}
@@ -133,7 +133,7 @@ def test_minbert_predict_the_api_and_the_export_answer_for_the_declared_tasks(sn
         assert any(k.startswith("heads.snli.") for k in f.keys()) and "heads.sts.bilinear.weight" in f.keys()
     from minbert.api import load_model
 
-    with dag._in(snake_repo):            # the module is named by its path in the project
+    with dag.in_repo(snake_repo):            # the module is named by its path in the project
         answer = load_model(export, device="cpu").predict("snli", [("A man plays.", "A person plays.")])
     assert list(answer.columns) == ["prediction", "class", "prob_0", "prob_1", "prob_2"]
 
@@ -171,7 +171,7 @@ def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
     run(["git", "commit", "-q", "-m", "copy"], folder)
     log = run([DVC, "repro"], folder)
     ran = set(re.findall(r"Running stage '([^']+)'", log)) - {"resolve"}
-    assert ran == {dag._dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
+    assert ran == {dvc.dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
     return folder
 
 

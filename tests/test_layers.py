@@ -65,7 +65,7 @@ def test_stages_and_engines_import_only_minbert_and_themselves():
 
 @pytest.fixture(scope="module")
 def demo_jobs(repo_root):
-    with dag._in(repo_root):
+    with dag.in_repo(repo_root):
         jobs = plan.pipeline("params.yaml")
         return {j.id: set(code.code_closure(*(j.code_roots or [j.module]))) for j in jobs}
 
@@ -127,7 +127,7 @@ def test_reading_and_checking_the_params_is_in_no_job_but_the_report(demo_jobs):
 def _descriptions(folder: Path) -> dict[str, str]:
     """Every demo job's description as the planner computes it, over the code in `folder`."""
     code._CLOSURES.clear()
-    with dag._in(folder):
+    with dag.in_repo(folder):
         return {j.id: canonical(j.description()) for j in plan.pipeline("params.yaml")}
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workflow import dag  # noqa: E402
+from workflow import dag, dvc  # noqa: E402
 
 SNAKEMAKE = shutil.which("snakemake")
 DVC = shutil.which("dvc")
@@ -91,7 +91,7 @@ def job_ids(folder: Path, commands: set[str]) -> set[str]:
 # ---------------------------------------------------------------- the DAG
 
 def test_committed_dvc_yaml_is_the_generated_one(repo_root):
-    assert (repo_root / "dvc.yaml").read_text() == dag.render_dvc("params.yaml"), \
+    assert (repo_root / "dvc.yaml").read_text() == dvc.render_dvc("params.yaml"), \
         "dvc.yaml is out of date: run `python -m workflow.dag --write-dvc`"
 
 
@@ -118,7 +118,7 @@ def test_jobs_of_the_shipped_params(repo_root):
 
 def test_code_a_job_depends_on_is_its_import_closure(repo_root):
     jobs = {j.id: j for j in dag.jobs("params.yaml")}
-    with dag._in(repo_root):
+    with dag.in_repo(repo_root):
         finetune = jobs["finetune@cross_encoder"].description()["code"]
         report = jobs["report"].description()["code"]
     assert "stages/finetune.py" in finetune and "minbert/train/loop.py" in finetune and "minbert/train/losses.py" in finetune
@@ -134,7 +134,7 @@ def test_dvc_stages_track_the_description_files_and_the_whole_params_files(repo_
     shutil.copytree(repo_root / "data", tmp_path / "data")
     text = (repo_root / "params.yaml").read_text().replace("catalogue: demo", "catalogue: full")
     (tmp_path / "params.yaml").write_text(text)
-    stages = dag.dvc_yaml("params.yaml", repo=tmp_path)["stages"]
+    stages = dvc.dvc_yaml("params.yaml", repo=tmp_path)["stages"]
     assert stages["resolve"]["params"] == [{"params.yaml": None}, {"params/full.yaml": None}]
     assert stages["resolve"]["outs"] == [{"results/jobs": {"persist": True, "cache": False}}]
     ft = stages["finetune-p000_sft"]

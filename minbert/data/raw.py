@@ -28,6 +28,7 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
+from minbert.core.layout import NLI_SOURCE
 from minbert.core.tasks import TASKS, Task
 from minbert.data.read import LINE_BREAKS, MAX_FIELD_CHARS, NLI_LABELS, label_rule, output_columns, parse_label
 
@@ -346,7 +347,7 @@ def read_nli(path: str | Path, on_bad_rows: str = "error") -> tuple[pd.DataFrame
             continue
         seen_ids[rid] = line_no
         rows.append((rid, group, s1, s2, label))
-    frame = pd.DataFrame(rows, columns=output_columns("nli"))
+    frame = pd.DataFrame(rows, columns=output_columns(NLI_SOURCE))
     dropped = dict(bad.reasons) | dict(reasons_extra)
     return frame, FileReport(str(path), read=n_read, kept=len(frame), dropped=dropped)
 

@@ -20,6 +20,7 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
+from minbert.core.layout import NLI_SOURCE, NLI_SPLITS
 from minbert.core.tasks import TASKS, Task
 
 # ---------------------------------------------------------------- the tasks' prepared columns
@@ -43,12 +44,12 @@ class Prepared:
 
 # NLI: a pretraining source (minbert.train.nli), registered here and nowhere else
 NLI = Prepared(("id", "group", "sentence1", "sentence2", "label"), lambda v: v if v in NLI_LABELS else None,
-               "one of " + ", ".join(NLI_LABELS), splits=("train", "dev"))
+               "one of " + ", ".join(NLI_LABELS), splits=NLI_SPLITS)
 
 
 def prepared(source: str) -> Prepared:
     """What results/data holds for a task of the registry (built in or declared) or for NLI."""
-    if source == "nli":
+    if source == NLI_SOURCE:
         return NLI
     spec = TASKS[source]
     return Prepared(("id", *spec.text_columns, "label"), partial(parse_label, spec), label_rule(spec),
@@ -56,7 +57,7 @@ def prepared(source: str) -> Prepared:
 
 
 def prepared_sources() -> list[str]:
-    return [*TASKS, "nli"]
+    return [*TASKS, NLI_SOURCE]
 
 
 def output_columns(task: str) -> list[str]:

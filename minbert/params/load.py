@@ -154,8 +154,10 @@ def validate_params(raw: Any, where: str = "params.yaml") -> LoadedParams:
     `raw` is left as it was."""
     try:
         raw = at_scale(raw, where)
-        loaded = expand(parse_params(raw, where), raw, where)
-        check_params(loaded.params, loaded.experiments, loaded.groups, where, templates=loaded.templates)
+        parsed = parse_params(raw, where)
+        with parsed.registry.active():      # every later section names its tasks, losses and heads
+            loaded = expand(parsed, raw, where)
+            check_params(loaded.params, loaded.experiments, loaded.groups, where, templates=loaded.templates)
     except RecursionError:     # YAML that parses but nests deeper than merging and validation go
         raise MinBertError(too_deep(where)) from None
     return loaded

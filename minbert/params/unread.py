@@ -128,7 +128,13 @@ def _experiment_lines(where: str, raw: dict, raw_base: dict, names: list[str], a
 
 
 def unread_settings(lp: LoadedParams) -> list[str]:
-    """One line for each setting of the experiments, `base` and the pretrainings that no job reads."""
+    """One line for each setting of the experiments, `base` and the pretrainings that no job reads
+    (every task, head and loss looked up in the params' own registry)."""
+    with lp.registry.active():
+        return _unread_settings(lp)
+
+
+def _unread_settings(lp: LoadedParams) -> list[str]:
     where = str(lp.source or lp.path or "params.yaml")
     raw = lp.raw if isinstance(lp.raw, dict) else {}
     raw_base = raw.get("base") or {}

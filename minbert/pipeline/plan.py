@@ -33,14 +33,15 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
     """Every job, in an order where each comes after the jobs whose outputs it reads."""
     lp = params if isinstance(params, LoadedParams) else load_params(params)
     by_name: dict[tuple, list[Job]] = {}        # an experiment's jobs together, in the registry's order
-    for spec in STAGES.values():
-        for name in ([] if spec.name == "report" else spec.names(lp)):
-            job = Job.build(spec.name, name, spec.settings(lp, name), layout)
-            by_name.setdefault((spec.name,) if name is None else (spec.what, name), []).append(job)
-    jobs = [j for group in by_name.values() for j in group]
-    for job in jobs:    # an engine deletes a job's outputs before it runs: refuse before any engine starts
-        refuse_inputs_inside_outputs(job)
-    return _link(jobs + [_report(lp, layout, jobs)])
+    with lp.registry.active():                  # the params' own tasks, losses and heads
+        for spec in STAGES.values():
+            for name in ([] if spec.name == "report" else spec.names(lp)):
+                job = Job.build(spec.name, name, spec.settings(lp, name), layout)
+                by_name.setdefault((spec.name,) if name is None else (spec.what, name), []).append(job)
+        jobs = [j for group in by_name.values() for j in group]
+        for job in jobs:    # an engine deletes a job's outputs before it runs: refuse before any engine starts
+            refuse_inputs_inside_outputs(job)
+        return _link(jobs + [_report(lp, layout, jobs)])
 
 
 def _report(lp: LoadedParams, layout: Layout, jobs: list[Job]) -> Job:
@@ -107,10 +108,11 @@ def job_for(params_path: str | Path, stage: str, name: str | None, layout: Layou
     spec = STAGES[stage]
     if spec.name == "report":
         return next(j for j in pipeline(lp, layout) if j.stage == "report")
-    if name in spec.runnable(lp):
-        job = Job.build(stage, name, spec.settings(lp, name), layout)
-        refuse_inputs_inside_outputs(job)
-        return job
+    with lp.registry.active():
+        if name in spec.runnable(lp):
+            job = Job.build(stage, name, spec.settings(lp, name), layout)
+            refuse_inputs_inside_outputs(job)
+            return job
     raise MinBertError(_no_such_job(params_path, lp, spec, name))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from minbert.core.errors import MinBertError
-from minbert.core.losses import LOSSES
+from minbert.params.heads import batch_statistic_tasks
 
 
 @dataclass
@@ -58,14 +58,12 @@ def refuse_batch_statistics(heads, tasks: list[str], world: int) -> None:
     """A loss that is a statistic of the whole batch (its declaration says so: minbert.core.losses):
     under torchrun each process would compute it on its slice (one pair per rank at batch 8 on 8
     GPUs: no gradient at all)."""
-    if world <= 1:
-        return
-    for task in tasks:
-        name = heads.loss_of(task)
-        if LOSSES[name].batch_statistic:
-            raise MinBertError(f"finetune.heads: {task}'s loss '{name}' is a statistic of the whole batch, which "
-                               f"{world} processes would each compute on their slice; run this experiment in one "
-                               f"process (python -m stages.finetune) or give {task} another loss")
+    whole = batch_statistic_tasks(heads, tasks) if world > 1 else []
+    if whole:
+        task, name = whole[0]
+        raise MinBertError(f"finetune.heads: {task}'s loss '{name}' is a statistic of the whole batch, which "
+                           f"{world} processes would each compute on their slice; run this experiment in one "
+                           f"process (python -m stages.finetune) or give {task} another loss")
 
 
 def average_gradients(params: list[torch.nn.Parameter], world: int, flag: torch.Tensor | None = None) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from minbert.core.losses import LOSSES
 from minbert.core.tasks import TASKS
 from minbert.model.multitask import MultitaskModel
 from minbert.params.finetune import FinetuneParams
@@ -31,7 +30,8 @@ class TaskObjective:
     def __init__(self, task: str, model: MultitaskModel):
         self.task, self.model = task, model
         # a loss that ranks the pair's sentence vectors reads them beside the head's output
-        self.reads_pairs = LOSSES[model.heads_cfg.loss_of(task)].reads == "pairs"
+        with model.registry.active():
+            self.reads_pairs = model.registry.losses[model.heads_cfg.loss_of(task)].reads == "pairs"
 
     def forward(self, inputs: dict, return_embeddings: bool = False):
         """The head's output, and the pair's vectors for a loss that reads them (output, pair); with
