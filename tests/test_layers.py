@@ -160,6 +160,16 @@ REAL_EDITS = {
     # a paper claim's check is the report's alone
     "claim check": ("minbert/params/studies.py",
                     lambda text: text.replace("names two different rows", "names 2 rows", 1), {"report"}),
+    # a built-in loss's code is the trainings' that run it (every demo fine-tune trains sts with mse);
+    # not prepare's, the pretraining's, the predictions', the scores' or the report's
+    "loss code": ("minbert/model/losses/mse.py",
+                  lambda text: text.replace("F.mse_loss(output.float(), target.float())",
+                                            "F.mse_loss(output.float(), target.float(), reduction='sum') / len(output)"),
+                  lambda jobs: _of(jobs, "finetune", "retrain_heads")),
+    # a built-in head's code: the trainings that use it, and every job that loads a model
+    "head code": ("minbert/model/heads/cross.py", lambda text: text.replace("self.squeeze = outputs == 1",
+                                                                           "self.squeeze = outputs < 2", 1),
+                  lambda jobs: {"finetune@cross_encoder"} | _of(jobs, "predict", "teach", "export")),
 }
 
 
@@ -173,4 +183,15 @@ def test_a_real_edit_redescribes_only_the_jobs_that_run_it(code_copy):
         after = _descriptions(code_copy)
         (code_copy / path).write_text(text)
         assert set(after) == set(before)
+        expected = expected(before) if callable(expected) else expected
         assert {job for job in before if after[job] != before[job]} == expected, edit
+
+
+def test_a_new_builtin_loss_or_head_redescribes_no_job(code_copy):
+    """A loss or head added to the library is one file, which no job runs until its settings name it."""
+    before = _descriptions(code_copy)
+    for folder, source in (("losses", "mse.py"), ("heads", "cross.py")):
+        text = (code_copy / "minbert/model" / folder / source).read_text()
+        added = code_copy / "minbert/model" / folder / f"new_{source}"
+        added.write_text(text.replace('"mse"', '"new_mse"').replace('"cross", "cross"', '"new_cross", "cross"'))
+        assert _descriptions(code_copy) == before, folder

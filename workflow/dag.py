@@ -25,9 +25,13 @@ rendered by workflow/dvc.py.
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
 import os
 import re
+import shlex
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from workflow.repo import LAYOUT, REPO, in_repo, jobs, load  # the repository's folder first on sys.path
@@ -41,7 +45,10 @@ from minbert.pipeline import finished  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
 from minbert.pipeline.plan import write_job_file  # noqa: E402
 from minbert.pipeline.registry import STAGES  # noqa: E402
+from minbert.pipeline.runinfo import UpToDate  # noqa: E402
 from workflow.dvc import render_dvc  # noqa: E402
+from workflow.dvc_plots import write_template  # noqa: E402
+from workflow.gpu_slot import visible_gpus  # noqa: E402
 
 # What each stage asks of the machine is the stage registry's (minbert.pipeline.registry): Snakemake
 # caps `threads` at --cores on one machine; on a cluster they become the job's CPUs (capped by
@@ -114,7 +121,6 @@ def stage_threads(stage: str, gpus: int, jobs_per_gpu: int, cores: int | None, l
     threads = STAGES[stage].resources["threads"]
     if not local or "gpu" not in stage_resources(stage, gpus):
         return threads
-    from workflow.gpu_slot import visible_gpus
 
     visible = len(visible_gpus())
     if not visible:
@@ -317,15 +323,9 @@ def snakemake_benchmark(sample: Job) -> str:
 def run_in_process(job: Job, log: str) -> None:
     """Run a job's stage in this process (its `main` with the job's arguments), its log to `log`:
     how `--config in_process=true` runs many tiny jobs without a Python start-up each."""
-    import importlib
-    import logging
-    import shlex
-    from contextlib import redirect_stderr, redirect_stdout
-
     argv = shlex.split(job.cmd)[3:]                 # python -m stages.X <args>
     module = importlib.import_module(job.module)
     Path(log).parent.mkdir(parents=True, exist_ok=True)
-    from minbert.pipeline.runinfo import UpToDate
 
     with open(log, "w", encoding="utf-8") as out, redirect_stdout(out), redirect_stderr(out):
         try:
@@ -349,7 +349,6 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     dvc_path = REPO / "dvc.yaml"
     if a.write_dvc or a.resolve:          # `dvc plots show` offline: its page template, scripts inlined
-        from workflow.dvc_plots import write_template
 
         write_template(REPO)
     lp = load(a.params, REPO)

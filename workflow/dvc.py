@@ -6,6 +6,7 @@ it names are looked up in the params' own registry (minbert.core.registry)."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -173,8 +174,6 @@ def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
     DVC re-links committed files into the workspace, which would make them look newer to
     Snakemake than the jobs that read them; restoring the times keeps a later Snakemake run a no-op.
     """
-    import subprocess
-
     times = {}
     for job in all_jobs:
         for out in job.outputs + [job.job_file]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 CODE_DATA = ("tasks.yaml",)             # the built-in tasks' declarations are part of this module's code
 KINDS = ("classification", "binary", "regression")
@@ -130,8 +131,6 @@ class Task:
 
 
 def _builtins() -> dict[str, Task]:
-    import yaml
-
     declared = yaml.safe_load((Path(__file__).with_name("tasks.yaml")).read_text(encoding="utf-8"))
     return {name: Task.declared(name, decl, builtin=True) for name, decl in declared.items()}
 

@@ -9,6 +9,7 @@ with code that did not train it.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
 from minbert.core.extensions import content_hash
+from minbert.core.io import torch_save
 from minbert.core.registry import Registry, RegistryProblem
 from minbert.core.tasks import declarations
 from minbert.model.bert import BertConfig, BertModel
@@ -77,8 +79,6 @@ def checkpoint_dict(model: MultitaskModel, tokenizer: Tokenizer, **extra) -> dic
 
 
 def save_checkpoint(path, model: MultitaskModel, tokenizer: Tokenizer, **extra) -> None:
-    from minbert.core.io import torch_save
-
     torch_save(checkpoint_dict(model, tokenizer, **extra), path)
 
 
@@ -132,8 +132,6 @@ def check_origin(ckpt: dict, path, experiment: str, stage: str, record_path=None
     them), and the fingerprint of the training run whose record is at `record_path` (when both say
     one). A model.pt copied or moved from another experiment, or from another run (other settings,
     data or code), is refused before any stage reads it."""
-    import json
-
     redo = f"re-run its {stage} stage (or put back the experiment's own model)"
     for key, want in (("experiment", experiment), ("stage", stage)):
         got = ckpt.get(key)

@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
+from minbert.core.io import read_input
 from minbert.params.catalogue import LoadedParams, expand
 from minbert.params.fields import NAME_RE
 from minbert.params.messages import close, raise_validation
@@ -45,8 +46,6 @@ class _DuplicateKey(Exception):
 def read_yaml(path: str | Path):
     """A YAML file's content; a one-line error for a missing or unreadable file, a syntax error
     (with its line) or a duplicate key (with both lines)."""
-    from minbert.core.io import read_input
-
     path = Path(path)
     data = read_input(path, "parameter file", limit=16 << 20)
     try:

@@ -14,13 +14,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from minbert.core.datasets import is_demo_data
 from minbert.core.layout import PREDICTED_SPLITS
 from minbert.core.registry import active
 from minbert.core.tasks import TASKS, declarations
 from minbert.params.catalogue import LoadedParams
+from minbert.params.fields import Downsample
 from minbert.params.finetune import FinetuneParams
 from minbert.params.heads import HeadsParams
-from minbert.params.fields import Downsample
 from minbert.params.schema import (
     EnsembleParams,
     ExperimentParams,
@@ -208,8 +209,6 @@ HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}   # the
 def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
     """An export reads its model and the card's texts: the model it started from (through its
     pretraining, if any; its Hub id when it has one), and whether the data is the synthetic demo's."""
-    from minbert.core.datasets import is_demo_data
-
     pre = lp.pretraining(exp.pretrain) if exp.pretrain else None
     start = (pre.model or lp.base.model) if pre is not None else exp.model
     local = not start or start.startswith(("/", ".")) or Path(start).exists()

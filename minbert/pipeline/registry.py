@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 
 from minbert.core.layout import PREDICTED_SPLITS, Layout, prediction_file
 from minbert.core.tasks import TASKS
+from minbert.pipeline.code import PARAMS_LOADER
 from minbert.params import resolve as S
 from minbert.params.settings import (
     EnsembleSettings,
@@ -226,9 +227,7 @@ def _ensemble_settings(lp, name):
 
 
 def _report_code(settings) -> list[str]:
-    from minbert.pipeline.code import PARAMS_LOADER  # the report reads the params itself
-
-    return list(PARAMS_LOADER)
+    return list(PARAMS_LOADER)       # the report reads the params itself
 
 
 NETWORK = {"threads": 8, "gpu": 1}      # what a stage that runs the network asks of a machine, beside memory and time

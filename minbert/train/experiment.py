@@ -23,6 +23,7 @@ from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
 from minbert.params.heads import batch_statistic_tasks
 from minbert.params.settings import FinetuneSettings, RetrainSettings, TrainingSettings
+from minbert.train.distill import attach_teacher, distilled_tasks
 from minbert.train.distributed import DistInfo, init_distributed, shutdown_distributed
 from minbert.train.loop import FitResult, fit
 from minbert.train.training import FitOptions
@@ -85,8 +86,6 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
     tokenizer = Tokenizer(folder, s.max_length)
     data = load_training_data(cfg, data_dir, tokenizer, s.seed, cache_dir)
     if cfg.distill is not None:
-        from minbert.train.distill import attach_teacher, distilled_tasks
-
         if teacher_dir is None:
             raise MinBertError(f"{name} distils from '{cfg.distill.teacher}': its teacher's outputs are needed (run "
                                f"the teach stage first)")

@@ -96,15 +96,15 @@ def _as_vector(x: Tensor, name: str) -> Tensor:
     return _at_least_float32(x)
 
 
-def distill_loss(task: str, heads, output: Tensor, labels: Tensor, soft: Tensor, weight: float,
-                 temperature: float, pair=None) -> Tensor:
-    """(1 - weight) x the gold-label loss + weight x the loss against the teacher's outputs `soft`:
+def distill_loss(task: str, heads, output: Tensor, labels: Tensor, soft: Tensor, distill, pair=None) -> Tensor:
+    """(1 - weight) x the gold-label loss + weight x the loss against the teacher's outputs `soft`
+    (`distill`: the distillation settings, minbert.params.DistillParams: `weight`, `temperature`):
     for a classification task the KL divergence from the teacher's probabilities softened by the
     temperature T to the student's (times T^2, which keeps the gradients' scale as T changes); for a
     binary task the cross-entropy between the two softened sigmoids (times T^2); for a regression
     task the task's own loss against the teacher's scores. With weight 0 it is the gold-label loss."""
     gold = task_loss(task, heads, output, labels, pair)
-    out, soft, T = output.float(), soft.float(), float(temperature)
+    weight, out, soft, T = distill.weight, output.float(), soft.float(), float(distill.temperature)
     kind = TASKS[task].kind
     if kind == "classification":
         target = F.softmax(torch.log(soft.clamp_min(1e-12)) / T, dim=-1)
