@@ -29,7 +29,8 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import TASKS
-from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, first_repeat, tasks_for, text_columns
+from minbert.data.read import refuse_repeated_columns
+from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, tasks_for, text_columns
 
 FORMATS = ("tsv", "csv", "jsonl", "txt")
 SUFFIXES = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt"}
@@ -130,9 +131,7 @@ def _read_table(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]
         if header is None:
             return pd.DataFrame(), []
         header = [h.strip() for h in header]
-        twice = first_repeat(header)
-        if twice is not None:
-            raise MinBertError(f"{name}:1: column '{twice}' appears twice in the header; keep one")
+        refuse_repeated_columns(f"{name}:1", header)
         rows, where, start = [], [], reader.line_num + 1
         for row in reader:
             if row == []:              # a blank line: a row without text, refused as in every format

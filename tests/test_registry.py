@@ -345,3 +345,126 @@ def test_a_user_head_whose_output_breaks_the_contract_is_one_line_naming_it(tmp_
     with pytest.raises(MinBertError) as e:
         model.head_forward(task, torch.randn(2 * len(model.views[task].parts), model.encoder.config.hidden_size))
     assert str(e.value).startswith(f"{path} (class Wide): head 'wide' ") and said in str(e.value), str(e.value)
+
+
+# ---------------------------------------------------------------- declared tasks: what is known at load
+
+@pytest.mark.parametrize("name,taken", [
+    ("nli", "the NLI pretraining's prepared data (nli-train.tsv, nli-dev.tsv)"),    # prepare died on KeyError
+    ("pooling", "a key of the heads settings (heads.pooling)"),
+    ("losses", "a key of the heads settings (heads.losses)"),
+])
+def test_a_task_may_not_take_a_name_the_pipeline_uses(name, taken):
+    msg = error_of(demo_params(tasks={name: SNLI}))
+    assert msg == f"params.yaml: key 'tasks': '{name}' is taken: it is {taken}; declare yours under another name", msg
+
+
+def test_the_reserved_names_are_derived_from_what_uses_them():
+    from minbert.core.layout import NLI_SOURCE
+    from minbert.params.heads import HeadsParams
+    from minbert.params.tasks import reserved_task_names
+
+    reserved = reserved_task_names()
+    assert set(reserved) == set(BUILTIN_TASKS) | {NLI_SOURCE} | set(HeadsParams.model_fields)
+
+
+def test_a_task_file_that_cannot_be_resolved_is_refused_at_load(tmp_path):
+    (tmp_path / "loop_a.jsonl").symlink_to(tmp_path / "loop_b.jsonl")
+    (tmp_path / "loop_b.jsonl").symlink_to(tmp_path / "loop_a.jsonl")
+    task = {**SNLI, "files": {**SNLI["files"], "train": str(tmp_path / "loop_a.jsonl")}}
+    msg = error_of(demo_params(tasks={"snli": task}))            # was a RuntimeError traceback
+    assert msg == (f"params.yaml: key 'tasks.snli.files.train': {tmp_path / 'loop_a.jsonl'} cannot be resolved (a "
+                   f"symlink loop); point it at the file itself")
+    task = {**SNLI, "files": {**SNLI["files"], "train": str(tmp_path)}}
+    assert f"key 'tasks.snli.files.train': {tmp_path} is a folder; name the file" in error_of(
+        demo_params(tasks={"snli": task}))
+
+
+def test_a_header_that_names_a_column_twice_is_refused_by_every_reader(tmp_path):
+    """A declared task's CSV and a CS224N file were read from the first of the two columns with no
+    word; `minbert predict` refused the same header: one check now, shared."""
+    from minbert.data.declared import read_declared
+    from minbert.data.raw import read_cs224n
+    from minbert.params.tasks import TaskParams
+    from minbert.scoring.inputs import Origin, tasks_for
+
+    path = tmp_path / "mine.csv"
+    path.write_text("id,text,score,text\n1,a text,3,another\n2,more,1,again\n")
+    spec = TaskParams.model_validate({**SCORE, "files": {"train": str(path), "dev_fraction": 0.5, "texts": ["text"],
+                                                         "label": "score", "id": "id"}})
+    with Registry.of(tasks={"mine": spec.declaration()}).active():
+        with pytest.raises(MinBertError, match=rf"^{path} line 1: column 'text' appears twice in the header; keep one$"):
+            read_declared(spec.task("mine"), "train")
+    raw = tmp_path / "ids-sst-train.csv"
+    raw.write_text("\tid\tsentence\tsentiment\tid\n0\ta\tgood\t3\tb\n")
+    with pytest.raises(MinBertError, match=rf"^{raw} line 1: column 'id' appears twice in the header; keep one$"):
+        read_cs224n(raw, "sst")
+    with pytest.raises(MinBertError, match=r"^in.tsv:1: column 'sentence' appears twice in the header; keep one$"):
+        tasks_for(Origin("in.tsv", [2]), ["sentence", "sentence"], None, ["sst"])
+
+
+def test_a_json_line_that_gives_a_key_twice_is_a_bad_row(tmp_path):
+    from minbert.data.raw import read_nli
+
+    path = tmp_path / "nli.jsonl"
+    good = '{"sentence1": "a", "sentence2": "b", "gold_label": "entailment", "captionID": "1", "pairID": "1"}'
+    twice = '{"sentence1": "a", "sentence2": "b", "gold_label": "entailment", "gold_label": "neutral", ' \
+            '"captionID": "2", "pairID": "2"}'
+    path.write_text(good + "\n" + twice + "\n")
+    with pytest.raises(MinBertError, match=r"line 2: key 'gold_label' is given twice in one object"):
+        read_nli(path)
+    frame, report = read_nli(path, on_bad_rows="drop")
+    assert len(frame) == 1 and report.dropped == {"invalid_json": 1}
+
+
+def test_a_tasks_title_is_in_no_training_description():
+    """Changing a task's title (or short name) re-trained every experiment that trained it: what
+    only people read is in the settings of the export and the report alone."""
+    from minbert.pipeline import plan
+
+    def settings(title: str) -> dict:
+        raw = demo_params(tasks={"snli": {**SNLI, "title": title}}, experiments={"a": {"finetune": {
+            "tasks": ["sst", "snli"]}}}, export={"experiments": ["a"]})
+        raw["tasks"]["snli"]["files"]["train"] = str(REPO / "data/demo/nli-sample.jsonl")
+        return {j.id: j.settings for j in plan.pipeline(validate_params(raw))}
+
+    before, after = settings("inference (SNLI)"), settings("natural language inference")
+    assert {j for j in before if before[j] != after[j]} == {"export@a", "report"}
+    for job in ("prepare", "finetune@a", "predict@a", "evaluate@a"):
+        assert before[job]["tasks"]["snli"]["title"] == "", job           # the default: the task's name
+    assert before["export@a"]["tasks"]["snli"]["title"] == "inference (SNLI)"
+
+
+# ---------------------------------------------------------------- a checkpoint made with user code
+
+def test_a_checkpoint_made_with_user_code_refuses_that_code_changed(tmp_path, tiny_model_dir):
+    """A model trained with a head of the user's answered with whatever the module's code is now."""
+    from minbert.model.checkpoint import load_checkpoint, save_checkpoint
+    from minbert.model.multitask import MultitaskModel
+    from minbert.model.tokenizer import Tokenizer
+    from minbert.model.weights import load_encoder
+
+    head = module(tmp_path, "wide.py", HEAD.format(view="bi", width=1, squeeze=".squeeze(-1)"))
+    lp = validate_params(demo_params(modules=[head], experiments={"a": {"finetune": {"heads": {"sts": "wide"}}}}))
+    model = MultitaskModel(load_encoder(tiny_model_dir)[0], lp.experiments["a"].finetune.heads, ["sst", "sts"],
+                           lp.registry)
+    path = tmp_path / "model.pt"
+    save_checkpoint(path, model, Tokenizer(tiny_model_dir, 32))
+    ckpt = torch.load(path, weights_only=True)
+    assert ckpt["declared"]["modules"] == [head] and list(ckpt["declared"]["code"][head]) == [str(Path(head).resolve())]
+    loaded, _, _ = load_checkpoint(path)
+    assert type(loaded.heads["sts"]).__name__ == "Wide" and "sts" in loaded.registry.tasks
+    original = Path(head).read_text()
+    Path(head).write_text(original + "\n# a comment changes nothing it does\n")
+    load_checkpoint(path)
+    Path(head).write_text(original.replace("self.linear(parts[0])", "self.linear(parts[1])"))
+    with pytest.raises(MinBertError) as e:
+        load_checkpoint(path)
+    assert str(e.value) == (f"{path}: the model was trained with the code of module '{head}', and its file "
+                            f"{Path(head).resolve()} has changed since; put back the code that trained it, or train "
+                            f"the model again")
+    Path(head).unlink()
+    with pytest.raises(MinBertError, match=r"cannot be imported|no file"):
+        load_checkpoint(path)
+    Path(head).write_text(original)
+    load_checkpoint(path)

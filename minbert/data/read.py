@@ -47,6 +47,17 @@ NLI = Prepared(("id", "group", "sentence1", "sentence2", "label"), lambda v: v i
                "one of " + ", ".join(NLI_LABELS), splits=NLI_SPLITS)
 
 
+def refuse_repeated_columns(where: str, header) -> None:
+    """A header that names a column twice is refused in one line (`where`: the file and line): which
+    of the two a reader would take is a guess. The one check of every header the pipeline reads: the
+    CS224N files, a declared task's files, `minbert predict`'s input."""
+    seen = set()
+    for name in header:
+        if name in seen:
+            raise MinBertError(f"{where}: column '{name}' appears twice in the header; keep one")
+        seen.add(name)
+
+
 def prepared(source: str) -> Prepared:
     """What results/data holds for a task of the registry (built in or declared) or for NLI."""
     if source == NLI_SOURCE:
