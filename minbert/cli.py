@@ -392,11 +392,12 @@ def estimate_command(args) -> None:
     threads = args.threads or base.threads
     dev = pick_device(device)
     busy = busy_note(dev.type)                  # before this process adds its own load
-    length = typical_length(lp, base.model)
-    cost = measure(base.model, device, base.precision, threads, length)
-    where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
-        f", sentences of {length} word pieces)"
-    print(describe(estimate(lp, cost), where))
+    with lp.registry.active():                  # the params' own tasks
+        length = typical_length(lp, base.model)
+        cost = measure(base.model, device, base.precision, threads, length)
+        where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
+            f", sentences of {length} word pieces)"
+        print(describe(estimate(lp, cost), where))
     if busy:
         print(busy)
 

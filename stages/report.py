@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> None:
     refuse_replacing([call.layout.final_report, call.layout.experiment_reports], "--out")
     with running(call.job, force=call.args.force):
         # the report shows every section of the params: its settings are the params file's content
-        written = render_reports(validate_params(call.job.settings), call.layout)
+        lp = validate_params(call.job.settings)
+        with lp.registry.active():          # the params' own tasks
+            written = render_reports(lp, call.layout)
     print(f"wrote {written[-1]} and {len(written) - 1} experiment page(s) in {call.layout.experiment_reports}")
 
 

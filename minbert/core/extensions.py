@@ -25,6 +25,7 @@ import ast
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -153,7 +154,9 @@ _INSTALLED = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()[k] for
 def _file_of(module) -> str | None:
     """The source file of a module the user's import ran, unless it is the library's or installed."""
     path = getattr(module, "__file__", None)
-    if not path or not str(path).endswith(".py") or _library(getattr(module, "__name__", "")):
+    if not isinstance(path, str) or not path.endswith(".py") or _library(getattr(module, "__name__", "")):
+        return None
+    if not os.path.isabs(path) or not os.path.isfile(path):      # a module that only names a file
         return None
     resolved = str(Path(path).resolve())
     return None if resolved.startswith(_INSTALLED) else resolved

@@ -20,7 +20,8 @@ the jobs whose description it changes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import wraps
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -230,8 +231,21 @@ def _report_code(settings) -> list[str]:
     return list(PARAMS_LOADER)       # the report reads the params itself
 
 
+def _in_own_registry(io: Callable) -> Callable:
+    """A stage's `io`, derived in the registry of the job's own settings (its tasks' splits), whoever
+    asks: the planner, an engine's rules, a stage reading its job file."""
+    @wraps(io)
+    def derive(layout: Layout, name, settings) -> StageIO:
+        registry = getattr(settings, "registry", None)
+        if registry is None:
+            return io(layout, name, settings)
+        with registry.active():
+            return io(layout, name, settings)
+    return derive
+
+
 NETWORK = {"threads": 8, "gpu": 1}      # what a stage that runs the network asks of a machine, beside memory and time
-STAGES: dict[str, Stage] = {s.name: s for s in [
+STAGES: dict[str, Stage] = {s.name: replace(s, io=_in_own_registry(s.io)) for s in [
     Stage("prepare", "prepare: read and check the raw files, write the prepared splits",
           {"threads": 1, "mem_mb": 4000, "runtime": 30}, _prepare_io, names=lambda lp: [None],
           settings=lambda lp, name: S.prepare_settings(lp), model=PrepareSettings),

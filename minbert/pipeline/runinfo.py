@@ -164,8 +164,10 @@ def running(job: Job, network=None, main_process: bool = True, force: bool = Fal
 
 
 def job_registry(job: Job) -> Registry:
-    """The registry of the job's settings: its declared tasks and the user's modules it names."""
-    settings = job.settings if isinstance(job.settings, dict) else {}
+    """The registry of the job's settings: its declared tasks and the user's modules it names (as
+    its settings model wrote them; the report, whose settings are the params file itself, reads the
+    params and uses theirs)."""
+    settings = job.settings if isinstance(job.settings, dict) and job.spec.model is not None else {}
     try:
         return Registry.of(settings.get("modules") or [], settings.get("tasks") or {})
     except RegistryProblem as e:
