@@ -13,33 +13,16 @@ import pytest
 import torch
 from conftest import child_env
 
+from test_extending import SNLI, demo_params, error_of
+
 from minbert.core.errors import MinBertError
 from minbert.core.registry import Registry, builtin, declare, stated
 from minbert.core.tasks import BUILTIN_TASKS, TASKS
 from minbert.params import validate_params
 
 REPO = Path(__file__).resolve().parents[1]
-SNLI = {"title": "inference (SNLI)", "classes": ["entailment", "neutral", "contradiction"],
-        "files": {"format": "jsonl", "train": "snli.jsonl", "dev_fraction": 0.2, "group": "captionID",
-                  "texts": ["sentence1", "sentence2"], "label": "gold_label", "id": "pairID"}}
 SCORE = {"range": [0, 4], "files": {"format": "tsv", "train": "data/demo/ids-sst-train.csv",
                                     "dev": "data/demo/ids-sst-dev.csv", "texts": ["sentence"], "label": "sentiment"}}
-
-
-def demo_params(**changes) -> dict:
-    """The demo data with one tiny experiment `a` (a validation fixture: nothing runs)."""
-    params = {"data": {"dir": str(REPO / "data/demo"), "nli_file": None},
-              "base": {"model": "all-MiniLM-L6-v2", "finetune": {"batch_size": 8}},
-              "experiments": {"a": {}}}
-    params.update(changes)
-    return params
-
-
-def error_of(raw) -> str:
-    with pytest.raises(MinBertError) as e:
-        validate_params(raw)
-    assert "\n" not in str(e.value)
-    return str(e.value)
 
 
 def module(folder: Path, name: str, text: str) -> str:
@@ -160,14 +143,18 @@ BATCH_LOSSES = {      # each way a loss that is a statistic of the whole batch c
 }
 
 
+def batch_loss(spelling: str, folder: Path) -> tuple[dict, dict]:
+    """(top-level params, an experiment's finetune section) choosing a batch-statistic loss so."""
+    if spelling in BATCH_LOSSES:
+        return BATCH_LOSSES[spelling]
+    return ({"modules": [loss_module(folder, "centred.py", "centred", batch=True)]},
+            {"tasks": ["sts"], "heads": {"losses": {"sts": "centred"}}})
+
+
 @pytest.mark.parametrize("spelling", [*BATCH_LOSSES, "a loss of the user's"])
 def test_gradient_accumulation_is_refused_for_every_batch_statistic_loss(tmp_path, spelling):
     """Accumulation would compute the statistic over micro-batches: a silently different loss."""
-    if spelling in BATCH_LOSSES:
-        top, ft = BATCH_LOSSES[spelling]
-    else:
-        top = {"modules": [loss_module(tmp_path, "centred.py", "centred", batch=True)]}
-        ft = {"tasks": ["sts"], "heads": {"losses": {"sts": "centred"}}}
+    top, ft = batch_loss(spelling, tmp_path)
     raw = demo_params(**top, experiments={"a": {"finetune": {**ft, "gradient_accumulation_steps": 2}}})
     msg = error_of(raw)
     assert msg.startswith("params.yaml: key 'experiments.a.finetune': Value error, gradient_accumulation_steps 2: ") \
@@ -188,11 +175,7 @@ def test_the_other_guards_refuse_every_batch_statistic_loss(tmp_path, spelling):
     from minbert.train.distributed import refuse_batch_statistics
     from minbert.train.experiment import refuse_one_row_batches
 
-    if spelling in BATCH_LOSSES:
-        top, ft = BATCH_LOSSES[spelling]
-    else:
-        top = {"modules": [loss_module(tmp_path, "centred.py", "centred", batch=True)]}
-        ft = {"tasks": ["sts"], "heads": {"losses": {"sts": "centred"}}}
+    top, ft = batch_loss(spelling, tmp_path)
     assert "is a statistic of the whole batch, and a batch of 1" in error_of(
         demo_params(**top, experiments={"a": {"finetune": {**ft, "batch_size": 1}}}))
     lp = validate_params(demo_params(**top, experiments={"a": {"finetune": ft}}))

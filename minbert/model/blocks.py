@@ -4,8 +4,8 @@
   constructor `(in_dim, outputs, hidden_layers, dropout)`, or a `build` of its own that reads more
   of the heads settings); each head is one file in minbert/model/heads/, registered by name as a
   head of the user's is (docs/extending.md). `make_head` builds any of them, the user's included;
-- `mlp`: dropout, hidden GELU layers and the output layer, which most heads end with;
-  `PairFeatureHead`, a bi-encoder head that is an MLP on features of the pair's two vectors;
+- `mlp`: dropout, hidden GELU layers and the output layer, which most heads end with; `VectorHead`,
+  an MLP on one vector; `PairFeatureHead`, an MLP on features of a pair's two vectors;
 - `HybridPairHead`: a bi-encoder head plus a cross-encoder term (`heads.hybrid`);
 - between the encoder and the heads: `SharedBlock`, dense layers some tasks share, and `Branch`,
   extra transformer layers of one task (003's FREEZE_SST), copies of the encoder's top layers.
@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import KINDS, Task
@@ -64,23 +65,43 @@ def make_head(cls: type, in_dim: int, task: Task, heads) -> nn.Module:
     return cls(in_dim, task.outputs, heads.depth(task.name), heads.dropout)
 
 
-class PairFeatureHead(Head):
-    """A bi-encoder head: an MLP on `features(u, v)` of the pair's two vectors, `width(in_dim)` wide."""
+class VectorHead(Head):
+    """An MLP on one vector: a text's (`single`), or a cross-encoded pair's (`cross`); (B, C) logits
+    for C classes, else (B,)."""
 
     def __init__(self, in_dim: int, outputs: int, hidden_layers: int, dropout: float):
         super().__init__()
-        self.net = mlp(self.width(in_dim), outputs, in_dim, hidden_layers, dropout)
+        self.net = mlp(in_dim, outputs, in_dim, hidden_layers, dropout)
         self.squeeze = outputs == 1
 
-    @staticmethod
-    def width(in_dim: int) -> int:
-        raise NotImplementedError
+    def forward(self, emb):  # (B, H) -> (B, C), or (B,) for one output
+        out = self.net(emb)
+        return out.squeeze(-1) if self.squeeze else out
 
-    def features(self, u, v):
-        raise NotImplementedError
+
+def cosine(u, v):
+    """cos(u, v) per row, computed in float32 (B,)."""
+    return F.cosine_similarity(u.float(), v.float(), dim=-1).to(u.dtype)
+
+
+# what a bi-encoder head may read of a pair's vectors u, v (B, H): a vector (B, H), or the cosine (B, 1)
+PAIR_FEATURES = {"u": lambda u, v: u, "v": lambda u, v: v, "|u-v|": lambda u, v: (u - v).abs(),
+                 "u*v": lambda u, v: u * v, "cos": lambda u, v: cosine(u, v)[:, None]}
+
+
+class PairFeatureHead(Head):
+    """A bi-encoder head: an MLP on the features `parts` (of PAIR_FEATURES) of the pair's vectors,
+    side by side."""
+    parts: ClassVar[tuple[str, ...]]
+
+    def __init__(self, in_dim: int, outputs: int, hidden_layers: int, dropout: float):
+        super().__init__()
+        width = sum(1 if p == "cos" else in_dim for p in self.parts)
+        self.net = mlp(width, outputs, in_dim, hidden_layers, dropout)
+        self.squeeze = outputs == 1
 
     def forward(self, u, v):  # (B, H), (B, H) -> (B,), or (B, C)
-        out = self.net(self.features(u, v))
+        out = self.net(torch.cat([PAIR_FEATURES[p](u, v) for p in self.parts], -1))
         return out.squeeze(-1) if self.squeeze else out
 
 

@@ -1,7 +1,5 @@
-"""`concat`: SBERT's bi-encoder head, on [u, v, |u - v|]."""
+"""`concat`: a bi-encoder head SBERT's, on [u, v, |u - v|] through an MLP."""
 from __future__ import annotations
-
-import torch
 
 from minbert.core.extensions import register_head
 from minbert.model.blocks import PairFeatureHead
@@ -9,11 +7,4 @@ from minbert.model.blocks import PairFeatureHead
 
 @register_head
 class Concat(PairFeatureHead):
-    name, view = "concat", "bi"
-
-    @staticmethod
-    def width(in_dim: int) -> int:
-        return 3 * in_dim
-
-    def features(self, u, v):
-        return torch.cat([u, v, (u - v).abs()], -1)
+    name, view, parts = "concat", "bi", ("u", "v", "|u-v|")

@@ -1,7 +1,5 @@
-"""`concat_mult`: a bi-encoder head on [u, v, |u - v|, u * v]."""
+"""`concat_mult`: a bi-encoder head on [u, v, |u - v|, u * v] through an MLP."""
 from __future__ import annotations
-
-import torch
 
 from minbert.core.extensions import register_head
 from minbert.model.blocks import PairFeatureHead
@@ -9,11 +7,4 @@ from minbert.model.blocks import PairFeatureHead
 
 @register_head
 class ConcatMult(PairFeatureHead):
-    name, view = "concat_mult", "bi"
-
-    @staticmethod
-    def width(in_dim: int) -> int:
-        return 4 * in_dim
-
-    def features(self, u, v):
-        return torch.cat([u, v, (u - v).abs(), u * v], -1)
+    name, view, parts = "concat_mult", "bi", ("u", "v", "|u-v|", "u*v")

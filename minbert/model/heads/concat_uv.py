@@ -1,7 +1,5 @@
-"""`concat_uv`: a bi-encoder head on [u, v], the pair's two sentence vectors side by side."""
+"""`concat_uv`: a bi-encoder head [u, v], the pair's two sentence vectors side by side through an MLP."""
 from __future__ import annotations
-
-import torch
 
 from minbert.core.extensions import register_head
 from minbert.model.blocks import PairFeatureHead
@@ -9,11 +7,4 @@ from minbert.model.blocks import PairFeatureHead
 
 @register_head
 class ConcatUV(PairFeatureHead):
-    name, view = "concat_uv", "bi"
-
-    @staticmethod
-    def width(in_dim: int) -> int:
-        return 2 * in_dim
-
-    def features(self, u, v):
-        return torch.cat([u, v], -1)
+    name, view, parts = "concat_uv", "bi", ("u", "v")

@@ -3,10 +3,8 @@ cosine: `heads.cosine_affine: false`); a regression's labels scaled to [0, 1], o
 `heads.cosine_target: -1_1` (minbert.model.outputs)."""
 from __future__ import annotations
 
-import torch.nn.functional as F
-
 from minbert.core.extensions import register_head
-from minbert.model.blocks import Head, affine_cosine, cosine_start
+from minbert.model.blocks import Head, affine_cosine, cosine, cosine_start
 
 
 @register_head
@@ -22,5 +20,5 @@ class CosineHead(Head):
         affine_cosine(self, init_scale, init_bias, affine)
 
     def forward(self, u, v):  # (B, H), (B, H) -> (B,)
-        cos = F.cosine_similarity(u.float(), v.float(), dim=-1).to(u.dtype)
+        cos = cosine(u, v)
         return self.scale * cos + self.bias

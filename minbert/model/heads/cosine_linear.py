@@ -3,10 +3,9 @@ on [u, v, |u - v|]."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from minbert.core.extensions import register_head
-from minbert.model.blocks import Head, affine_cosine, cosine_start, mlp
+from minbert.model.blocks import Head, affine_cosine, cosine, cosine_start, mlp
 
 
 @register_head
@@ -24,5 +23,5 @@ class CosineLinearHead(Head):
         affine_cosine(self, init_scale, init_bias, affine)
 
     def forward(self, u, v):  # (B, H), (B, H) -> (B,)
-        cos = F.cosine_similarity(u.float(), v.float(), dim=-1).to(u.dtype)
+        cos = cosine(u, v)
         return self.scale * cos + self.bias + self.net(torch.cat([u, v, (u - v).abs()], -1)).squeeze(-1)
