@@ -451,3 +451,28 @@ def test_a_checkpoint_made_with_user_code_refuses_that_code_changed(tmp_path, ti
         load_checkpoint(path)
     Path(head).write_text(original)
     load_checkpoint(path)
+
+
+@pytest.mark.parametrize("text,said", [
+    ("from minbert.core.losses import Loss, register_loss\n\n\n@register_loss\nclass Odd(Loss):\n"
+     "    name, kinds = 'odd', ('regression',)\n\n    def __call__(self, output):\n        return output.mean()\n",
+     "`__call__` cannot be called as __call__(output, target, pair=None), as every loss is"),
+    ("from torch import nn\nfrom minbert.core.extensions import register_head\n\n\n@register_head\n"
+     "class Odd(nn.Module):\n    name, view = 'odd', 'bi'\n\n    def __init__(self, in_dim, outputs):\n"
+     "        super().__init__()\n\n    def forward(self, u, v):\n        return u\n",
+     "`__init__` cannot be called as __init__(in_dim, outputs, hidden_layers, dropout), as every head is"),
+    ("from torch import nn\nfrom minbert.core.extensions import register_head\n\n\n@register_head\n"
+     "class Odd(nn.Module):\n    name, view = 'odd', 'bi'\n\n    def __init__(self, in_dim, outputs, layers, p):\n"
+     "        super().__init__()\n\n    def forward(self, emb):\n        return emb\n",
+     "`forward` cannot be called as forward(u, v), as every head is"),
+])
+def test_a_class_that_cannot_be_called_as_the_contract_says_is_refused_at_load(tmp_path, text, said):
+    path = module(tmp_path, "odd.py", text)
+    msg = error_of(demo_params(modules=[path]))
+    assert msg == f"params.yaml: key 'modules': {path} (class Odd): {said} (docs/extending.md)", msg
+
+
+def test_one_module_named_twice_registers_its_names_once(tmp_path):
+    path = loss_module(tmp_path, "ok.py", "ok")
+    lp = validate_params(demo_params(modules=[path, str(Path(path).parent / "." / "ok.py")]))
+    assert lp.registry.losses["ok"].module == path

@@ -115,7 +115,9 @@ def _key(module: str) -> tuple:
 
 def _import(module: str, key: tuple) -> Imported:
     start, before = len(_REGISTERED), set(sys.modules)
-    name = f"minbert_user.{Path(module).stem.replace('-', '_')}_{key[2]}" if key[0] == "path" else module
+    where = hashlib.sha256(key[1].encode()).hexdigest()[:8] if key[0] == "path" else ""
+    stem = "".join(c if c.isalnum() else "_" for c in Path(module).stem)
+    name = f"minbert_user.{stem}_{where}_{key[2]}" if key[0] == "path" else module
     try:
         if key[0] == "path":
             spec = importlib.util.spec_from_file_location(name, key[1])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
@@ -108,7 +109,7 @@ def declare(kind: str, attrs: Mapping, **where) -> Declaration:
         if isinstance(values.get(key), list):
             values[key] = tuple(values[key])
     decl = DECLARATIONS[kind](**values, **where)
-    problem = _problem(decl)
+    problem = _problem(decl) or _signature_problem(kind, decl)
     if problem:
         raise ModuleProblem(f"{decl.where}: {problem} (docs/extending.md)")
     return decl
@@ -136,6 +137,26 @@ def _problem(d: Declaration) -> str | None:
         return f"`outputs` must be one of {', '.join(HEAD_OUTPUTS)} (got {d.outputs!r})"
     if not (isinstance(d.settings, tuple) and all(isinstance(s, str) for s in d.settings)):
         return f"`settings` must be names of heads settings (got {d.settings!r})"
+    return None
+
+
+CALLS = {"loss": ("__call__", "(output, target, pair=None)"), "init": ("__init__", "(in_dim, outputs, hidden_layers, dropout)"),
+         "single": ("forward", "(emb)"), "cross": ("forward", "(emb)"), "bi": ("forward", "(u, v)")}
+
+
+def _signature_problem(kind: str, decl: Declaration) -> str | None:
+    """A class whose methods cannot be called as the contract calls them (a loss's `__call__`, a
+    head's constructor unless it has a `build`, its `forward` for its view)."""
+    if decl.cls is None:
+        return None
+    calls = ["loss"] if kind == "loss" else (["init"] if not hasattr(decl.cls, "build") else []) + [decl.view]
+    for call in calls:
+        method, shape = CALLS[call]
+        args = shape.strip("()").split(", ")
+        try:
+            inspect.signature(getattr(decl.cls, method)).bind(None, *(0 for a in args if "=" not in a))
+        except (TypeError, ValueError):
+            return f"`{method}` cannot be called as {method}{shape}, as every {kind} is"
     return None
 
 
@@ -303,8 +324,9 @@ def _registry(modules: tuple, declared: str) -> Registry:
 def _add(table: dict, kind: str, decl: Declaration) -> None:
     """`decl` into `table`, where its name may be new, the same class again, or (said so) a built-in's."""
     taken = table.get(decl.name)
-    if taken is not None and (taken.module, taken.qualname) == (decl.module, decl.qualname):
-        return
+    if taken is not None and (taken.cls is decl.cls if decl.cls is not None else
+                              (taken.module, taken.qualname) == (decl.module, decl.qualname)):
+        return            # the same class again (a module named twice, or a helper two modules import)
     if taken is not None and not taken.builtin:
         raise RegistryProblem("modules", f"the {kind} name '{decl.name}' is registered twice: by {taken.where} and "
                                          f"by {decl.where}; rename one of them")

@@ -106,6 +106,11 @@ class FitOptions:
     evaluate_first: bool = False                # dev metrics of the starting model (FitResult.dev_before)
     cuda_graphs: bool = True                    # on CUDA, the captured step where the run allows it
 
+    def __post_init__(self):
+        self.out_dir = Path(self.out_dir)
+        self.state_dir = Path(self.state_dir) if self.state_dir is not None else \
+            self.out_dir.with_name(self.out_dir.name + ".state")
+
 
 @dataclass
 class Training:
