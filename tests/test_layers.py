@@ -167,8 +167,8 @@ REAL_EDITS = {
                                             "F.mse_loss(output.float(), target.float(), reduction='sum') / len(output)"),
                   lambda jobs: _of(jobs, "finetune", "retrain_heads")),
     # a built-in head's code: the trainings that use it, and every job that loads a model
-    "head code": ("minbert/model/heads/cross.py", lambda text: text.replace("self.squeeze = outputs == 1",
-                                                                           "self.squeeze = outputs < 2", 1),
+    "head code": ("minbert/model/heads/cross.py",
+                  lambda text: text + "\n    def forward(self, emb):\n        return super().forward(emb) * 1.0\n",
                   lambda jobs: {"finetune@cross_encoder"} | _of(jobs, "predict", "teach", "export")),
 }
 

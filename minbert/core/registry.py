@@ -123,7 +123,8 @@ def _problem(d: Declaration) -> str | None:
     if not (isinstance(d.name, str) and d.name and d.name[0].isalnum() and set(d.name) <= NAME_CHARS
             and len(d.name) <= 100):
         return f"`name` {d.name!r} must be letters, digits and _ . + - (what params call it)"
-    if not (isinstance(d.kinds, tuple) and d.kinds and set(d.kinds) <= set(KINDS)):
+    if not (isinstance(d.kinds, tuple) and d.kinds and all(k in KINDS for k in d.kinds if isinstance(k, str))
+            and all(isinstance(k, str) for k in d.kinds)):
         return f"`kinds` {d.kinds!r} must name some of {', '.join(KINDS)}"
     flags = ("batch_statistic", "calibrate") if isinstance(d, LossDeclaration) else ("frozen_encoder",)
     bad = next((f for f in flags if not isinstance(getattr(d, f), bool)), None)
