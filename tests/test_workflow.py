@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from minbert.params import load_params  # noqa: E402
 from workflow import dag, dvc  # noqa: E402
 
 SNAKEMAKE = shutil.which("snakemake")
@@ -97,7 +98,7 @@ def test_committed_dvc_yaml_is_the_generated_one(repo_root):
 
 def test_jobs_of_the_shipped_params(repo_root):
     jobs = {j.id: j for j in dag.jobs("params.yaml")}
-    lp = dag.load_params(repo_root / "params.yaml")
+    lp = load_params(repo_root / "params.yaml")
     for name, exp in lp.experiments.items():
         ft = jobs[f"finetune@{name}"]
         assert ("results/pretrain/" + str(exp.pretrain) + "/model" in ft.deps) == bool(exp.pretrain)
@@ -150,7 +151,7 @@ def test_the_head_of_the_longest_chain_has_the_highest_priority(repo_root):
     tests/test_shipped_demo.py sees Snakemake run it first."""
     jobs = dag.jobs("params.yaml")
     heights = dag.SnakemakeDag(jobs).heights
-    lp = dag.load_params(repo_root / "params.yaml")
+    lp = load_params(repo_root / "params.yaml")
     pretrained = {n: e.pretrain for n, e in lp.experiments.items() if e.pretrain}
     assert pretrained
     for name, exp in lp.experiments.items():
