@@ -20,6 +20,7 @@ from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, workflow.basedir)
 dag = importlib.import_module("workflow.dag")   # `workflow` here is Snakemake's object, so no plain import
+dvc = importlib.import_module("workflow.dvc")
 
 PARAMS = config.get("params", "params.yaml")
 try:
@@ -62,5 +63,5 @@ onstart:
 onsuccess:
     # Opt-in: record Snakemake's outputs in dvc.lock too (docs/workflow.md: the two engines' records).
     if config.get("dvc_commit", False):
-        if not dag.dvc_commit(JOBS, dag.REPO):
+        if not dvc.dvc_commit(JOBS, dag.REPO):
             print("warning: `dvc commit --force` failed; run it by hand to update dvc.lock", file=sys.stderr)

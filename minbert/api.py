@@ -142,6 +142,12 @@ class Model:
     def tasks(self) -> list[str]:
         return list(self.model.tasks)
 
+    @property
+    def registry(self):
+        """The model's tasks, heads and losses (minbert.core.registry): the built-in ones and those of
+        the user's it was trained with."""
+        return self.model.registry
+
     def has(self, task: str) -> None:
         if task not in self.model.tasks:
             raise MinBertError(f"{self.source}: the model has no {task} head (its tasks: {', '.join(self.model.tasks)}); "
@@ -159,6 +165,10 @@ class Model:
         input is checked as `minbert predict` checks a file (minbert.scoring.inputs), with the same
         messages, rows numbered from 0. `progress`: a tqdm bar (None: only on inputs of more than 32
         batches)."""
+        with self.registry.active():
+            return self._predict(task, frame, progress)
+
+    def _predict(self, task: str, frame, progress: bool | None) -> pd.DataFrame:
         import torch
         from tqdm.auto import tqdm
 

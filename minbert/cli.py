@@ -30,7 +30,8 @@ import pandas as pd
 from minbert.core.devices import DEVICES
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import TASKS
-from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, first_repeat, tasks_for, text_columns
+from minbert.data.read import refuse_repeated_columns
+from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, tasks_for, text_columns
 
 FORMATS = ("tsv", "csv", "jsonl", "txt")
 SUFFIXES = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt"}
@@ -131,9 +132,7 @@ def _read_table(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]
         if header is None:
             return pd.DataFrame(), []
         header = [h.strip() for h in header]
-        twice = first_repeat(header)
-        if twice is not None:
-            raise MinBertError(f"{name}:1: column '{twice}' appears twice in the header; keep one")
+        refuse_repeated_columns(f"{name}:1", header)
         rows, where, start = [], [], reader.line_num + 1
         for row in reader:
             if row == []:              # a blank line: a row without text, refused as in every format
@@ -243,19 +242,20 @@ def predict_command(a) -> None:
     frame, lines = read_rows(name, text, fmt)
     model = load_model(a.model, device=a.device, batch_size=a.batch_size, threads=a.threads,
                        precision="bf16" if a.bf16 else a.precision)
-    for t in a.task or []:
-        model.has(t)
-    origin = Origin(name, lines)
-    tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
-    check_texts(origin, frame, text_columns(tasks))
-    if len(frame) == 0:
-        raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
-    keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
-    parts = [frame[keep].reset_index(drop=True)]
-    for t in tasks:
-        cols = frame[PAIR if TASKS[t].pair else SINGLE]
-        cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
-        parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
+    with model.registry.active():            # the model's own tasks, heads and losses
+        for t in a.task or []:
+            model.has(t)
+        origin = Origin(name, lines)
+        tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
+        check_texts(origin, frame, text_columns(tasks))
+        if len(frame) == 0:
+            raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
+        keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
+        parts = [frame[keep].reset_index(drop=True)]
+        for t in tasks:
+            cols = frame[PAIR if TASKS[t].pair else SINGLE]
+            cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
+            parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
     out_fmt = a.out_format or (SUFFIXES.get(Path(a.out).suffix.lower()) if a.out not in (None, "-") else None) \
         or ("jsonl" if fmt == "jsonl" else "tsv")
     write_output(pd.concat(parts, axis=1), a.out, "tsv" if out_fmt == "txt" else out_fmt)
@@ -391,11 +391,12 @@ def estimate_command(args) -> None:
     threads = args.threads or base.threads
     dev = pick_device(device)
     busy = busy_note(dev.type)                  # before this process adds its own load
-    length = typical_length(lp, base.model)
-    cost = measure(base.model, device, base.precision, threads, length)
-    where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
-        f", sentences of {length} word pieces)"
-    print(describe(estimate(lp, cost), where))
+    with lp.registry.active():                  # the params' own tasks
+        length = typical_length(lp, base.model)
+        cost = measure(base.model, device, base.precision, threads, length)
+        where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
+            f", sentences of {length} word pieces)"
+        print(describe(estimate(lp, cost), where))
     if busy:
         print(busy)
 

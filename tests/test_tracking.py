@@ -77,7 +77,7 @@ def test_an_interrupted_tracked_run_resumes_its_logs_without_repeating_an_update
 def test_the_engines_declare_the_logs_as_outputs_and_dvc_shows_the_summary(tiny_model_dir, tmp_path):
     import yaml
 
-    from workflow import dag
+    from workflow import dag, dvc
 
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(
         {"data": {"dir": str(dag.REPO / "data" / "demo"), "nli_file": None}, "base": {"model": str(tiny_model_dir)},
@@ -89,7 +89,7 @@ def test_the_engines_declare_the_logs_as_outputs_and_dvc_shows_the_summary(tiny_
     assert t.plots == ["results/experiments/t/finetune/history.csv", "results/experiments/t/finetune/dvclive/plots"]
     u = jobs["finetune@u"]
     assert u.outs == ["results/experiments/u/finetune/model.pt"] and not u.metrics
-    stages = dag.dvc_yaml("params.yaml", repo=tmp_path)["stages"]
+    stages = dvc.dvc_yaml("params.yaml", repo=tmp_path)["stages"]
     assert stages["finetune-t"]["metrics"] == ["results/experiments/t/finetune/dvclive/metrics.json"]
     assert "results/experiments/t/finetune/dvclive/plots" in stages["finetune-t"]["plots"]
     assert "metrics" not in stages["finetune-u"]

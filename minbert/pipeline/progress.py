@@ -26,6 +26,8 @@ import json
 import math
 import os
 import socket
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,7 @@ from pathlib import Path
 from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
 from minbert.core.progress import PROGRESS_FILE
+from minbert.pipeline.lock import engines_in
 
 
 @dataclass
@@ -84,7 +87,6 @@ def _mtime(path: Path) -> float | None:
 
 def _jobs(layout: Layout):
     """The jobs of the job files under the layout's jobs folder (minbert.pipeline.job.Job.read)."""
-    from minbert.core.errors import MinBertError
     from minbert.pipeline.job import Job
 
     root = Path(layout.job_files)
@@ -285,9 +287,6 @@ def watch(seconds: float, layout: Layout = Layout(), out=None) -> str:
     """Print the run every `seconds` until every job is done, or nothing runs and no engine runs in
     the folder (minbert.pipeline.lock.engines_in; where processes cannot be listed, once nothing
     runs). Returns why it ended, which it prints last."""
-    import sys
-
-    from minbert.pipeline.lock import engines_in
 
     stream = out or sys.stdout
     while True:
@@ -309,9 +308,6 @@ def watch(seconds: float, layout: Layout = Layout(), out=None) -> str:
 def print_every(seconds: float, layout: Layout = Layout(), out=None) -> None:
     """Print the run's progress (its counts and each running job) every `seconds`, from a thread
     of the calling process (Snakemake's: its terminal, never a job's log), while jobs run."""
-    import sys
-    import threading
-
     seconds = interval(seconds, "progress every ")
     stream = out or sys.stderr      # the terminal's, taken now: a job run in-process redirects sys.stderr to its log
 
