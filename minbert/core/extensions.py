@@ -22,6 +22,7 @@ constructor `(in_dim, outputs, hidden_layers, dropout)`; `forward(emb)` (single,
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -123,7 +124,8 @@ def _import(module: str, key: tuple) -> Imported:
             spec = importlib.util.spec_from_file_location(name, key[1])
             loaded = importlib.util.module_from_spec(spec)
             sys.modules[name] = loaded
-            spec.loader.exec_module(loaded)
+            with _project_first():
+                spec.loader.exec_module(loaded)
         else:
             loaded = importlib.import_module(module)
     except KeyboardInterrupt:
@@ -136,7 +138,34 @@ def _import(module: str, key: tuple) -> Imported:
     classes = [(k, c, r) for k, c, r in _REGISTERED[start:] if not _library(c.__module__)]
     classes += [(k, c, r) for k, c, r in _REGISTERED[:start] if c.__module__ == loaded.__name__]
     files = sorted({f for f in (_file_of(sys.modules.get(m)) for m in ran) if f is not None})
+    if key[0] == "path":        # its helpers, imported from this project's folder, are not kept for another's
+        for m in [m for m in ran - {name} if _helper(sys.modules.get(m))]:
+            del sys.modules[m]
     return Imported(module, tuple(classes), tuple((f, content_hash(f)) for f in files))
+
+
+def _helper(module) -> bool:
+    """A module of the user's that a module named by its path imported: a file of theirs, or a folder
+    of the project's folder imported as a package of no `__init__`."""
+    if module is None or _library(module.__name__):
+        return False
+    if _file_of(module) is not None:
+        return True
+    folders = getattr(module, "__path__", None) if getattr(module, "__file__", None) is None else None
+    return bool(folders) and all(Path(f).resolve().is_relative_to(Path.cwd().resolve()) for f in folders)
+
+
+@contextlib.contextmanager
+def _project_first():
+    """The project's folder (where a module's path starts) first on the import path while a module
+    named by its path runs, so that it imports its helpers as `folder.helper` from there, as a
+    script of the project's would."""
+    base = os.getcwd()
+    sys.path.insert(0, base)
+    try:
+        yield
+    finally:
+        sys.path.remove(base)
 
 
 def _reason(e: BaseException) -> str:
