@@ -13,9 +13,19 @@ import time
 from pathlib import Path
 
 import pytest
-from test_reruns import DVC_EDITS, EDITS, PARAMS, SAME_OUTPUTS, _started, apply, chain, edit_params, set_key, \
-    snakemake_plan
-from test_workflow import DVC, SNAKEMAKE, dag, make_copy, needs_dvc, run
+from test_reruns import (
+    DVC_EDITS,
+    EDITS,
+    PARAMS,
+    SAME_OUTPUTS,
+    _started,
+    apply,
+    chain,
+    edit_params,
+    set_key,
+    snakemake_plan,
+)
+from test_workflow import DVC, SNAKEMAKE, dag, dvc, make_copy, needs_dvc, run
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +39,7 @@ def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
     run(["git", "add", "-A"], folder)
     run(["git", "commit", "-q", "-m", "copy"], folder)
     log = run([DVC, "repro"], folder)
-    assert stages_run(log) == {"resolve"} | {dag._dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
+    assert stages_run(log) == {"resolve"} | {dvc.dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
     return folder
 
 
