@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import ast
 import atexit
-import functools
 import hashlib
 import importlib.util
-import json
 import os
 import sys
 import sysconfig
@@ -36,11 +34,13 @@ from pathlib import Path
 
 from minbert.core.extensions import is_path
 from minbert.core.provenance import remembered
+from minbert.pipeline.kept import KeptByContent, is_code_hash, is_list_of_names
 
 PROJECT_PACKAGES = ("minbert", "stages", "workflow")
 NOT_JOB_CODE = {
     "minbert.pipeline.plan": "the planner: what it decides for a job is the job's description",
     "minbert.pipeline.code": "the planner's code closures",
+    "minbert.pipeline.kept": "what the planner parsed, kept between processes by content",
     "minbert.pipeline.registry": "the stage registry: what a job reads and writes is its description and job file",
     "minbert.params.load": "the params loader: a job receives its settings resolved",
     "minbert.params.catalogue": "catalogue expansion (grids, seeds): its result is in the settings",
@@ -206,7 +206,7 @@ _FACTS: dict[tuple, tuple[list[Path], list[str]]] = {}
 def _module_facts(path: Path, name: str) -> tuple[list[Path], list[str]]:
     """A module's declared code data and the modules it imports, parsed once per process while the
     file is unchanged (the closures of a plan's stages share most modules), and kept between
-    processes by the file's content (`_Parsed`)."""
+    processes by the file's content (minbert.pipeline.kept)."""
     st = os.stat(path)
     key = (str(path), name, st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _FACTS:
@@ -217,7 +217,8 @@ def _module_facts(path: Path, name: str) -> tuple[list[Path], list[str]]:
             tree = ast.parse(data, filename=str(path))
             return [_code_data_names(tree), sorted(_imports(tree, name, package))]
 
-        names, imports = _PARSED.get(data, f"facts {name} {package}", facts)
+        names, imports = _PARSED.get(data, f"facts {name} {package}", facts,
+                                     lambda v: isinstance(v, list) and len(v) == 2 and all(map(is_list_of_names, v)))
         _FACTS[key] = (_code_data(names, path.parent), imports)
     return _FACTS[key]
 
@@ -414,8 +415,10 @@ def code_hash(path: str | Path) -> str:
     key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _CODE_HASHES:
         data = Path(path).read_bytes()
-        _CODE_HASHES[key] = _PARSED.get(data, "hash .py" if str(path).endswith(".py") else "hash",
-                                        lambda: _code_hash(data, str(path)))
+        if str(path).endswith(".py"):           # parsed: kept between processes
+            _CODE_HASHES[key] = _PARSED.get(data, "hash .py", lambda: _code_hash(data, str(path)), is_code_hash)
+        else:
+            _CODE_HASHES[key] = _code_hash(data, str(path))
     return _CODE_HASHES[key]
 
 
@@ -431,61 +434,5 @@ def _code_hash(data: bytes, path: str) -> str:
 
 # ---------------------------------------------------------------- kept between processes
 
-class _Parsed:
-    """What parsing gives for a file's bytes (its code hash, its imports), kept on disk between
-    processes: every plan (each `snakemake`, `dvc repro` and hand run) would otherwise parse the
-    hundred modules of the closures again, most of its start-up. Keyed by the SHA-256 of the bytes,
-    read afresh each time (never by a file's date), in a file named after this module's own content
-    and the Python version (the syntax tree's form), so an edit to either starts a new one. At most
-    `MOST` entries (the oldest go); a folder that cannot be written is no error: it only costs the
-    parsing."""
-
-    MOST = 20000
-
-    def __init__(self):
-        self.entries: dict[str, object] | None = None
-        self.new = 0
-
-    @functools.cached_property
-    def path(self) -> Path:
-        import sys
-
-        salt = hashlib.sha256(Path(__file__).read_bytes() + sys.version.encode()).hexdigest()[:16]
-        root = os.environ.get("MINBERT_CACHE") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "minbert")
-        return Path(root) / f"code-{salt}.json"
-
-    def get(self, data: bytes, what: str, compute):
-        if self.entries is None:
-            self.entries = self._read()
-        key = f"{hashlib.sha256(data).hexdigest()} {what}"
-        if key not in self.entries:
-            self.entries[key] = compute()
-            self.new += 1
-        return self.entries[key]
-
-    def _read(self) -> dict:
-        try:
-            found = json.loads(self.path.read_text(encoding="utf-8"))
-            return found if isinstance(found, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
-    def save(self) -> None:
-        """Write what this process parsed, merged with what others wrote meanwhile (at exit)."""
-        if not self.new:
-            return
-        merged = {**self._read(), **self.entries}
-        keep = dict(list(merged.items())[-self.MOST:])
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(keep), encoding="utf-8")
-            os.replace(tmp, self.path)
-            self.new = 0
-        except OSError:
-            pass
-
-
-_PARSED = _Parsed()
+_PARSED = KeptByContent("code", (Path(__file__),))
 atexit.register(_PARSED.save)
