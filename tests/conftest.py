@@ -13,6 +13,16 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
+# ---------------------------------------------------------------- what `precision: auto` means here
+# `auto` is bf16 on a CPU with avx512_bf16 / amx_bf16 (and on a recent GPU), float32 on others: left to
+# the machine, a test that compares numbers with a float32 tolerance would pass or fail by the CPU it
+# ran on. So the tests fix it: bf16 on every machine (MINBERT_AUTO_PRECISION, which every stage, engine
+# and command a test starts inherits; emulated where the CPU has no native bf16), unless the
+# environment already says; .ci/run runs the tests marked `numbers` a second time with fp32. A test
+# holds under both, or says the precision it needs (`precision: fp32` in its settings, or the
+# `machine_auto` fixture where what it checks is how the machine resolves `auto`).
+AUTO_PRECISION = os.environ.setdefault("MINBERT_AUTO_PRECISION", "bf16")
+
 
 def child_env(first: str | os.PathLike = REPO, **extra: str) -> dict:
     """The environment of a child process that imports this checkout: `first` ahead of what
@@ -45,6 +55,13 @@ def shared_data_dir() -> Path | None:
         if (cand / "cs224n").is_dir():
             return cand
     return None
+
+
+@pytest.fixture()
+def machine_auto(monkeypatch) -> None:
+    """`auto` as this machine resolves it, for the test that checks that: the session's fixed meaning
+    (AUTO_PRECISION) lifted."""
+    monkeypatch.delenv("MINBERT_AUTO_PRECISION", raising=False)
 
 
 @pytest.fixture(scope="session")
