@@ -1071,3 +1071,17 @@ def test_a_missing_or_cut_history_and_an_overlapping_dev_file_are_said_on_the_pa
     render_reports(load_params(params_path), layout, progress=False)
     c = " ".join(parse(Path(layout.experiment_report("c"))).text().split())
     assert f"{layout.history('c', 'finetune')}: the training history is cut short" in c
+
+
+def test_the_data_table_adds_up_where_rows_went_to_another_split():
+    """NLI's split by premise (and a declared task's dev held out of its training file): each file of
+    the split reads the whole source, so read = kept + dropped + the rows that went to the other."""
+    from minbert.report.render import split_rows
+
+    rows = split_rows([
+        {"file": "nli-train.tsv", "rows_read": 2527, "rows_kept": 2272, "rows_dropped": 3},
+        {"file": "nli-dev.tsv", "rows_read": 2527, "rows_kept": 252, "rows_dropped": 3},
+        {"file": "sst-train.tsv", "rows_read": 120, "rows_kept": 118, "rows_dropped": 2}])
+    assert [(r.get("split_off"), r.get("split_to")) for r in rows] == \
+        [(252, ["nli-dev.tsv"]), (2272, ["nli-train.tsv"]), (None, None)]
+    assert all(r["rows_read"] == r["rows_kept"] + r["rows_dropped"] + r.get("split_off", 0) for r in rows)

@@ -118,6 +118,7 @@ class ClaimView:
     judged: str = ""                            # an undertrained claim's verdict had its rows trained
     tolerance: float | None = None              # the training check's tolerance for this claim (on its column)
     alone: object = None                        # EncoderAlone: where our effect is several times the paper's
+    formula: str = ""                           # an overall column: its paper's formula, named beside it
 
 
 @dataclass
@@ -140,12 +141,17 @@ class PaperTableView:
     overall_name: str = ""                      # the paper's overall column, as printed ("" when it has none)
     stand_ins: bool = False                     # a row's run is not the paper's method (a "compares to" column)
 
+    @property
+    def formula_name(self) -> str:
+        return FORMULA_NAME[self.formula]
+
     def span(self, split: str) -> int:
         return sum(1 for s, *_ in self.columns if s == split)
 
 
 FORMULA_TEXT = {"leaderboard": "(SST acc + Para acc + (STS r + 1) / 2) / 3, the leaderboard score",
                 "mean": "the plain mean of SST acc, Para acc and STS r"}
+FORMULA_NAME = {"leaderboard": "leaderboard", "mean": "plain mean"}     # beside an overall wherever it shows
 
 
 def paper_metric_key(metric: str, formula: str) -> str:
@@ -282,7 +288,8 @@ def claim_view(study: str, sp, claim, chosen: dict, formula: str, book: ScoreBoo
     first, second = claim.rows
     view = ClaimView(study, claim.text, first, second, claim.column, claim.split, sp.paper_difference(claim),
                      chosen[first], chosen[second], kind=claim.kind, margin=claim.margin,
-                     margin_reason=claim.margin_reason, quote=claim.quote, proxy=claim.proxy)
+                     margin_reason=claim.margin_reason, quote=claim.quote, proxy=claim.proxy,
+                     formula=FORMULA_NAME[formula] if sp.column(claim.column).metric == "overall" else "")
     est = None
     if view.better_run and view.worse_run:
         try:
