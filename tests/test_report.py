@@ -937,7 +937,7 @@ def test_one_axis_grid_renders_a_sweep_plot_of_group_means(grid_rendered):
     assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     caption = figure.find("figcaption").text()
     assert "each value of lr (finetune.lr)" in caption and "bootstrap intervals as bands" in caption
-    assert "Highest overall: sweep.lr0.0001 (significantly better than" in caption
+    assert "Highest overall (leaderboard): sweep.lr0.0001 (significantly better than" in caption
     assert grid_rendered["final"].find("table", data_grid="sweep") is None      # one axis: the plot, no heatmap
 
 
