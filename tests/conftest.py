@@ -14,14 +14,19 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------- what `precision: auto` means here
-# `auto` is bf16 on a CPU with avx512_bf16 / amx_bf16 (and on a recent GPU), float32 on others: left to
-# the machine, a test that compares numbers with a float32 tolerance would pass or fail by the CPU it
-# ran on. So the tests fix it: bf16 on every machine (MINBERT_AUTO_PRECISION, which every stage, engine
-# and command a test starts inherits; emulated where the CPU has no native bf16), unless the
-# environment already says; .ci/run runs the tests marked `numbers` a second time with fp32. A test
+# `auto` is bf16 on a CPU with avx512_bf16 / amx_bf16 (and on a recent GPU), float32 on others. The
+# session fixes it once (MINBERT_AUTO_PRECISION, which every stage, engine and command a test starts
+# inherits): what this machine resolves, unless the environment already says. .ci/run then runs the
+# tests marked `numbers` a second time with the other one (bf16 emulated where the CPU has no native
+# bf16), so every machine checks the numbers under both and a test that compares with a float32
+# tolerance fails on any CPU, while the rest of the suite runs at the machine's own speed. A test
 # holds under both, or says the precision it needs (`precision: fp32` in its settings, or the
 # `machine_auto` fixture where what it checks is how the machine resolves `auto`).
-AUTO_PRECISION = os.environ.setdefault("MINBERT_AUTO_PRECISION", "bf16")
+if not os.environ.get("MINBERT_AUTO_PRECISION", "").strip():
+    from minbert.core.runtime import precision_on
+
+    os.environ["MINBERT_AUTO_PRECISION"] = precision_on("auto", torch.device("cpu"))
+AUTO_PRECISION = os.environ["MINBERT_AUTO_PRECISION"]
 
 
 def child_env(first: str | os.PathLike = REPO, **extra: str) -> dict:

@@ -159,6 +159,7 @@ def test_options_go_anywhere_among_the_arguments(lone_model, tmp_path, capsys):
                                       r"--help", err.strip()), err
 
 
+@pytest.mark.numbers
 @pytest.mark.parametrize("precision", [None, "fp32"])
 def test_the_api_predicts_what_the_command_predicts(lone_model, tmp_path, capsys, precision):
     """The checks changed the API's input handling, not its numbers: the same rows give the same

@@ -181,6 +181,7 @@ def test_dev_is_evaluated_within_an_epoch_and_the_best_evaluation_is_kept(tiny_m
     assert whole["dev_score"].tolist() == pytest.approx(once.history["dev_score"].tolist(), rel=1e-5, nan_ok=True)
 
 
+@pytest.mark.numbers
 def test_dev_size_evaluates_a_seeded_subset_of_each_dev_split(tiny_model_dir, prepared, tmp_path):
     def ids(split, **kw):
         frames = batches.task_frames(prepared, ["sst", "sts"], ("train", "dev"), **kw)[split]
