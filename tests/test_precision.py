@@ -111,10 +111,21 @@ def test_what_auto_means_can_be_set_for_a_machine(monkeypatch, forced):
 
 
 def test_the_tests_fix_what_auto_means():
-    """tests/conftest.py fixes `auto` for every test and every process a test starts (bf16 on every
-    machine unless the environment says otherwise; .ci/run's second pass says fp32), so no test
-    passes or fails by the CPU it ran on."""
+    """tests/conftest.py fixes `auto` for every test and every process a test starts (what the
+    machine resolves unless the environment says otherwise; .ci/run's second pass says the other
+    precision for the tests of numbers), so a session is one precision throughout."""
     from conftest import AUTO_PRECISION
 
     assert os.environ["MINBERT_AUTO_PRECISION"] == AUTO_PRECISION and AUTO_PRECISION in ("bf16", "fp16", "fp32")
     assert runtime.precision_on("auto", CPU) == AUTO_PRECISION
+
+
+def test_a_test_that_compares_with_a_tolerance_is_a_test_of_numbers(request):
+    """Unmarked, this test compares floats with a tolerance, so tests/conftest.py marks it `numbers`
+    and .ci/run's second pass runs it with the other precision as `auto`; a test that compares
+    exactly is left to the first pass."""
+    from conftest import _compares_with_tolerance
+
+    assert 0.1 + 0.2 == pytest.approx(0.3)
+    assert request.node.get_closest_marker("numbers") is not None
+    assert not _compares_with_tolerance(type("Item", (), {"function": test_precision_on_cuda})())
