@@ -95,12 +95,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
     its evaluations. With gradient accumulation each task's batch comes as micro-batches."""
     cfg, pi = tr.cfg, state.phase
     phase_tasks = plan.phases[pi]
-    collator = Collator(tr.tokenizer, fixed_shapes=tr.captured is not None)
-    streams = {t: TaskStream(tr.train[t], collator, cfg.batch_size, tr.options.seed + 101 * (i + 1), state.epoch,
-                             shard=(tr.dist.rank, tr.dist.world), features=tr.features.get(t),
-                             walked=plan.walked(pi, state.epoch, t) if t in cfg.walk_through else None)
-               for i, t in enumerate(phase_tasks)}
-    parts = cfg.gradient_accumulation_steps
+    streams = epoch_streams(tr, state, plan)
     updates = plan.epochs[(pi, state.epoch)]
     points = set(eval_points(len(updates), cfg.evals_per_epoch)[:-1])
     tr.totals.reset()
@@ -110,14 +105,8 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
     bar = tqdm(updates, desc=desc, unit="upd", leave=False, dynamic_ncols=True,
                disable=not (tr.options.progress and tr.dist.main), mininterval=1.0 if sys.stderr.isatty() else 15.0)
     for k, update_tasks in enumerate(bar):
-        # built on the host; with gradient accumulation, each task's batch as its micro-batches
-        batches = [(task, streams[task].next() if parts == 1 else streams[task].next_parts(parts))
-                   for task in update_tasks]
-        labels = [np.concatenate([p["labels"].numpy() for p in _parts(b)]) for _, b in batches]
-        if tr.captured is not None:
-            lr = tr.captured.step(state, plan, batches, labels)
-        else:
-            lr = train_step(tr, state, plan, batches, labels, pcgrad_order(tr, batches))
+        batches, labels = draw_update(streams, update_tasks, cfg.gradient_accumulation_steps)
+        lr = update(tr, state, plan, batches, labels)
         n_examples += sum(len(y) for y in labels) * tr.dist.world
         if tr.trackers is not None:
             logged = track_update(tr, state, batches, labels, lr, logged)
@@ -138,6 +127,25 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
             train_mode(tr)
     bar.close()
     return train_row(tr, state, plan, 1.0, lr, time.perf_counter() - t0, n_examples - done)
+
+
+def epoch_streams(tr: Training, state: TrainState, plan: Plan) -> dict[str, TaskStream]:
+    """The batches of the state's epoch, one stream per task of its phase (a frozen encoder's stored
+    embeddings where it has them; fixed length buckets where the step is captured)."""
+    cfg, pi = tr.cfg, state.phase
+    collator = Collator(tr.tokenizer, fixed_shapes=tr.captured is not None)
+    return {t: TaskStream(tr.train[t], collator, cfg.batch_size, tr.options.seed + 101 * (i + 1), state.epoch,
+                          shard=(tr.dist.rank, tr.dist.world), features=tr.features.get(t),
+                          walked=plan.walked(pi, state.epoch, t) if t in cfg.walk_through else None)
+            for i, t in enumerate(plan.phases[pi])}
+
+
+def draw_update(streams: dict[str, TaskStream], update_tasks, parts: int = 1) -> tuple[list, list[np.ndarray]]:
+    """An update's host batches [(task, batch)] and their labels as the host has them; with gradient
+    accumulation (`parts` > 1), each task's batch as its micro-batches."""
+    batches = [(task, streams[task].next() if parts == 1 else streams[task].next_parts(parts))
+               for task in update_tasks]
+    return batches, [np.concatenate([p["labels"].numpy() for p in _parts(b)]) for _, b in batches]
 
 
 def track_update(tr: Training, state: TrainState, batches, labels, lr: float, before: list | None) -> list:
@@ -196,6 +204,14 @@ def train_row(tr: Training, state: TrainState, plan: Plan, fraction: float, lr: 
             row[f"train_{t}_loss"] = float(totals.loss[k]) / totals.n[t]
             row[f"train_{t}_{TASKS[t].metric}"] = task_metric(t, pred, np.concatenate(totals.labels[t]))
     return row
+
+
+def update(tr: Training, state: TrainState, plan: Plan, batches: list, labels: list[np.ndarray]) -> float:
+    """One update through the path the run takes: the captured step on CUDA where it applies,
+    `train_step` otherwise. Returns the learning rate."""
+    if tr.captured is not None:
+        return tr.captured.step(state, plan, batches, labels)
+    return train_step(tr, state, plan, batches, labels, pcgrad_order(tr, batches))
 
 
 def pcgrad_order(tr: Training, batches: list) -> list[list[int]] | None:
