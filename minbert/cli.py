@@ -381,6 +381,9 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
     e.add_argument("--cores", type=int, help="the cores the engine uses (default: all this process may use)")
     e.add_argument("--jobs-per-gpu", type=int, default=4, help="network jobs sharing one GPU (default 4, as "
                                                                 "`--config jobs_per_gpu`)")
+    e.add_argument("--cpu-time", action="store_true", help="measure the costs in CPU seconds, not wall seconds: on "
+                                                              "cores other work shares, about what jobs of one thread "
+                                                              "would take on idle ones")
     e.set_defaults(func=estimate_command)
     return e
 
@@ -388,7 +391,7 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
 def estimate_command(args) -> None:
     from minbert.pipeline.estimate import estimate_lines
 
-    for line in estimate_lines(args.params, args.device, args.threads, args.cores, args.jobs_per_gpu):
+    for line in estimate_lines(args.params, args.device, args.threads, args.cores, args.jobs_per_gpu, args.cpu_time):
         print(line)
 
 

@@ -176,8 +176,8 @@ def test_the_command_says_how_long_before_anything_runs(tmp_path, tiny_model_dir
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     line = out.stdout.strip().splitlines()[0]
-    assert re.match(r"about \d+ min on cpu \((fp32|bf16), eager steps, sentences of \d+ word pieces\), 2 cores, 1 threads a "
-                    r"network job \(2 at a time\): 8 jobs, 480 training updates; the longest chain \d+ min \(finetune "
+    assert re.match(r"about \d+\.\d min on cpu \((fp32|bf16), eager steps, sentences of \d+ word pieces\), 2 cores, 1 threads a "
+                    r"network job \(2 at a time\): 8 jobs, 480 training updates; the longest chain \d+\.\d min \(finetune "
                     r"\w+ -> predict \w+ -> evaluate \w+\); the work \d+\.\d min = ", line), line
 
 

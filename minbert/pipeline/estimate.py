@@ -152,20 +152,30 @@ def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
     return max(4, math.ceil(sum(lengths) / len(lengths))) if lengths else LENGTH
 
 
-def _startup(code: str) -> float:
-    """Seconds a fresh Python takes to run `code` (a stage's imports): what each job pays first."""
-    t0 = time.perf_counter()
+def _startup(code: str, cpu: bool = False) -> float:
+    """Seconds a fresh Python takes to run `code` (a stage's imports): what each job pays first; its
+    CPU seconds with `cpu`."""
+    import resource
+
+    def used() -> float:
+        if not cpu:
+            return time.perf_counter()
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+    t0 = used()
     subprocess.run([sys.executable, "-c", code], capture_output=True, check=False, timeout=300)
-    return time.perf_counter() - t0
+    return used() - t0
 
 
 def measure(model: str, device: str = "auto", precision: str = "auto", threads: int | None = None,
-            length: int = LENGTH, cuda_graphs: bool = True) -> StepCost:
+            length: int = LENGTH, cuda_graphs: bool = True, cpu_time: bool = False) -> StepCost:
     """This machine's costs (StepCost) through the pipeline's own code: a fine-tuning run of the model
     on sentences of `length` word pieces (minbert.train.loop.start_run; each update its batch drawn
     and the step the run takes here, captured on CUDA unless `cuda_graphs` is off) at 8 and 32
-    sentences, its evaluation pass (minbert.model.multitask.predict_task) over 128 and 512, its
-    checkpoints written, and the start-up of a job in a fresh Python."""
+    sentences (the median of 5 updates each), its evaluation pass (minbert.model.multitask.predict_task)
+    over 128 and 512, its checkpoints written, and the start-up of a job in a fresh Python.
+    `cpu_time`: in CPU seconds (every thread's) instead of wall seconds: on a CPU that other work
+    shares, about what one thread a job would take on idle cores."""
     import tempfile
 
     import numpy as np
@@ -188,9 +198,10 @@ def measure(model: str, device: str = "auto", precision: str = "auto", threads: 
     resolved = configure_precision(dev, precision)
     cuda = dev.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
-    t0 = time.perf_counter()
+    clock = time.process_time if cpu_time else time.perf_counter
+    t0 = clock()
     encoder, _, folder = load_encoder(model)
-    load_seconds = time.perf_counter() - t0
+    load_seconds = clock() - t0
     tok = Tokenizer(folder, max(16, length))
     rng = np.random.default_rng(0)
     frame = pd.DataFrame({"id": [str(i) for i in range(512)], "sentence": [" ".join(["the"] * (length - 2))] * 512,
@@ -210,37 +221,44 @@ def measure(model: str, device: str = "auto", precision: str = "auto", threads: 
 
             def update():
                 loop.update(tr, state, plan, *loop.draw_update(streams, ("sst",)))
-            t0 = time.perf_counter()
+            t0 = clock()
             update()                                 # the first: eager, the shape probed (and recorded on CUDA)
             update()                                 # the second: the update recorded on CUDA
             sync()
-            first[n] = time.perf_counter() - t0
-            reps = 20 if cuda else 3
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                update()
-            sync()
-            per_update[n] = (time.perf_counter() - t0) / reps
+            first[n] = clock() - t0
+            if cuda:                                 # a captured update: a mean over many (no sync between)
+                t0 = clock()
+                for _ in range(20):
+                    update()
+                sync()
+                per_update[n] = (clock() - t0) / 20
+            else:                                    # the median of single updates: a busy machine's outliers out
+                times = []
+                for _ in range(5):
+                    t0 = clock()
+                    update()
+                    times.append(clock() - t0)
+                per_update[n] = sorted(times)[2]
             if n == 32:
-                t0 = time.perf_counter()
+                t0 = clock()
                 loop.save_state(tr, state)
                 torch_save(checkpoint_dict(net, tok), Path(tmp) / "best.pt")
-                checkpoint = time.perf_counter() - t0
+                checkpoint = clock() - t0
         net.eval()
         amp = lambda: autocast(dev, resolved)  # noqa: E731
         times = {}
         for rows in (128, 512):
             part = build_task_data("sst", frame.head(rows), tok, cfg.heads)
             predict_task(net, part, tok, EVAL_BATCH, dev, amp)          # warm
-            t0 = time.perf_counter()
+            t0 = clock()
             predict_task(net, part, tok, EVAL_BATCH, dev, amp)
             sync()
-            times[rows] = time.perf_counter() - t0
+            times[rows] = clock() - t0
     b = max((per_update[32] - per_update[8]) / 24, 1e-9)
     fb = max((times[512] - times[128]) / 384, 1e-9)
     capture = max(first[8] - 2 * per_update[8], 0.0) if cuda and cuda_graphs else 0.0
-    startup = _startup("import minbert.train.experiment, minbert.scoring.predict") + load_seconds
-    light = _startup("import minbert.scoring.evaluate, minbert.scoring.ensemble")
+    startup = _startup("import minbert.train.experiment, minbert.scoring.predict", cpu_time) + load_seconds
+    light = _startup("import minbert.scoring.evaluate, minbert.scoring.ensemble", cpu_time)
     return StepCost(train=(max(per_update[8] - 8 * b, 0.0), b), forward=(max(times[128] - 128 * fb, 0.0), fb),
                     checkpoint=checkpoint, startup=startup, light_startup=light, capture=capture)
 
@@ -479,7 +497,10 @@ def _holder(path: str, maker: dict) -> str | None:
 
 # ---------------------------------------------------------------- saying it
 
-def fmt_seconds(seconds: float) -> str:
+def fmt_seconds(seconds: float, tenths: bool = False) -> str:
+    """Hours and minutes; in tenths of a minute (`tenths`) for a short run."""
+    if tenths:
+        return f"{seconds / 60:.1f} min"
     minutes = round(seconds / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
 
@@ -525,8 +546,8 @@ def describe(est: Estimate, where: str, machine: Machine | None = None) -> str:
     parts, work = rounded_parts(est.seconds, 6.0 if tenths else 60.0)
     stages = " + ".join(f"{s} {_minutes(m, tenths)}" for s, m in sorted(parts.items(), key=lambda kv: -kv[1]))
     chain = " -> ".join(i.replace("@", " ") for i in est.chain if not i.startswith(("report", "prepare")))
-    return (f"about {fmt_seconds(est.wall)} on {where}, {machine.describe()}: {len(est.jobs)} jobs, "
-            f"{est.updates:,} training updates; the longest chain {fmt_seconds(est.chain_seconds)} ({chain}); "
+    return (f"about {fmt_seconds(est.wall, tenths)} on {where}, {machine.describe()}: {len(est.jobs)} jobs, "
+            f"{est.updates:,} training updates; the longest chain {fmt_seconds(est.chain_seconds, tenths)} ({chain}); "
             f"the work {_minutes(work, tenths)} = {stages or 'nothing'}")
 
 
@@ -545,8 +566,9 @@ def machine_here(device_type: str, threads: int | None = None, cores: int | None
 
 
 def estimate_lines(params: str, device: str | None = None, threads: int | None = None, cores: int | None = None,
-                   jobs_per_gpu: int = 4) -> list[str]:
-    """`minbert estimate`: what it prints (the estimate, and a line when the cores were busy)."""
+                   jobs_per_gpu: int = 4, cpu_time: bool = False) -> list[str]:
+    """`minbert estimate`: what it prints (the estimate, and a line when the cores were busy).
+    `cpu_time`: every cost measured in CPU seconds (`measure`)."""
     from minbert.core.runtime import pick_device, precision_on
     from minbert.params.load import load_params
 
@@ -554,10 +576,10 @@ def estimate_lines(params: str, device: str | None = None, threads: int | None =
     base = lp.base
     dev = pick_device(device or base.device)
     machine = machine_here(dev.type, threads or base.threads, cores, jobs_per_gpu)
-    busy = busy_note(dev.type)                  # before this process adds its own load
+    busy = None if cpu_time else busy_note(dev.type)      # before this process adds its own load
     length = typical_length(lp, base.model)
-    cost = measure(base.model, dev.type, base.precision, machine.job_threads, length, base.cuda_graphs)
+    cost = measure(base.model, dev.type, base.precision, machine.job_threads, length, base.cuda_graphs, cpu_time)
     captured = dev.type == "cuda" and base.cuda_graphs
     where = (f"{dev.type} ({precision_on(base.precision, dev)}, {'captured' if captured else 'eager'} steps, "
-             f"sentences of {length} word pieces)")
+             f"sentences of {length} word pieces{', in CPU seconds' if cpu_time else ''})")
     return [describe(estimate(lp, cost, machine), where, machine)] + ([busy] if busy else [])
