@@ -35,9 +35,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
+import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,7 +132,8 @@ def command(args, job, n: int) -> list[str]:
 
 def run_to_end(args, job, threads: int) -> float:
     t0 = time.perf_counter()
-    out = subprocess.run(command(args, job, 1), env=child_env(args, threads), capture_output=True, text=True)
+    out = subprocess.run(command(args, job, 1), env=child_env(args, threads), capture_output=True, text=True,
+                         check=False)
     if out.returncode != 0:
         raise SystemExit(f"{job.id} failed:\n{out.stderr[-3000:]}")
     return time.perf_counter() - t0
@@ -471,7 +473,8 @@ def prediction(args, predict_job, finetune_job, threads: int) -> dict:
     record = json.loads(Path(predict_job.run_record).read_text())
     rows = sum(record["files"].values())
     out = subprocess.run([sys.executable, __file__, "--eval-pass", predict_job.job_file, "--device", args.device],
-                         env=child_env(args, threads), capture_output=True, text=True, start_new_session=True)
+                         env=child_env(args, threads), capture_output=True, text=True, start_new_session=True,
+                         check=False)
     if out.returncode != 0:
         raise SystemExit(f"the evaluation pass failed:\n{out.stderr[-3000:]}")
     evaluation = json.loads(out.stdout.strip().splitlines()[-1])
@@ -534,7 +537,7 @@ def label(job) -> str:
 
 def median_range(values: list[float], digits: int = 1) -> str:
     """"median (min-max)" of finite values."""
-    v = sorted(x for x in values if x == x)
+    v = sorted(x for x in values if not math.isnan(x))
     if not v:
         return "n/a"
     return f"{statistics.median(v):,.{digits}f} ({v[0]:,.{digits}f}-{v[-1]:,.{digits}f})"

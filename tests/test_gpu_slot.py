@@ -126,7 +126,7 @@ def test_jobs_share_a_gpu_by_time_slices_unless_mps_is_asked_for(tmp_path, monke
     `--mps on` or MINBERT_MPS=1 makes the job an MPS client."""
     ran = []
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    monkeypatch.setattr(gpu_slot, "free_memory_mb", lambda: {})
+    monkeypatch.setattr(gpu_slot, "free_memory_mb", dict)
     monkeypatch.setattr(gpu_slot, "mps_env", lambda lock_dir: {"CUDA_MPS_PIPE_DIRECTORY": str(lock_dir / "mps-pipe")})
     monkeypatch.setattr(gpu_slot.os, "execvpe", lambda cmd, argv, env: ran.append(env))
     for mps_var, flag in ((None, []), ("1", []), (None, ["--mps", "on"]), ("1", ["--mps", "off"])):

@@ -3,8 +3,9 @@
 Every job the planner plans (minbert.pipeline.plan) is priced by what it will run here:
 - a training run (fine-tuning, head re-training, paraphrase-first pretraining): its planned updates
   (minbert.train.training.Plan on the rows after downsampling), each at the pipeline's own update
-  measured here now (`measure`: minbert.train.loop's batches drawn as its loop draws them and the
-  step it takes on this device, captured on CUDA where the run allows it; three passes for SMART),
+  measured here now (minbert.pipeline.costs.measure: minbert.train.loop's batches drawn as its loop
+  draws them and the step it takes on this device, captured on CUDA where the run allows it; three
+  passes for SMART),
   its dev evaluations (the evaluation pass, batches of 128), its checkpoints (the resumable state
   and the best model each epoch), the CUDA graphs it records, and its start-up;
 - masked-LM and NLI pretraining: its steps (`max_steps_per_epoch` counted) and dev-loss passes;
@@ -18,23 +19,19 @@ slices, each at its own speed while at most SHARED_AT_FULL_SPEED run on it (benc
 sharing that throughput beyond. The estimate is when the last job ends; the work by stage is
 said beside it, its rounded parts adding up to its rounded total.
 
-Rows come from `results/data/summary.json` when prepare has run, else from the raw files' lines.
+The rows of each split are counted in the raw files (as prepare reads them, before it drops any).
 """
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from minbert.core.tasks import TASKS
 from minbert.data.downsample import target_sizes
 from minbert.params.catalogue import LoadedParams
+from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, typical_length
 
-LENGTH = 32             # word pieces of a typical sentence of the CS224N data (a pair's cross-encoding: twice)
-EVAL_BATCH = 128        # the training loop's evaluation batches (minbert.train.evaluation.EVAL_BATCH_SIZE)
 NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
 # Four captured MiniLM jobs side by side on one H200 by time slices each ran at its full speed
 # (4.15x one alone: bench/gpu_sharing.py); beyond four it is not measured, so more share that.
@@ -43,25 +40,6 @@ SHARED_AT_FULL_SPEED = 4
 # demo (2 CPU cores, under other work), per job and for the report per experiment it shows.
 ALLOWANCE = {"prepare": 1.0, "evaluate": 2.5, "ensemble": 3.0, "export": 3.0, "report": 4.0}
 REPORT_PER_JOB = 0.05
-
-
-@dataclass
-class StepCost:
-    """What work costs here, measured (`measure`): seconds of one training update over n sentences
-    (a + b·n: its batch drawn, the step; `smart` times for SMART), of an evaluation batch of n
-    (a + b·n), of a checkpoint (the resumable state and a best model written), of a network job's
-    start-up (Python, its imports, the model loaded) and another job's, and of recording a CUDA
-    graph (0 off CUDA)."""
-    train: tuple[float, float]
-    forward: tuple[float, float]
-    checkpoint: float = 0.0
-    startup: float = 0.0
-    light_startup: float = 0.0
-    capture: float = 0.0
-
-    def of(self, n: float, train: bool = True) -> float:
-        a, b = self.train if train else self.forward
-        return a + b * n if n else 0.0
 
 
 @dataclass
@@ -123,150 +101,10 @@ class Estimate:
         return sum(j.seconds for j in self.jobs)
 
 
-# ---------------------------------------------------------------- measuring this machine
-
-def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
-    """Word pieces of a typical sentence of the params' data (the mean over the first `sample`
-    training rows of each CS224N file of the tasks its experiments train, [CLS] and [SEP] included, rounded
-    up); LENGTH where the data has none. Batches are padded to their longest row but the encoder
-    skips the padding, so a pass costs about what its sentences' real lengths do."""
-    from minbert.core.errors import MinBertError
-    from minbert.core.models import model_folder
-    from minbert.data.raw import raw_path, read_cs224n
-    from minbert.model.tokenizer import Tokenizer
-
-    lengths = []
-    used = {t for exp in lp.experiments.values() for t in exp.finetune.tasks}
-    for name, task in TASKS.items():
-        path = Path(raw_path(lp.params.data.dir, name, "train")) if task.format == "cs224n" and name in used else None
-        if path is None or not path.is_file():
-            continue
-        try:
-            frame, _ = read_cs224n(path, name, labelled=True, on_bad_rows="drop")
-        except MinBertError:
-            continue                                  # prepare says what is wrong with it
-        if not lengths:
-            tokenizer = Tokenizer(model_folder(model), 512)
-        for column in task.text_columns:
-            lengths += [len(ids) for ids, _ in tokenizer.encode(frame[column].head(sample).astype(str).tolist())]
-    return max(4, math.ceil(sum(lengths) / len(lengths))) if lengths else LENGTH
-
-
-def _startup(code: str, cpu: bool = False) -> float:
-    """Seconds a fresh Python takes to run `code` (a stage's imports): what each job pays first; its
-    CPU seconds with `cpu`."""
-    import resource
-
-    def used() -> float:
-        if not cpu:
-            return time.perf_counter()
-        r = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return r.ru_utime + r.ru_stime
-    t0 = used()
-    subprocess.run([sys.executable, "-c", code], capture_output=True, check=False, timeout=300)
-    return used() - t0
-
-
-def measure(model: str, device: str = "auto", precision: str = "auto", threads: int | None = None,
-            length: int = LENGTH, cuda_graphs: bool = True, cpu_time: bool = False) -> StepCost:
-    """This machine's costs (StepCost) through the pipeline's own code: a fine-tuning run of the model
-    on sentences of `length` word pieces (minbert.train.loop.start_run; each update its batch drawn
-    and the step the run takes here, captured on CUDA unless `cuda_graphs` is off) at 8 and 32
-    sentences (the median of 5 updates each), its evaluation pass (minbert.model.multitask.predict_task)
-    over 128 and 512, its checkpoints written, and the start-up of a job in a fresh Python.
-    `cpu_time`: in CPU seconds (every thread's) instead of wall seconds: on a CPU that other work
-    shares, about what one thread a job would take on idle cores."""
-    import tempfile
-
-    import numpy as np
-    import pandas as pd
-    import torch
-
-    from minbert.core.io import torch_save
-    from minbert.core.runtime import autocast, configure_precision, pick_device, set_threads
-    from minbert.data.batches import build_task_data
-    from minbert.model.checkpoint import checkpoint_dict
-    from minbert.model.multitask import MultitaskModel, predict_task
-    from minbert.model.tokenizer import Tokenizer
-    from minbert.model.weights import load_encoder
-    from minbert.params.finetune import FinetuneParams
-    from minbert.train import loop
-    from minbert.train.training import FitOptions, TrainState
-
-    set_threads(threads)
-    dev = pick_device(device)
-    resolved = configure_precision(dev, precision)
-    cuda = dev.type == "cuda"
-    sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
-    clock = time.process_time if cpu_time else time.perf_counter
-    t0 = clock()
-    encoder, _, folder = load_encoder(model)
-    load_seconds = clock() - t0
-    tok = Tokenizer(folder, max(16, length))
-    rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"id": [str(i) for i in range(512)], "sentence": [" ".join(["the"] * (length - 2))] * 512,
-                          "label": rng.integers(0, 5, 512)})
-    per_update, first, checkpoint = {}, {}, 0.0
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in (8, 32):
-            cfg = FinetuneParams(tasks=["sst"], batch_size=n, epochs=1, downsample={"mode": "none"})
-            data = build_task_data("sst", frame, tok, cfg.heads)
-            net = MultitaskModel(encoder, cfg.heads, ["sst"])
-            options = FitOptions(Path(tmp) / f"out{n}", device=dev, bf16=resolved == "bf16", fp16=resolved == "fp16",
-                                 progress=False, cuda_graphs=cuda_graphs)
-            tr, plan = loop.start_run(net, tok, {"sst": data}, {}, cfg, options)
-            state = TrainState()
-            streams = loop.epoch_streams(tr, state, plan)
-            loop.train_mode(tr)
-
-            def update():
-                loop.update(tr, state, plan, *loop.draw_update(streams, ("sst",)))
-            t0 = clock()
-            update()                                 # the first: eager, the shape probed (and recorded on CUDA)
-            update()                                 # the second: the update recorded on CUDA
-            sync()
-            first[n] = clock() - t0
-            if cuda:                                 # a captured update: a mean over many (no sync between)
-                t0 = clock()
-                for _ in range(20):
-                    update()
-                sync()
-                per_update[n] = (clock() - t0) / 20
-            else:                                    # the median of single updates: a busy machine's outliers out
-                times = []
-                for _ in range(5):
-                    t0 = clock()
-                    update()
-                    times.append(clock() - t0)
-                per_update[n] = sorted(times)[2]
-            if n == 32:
-                t0 = clock()
-                loop.save_state(tr, state)
-                torch_save(checkpoint_dict(net, tok), Path(tmp) / "best.pt")
-                checkpoint = clock() - t0
-        net.eval()
-        amp = lambda: autocast(dev, resolved)  # noqa: E731
-        times = {}
-        for rows in (128, 512):
-            part = build_task_data("sst", frame.head(rows), tok, cfg.heads)
-            predict_task(net, part, tok, EVAL_BATCH, dev, amp)          # warm
-            t0 = clock()
-            predict_task(net, part, tok, EVAL_BATCH, dev, amp)
-            sync()
-            times[rows] = clock() - t0
-    b = max((per_update[32] - per_update[8]) / 24, 1e-9)
-    fb = max((times[512] - times[128]) / 384, 1e-9)
-    capture = max(first[8] - 2 * per_update[8], 0.0) if cuda and cuda_graphs else 0.0
-    startup = _startup("import minbert.train.experiment, minbert.scoring.predict", cpu_time) + load_seconds
-    light = _startup("import minbert.scoring.evaluate, minbert.scoring.ensemble", cpu_time)
-    return StepCost(train=(max(per_update[8] - 8 * b, 0.0), b), forward=(max(times[128] - 128 * fb, 0.0), fb),
-                    checkpoint=checkpoint, startup=startup, light_startup=light, capture=capture)
-
-
 # ---------------------------------------------------------------- what each job costs
 
 def train_rows(lp: LoadedParams, layout=None) -> dict[str, dict[str, int]]:
-    """{split: {task: rows}} of the prepared data (summary.json), else counted in the raw files."""
+    """{split: {task: rows}} counted in the raw files (lines but the header)."""
     from minbert.data.raw import RAW_SPLITS, raw_path
 
     rows: dict[str, dict[str, int]] = {s: {} for s in RAW_SPLITS}
