@@ -112,7 +112,9 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
             logged = track_update(tr, state, batches, labels, lr, logged)
         if (k + 1) % CHECK_EVERY == 0:
             check_finite(tr, state)
-        bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
+        if k % 32 == 0:     # the bar redraws every few seconds at most: its figures need no update each step
+            bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}",
+                            refresh=False)
         report_progress(tr, state, plan, k + 1, len(updates))
         if k + 1 in points:
             row = train_row(tr, state, plan, (k + 1) / len(updates), lr, time.perf_counter() - t0, n_examples - done)
