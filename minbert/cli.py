@@ -376,8 +376,8 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
                                    "runs them (minbert.pipeline.estimate).")
     e.add_argument("--params", default="params.yaml", help="the params file (default: params.yaml)")
     e.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"], help="default: the params' base device")
-    e.add_argument("--threads", type=int, help="CPU threads of a network job (default: the params' base threads, "
-                                               "else as the engine gives them)")
+    e.add_argument("--threads", type=int, help="the most threads the engine gives a job (as `snakemake "
+                                               "--max-threads`; default: a network stage's 8, at most the cores)")
     e.add_argument("--cores", type=int, help="the cores the engine uses (default: all this process may use)")
     e.add_argument("--jobs-per-gpu", type=int, default=4, help="network jobs sharing one GPU (default 4, as "
                                                                 "`--config jobs_per_gpu`)")

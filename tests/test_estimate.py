@@ -124,6 +124,8 @@ def test_jobs_are_scheduled_as_the_engine_runs_them():
     assert chain_seconds == pytest.approx(17)
     # eight cores, two threads a job: the pretraining and the other fine-tune side by side
     assert schedule(jobs, Machine(cores=8, threads=2))[0] == pytest.approx(17)
+    # the params' torch threads change what a job measures, not the cores the engine holds for it
+    assert schedule(jobs, Machine(cores=2, torch_threads=1))[0] == pytest.approx(22)
     # one GPU shared by four: up to four at their own speed; five or more share four jobs' throughput
     gpu = Machine("cuda", cores=16, gpus=1, jobs_per_gpu=8)
     many = priced(*[(f"finetune@{k}", 10, [], True) for k in range(8)])

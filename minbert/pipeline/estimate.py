@@ -13,8 +13,9 @@ Every job the planner plans (minbert.pipeline.plan) is priced by what it will ru
   and the report: their start-up and an allowance each (ALLOWANCE, measured on the demo).
 Then the jobs are scheduled as the engine runs them (`snakemake --cores all`): each starts when the
 jobs it reads from have finished and the machine has room, the head of the longest chain first
-(workflow/dag.py's priorities). On a CPU a job that runs the network takes min(8, cores) threads
-(the step is measured with that many); on GPUs, `jobs_per_gpu` of them share each device by time
+(workflow/dag.py's priorities). On a CPU a job that runs the network holds min(8, cores) of them
+(fewer with --max-threads; its update is measured with as many torch threads, or the params'
+`threads`); on GPUs, `jobs_per_gpu` of them share each device by time
 slices, each at its own speed while at most SHARED_AT_FULL_SPEED run on it (bench/gpu_sharing.py),
 sharing that throughput beyond. The estimate is when the last job ends; the work by stage is
 said beside it, its rounded parts adding up to its rounded total.
@@ -44,26 +45,33 @@ REPORT_PER_JOB = 0.05
 
 @dataclass
 class Machine:
-    """Where the jobs run: CPU cores, GPUs and how many jobs share one (0 GPUs: the CPU)."""
+    """Where the jobs run: CPU cores, GPUs and how many jobs share one (0 GPUs: the CPU), the most
+    threads the engine gives a job (Snakemake's --max-threads) and torch's threads in a job (the
+    params' `threads`; default: as many as the engine gives it)."""
     device: str = "cpu"
     cores: int = 1
     gpus: int = 0
     jobs_per_gpu: int = 4
-    threads: int | None = None           # a network job's CPU threads (default: as the engine gives them)
+    threads: int | None = None            # the engine's --max-threads
+    torch_threads: int | None = None      # a job's torch threads (the params' base.threads)
+
+    @property
+    def reserved(self) -> int:
+        """The cores the engine holds for a network job (workflow/dag.py's stage_threads)."""
+        held = max(1, self.cores // (self.gpus * self.jobs_per_gpu)) if self.gpus else min(NETWORK_THREADS, self.cores)
+        return max(1, min(held, self.threads or held))
 
     @property
     def job_threads(self) -> int:
-        if self.threads:
-            return self.threads
-        if self.gpus:
-            return max(1, self.cores // (self.gpus * self.jobs_per_gpu))
-        return min(NETWORK_THREADS, self.cores)
+        """The threads a network job's torch runs with (its update is measured with as many)."""
+        return self.torch_threads or self.reserved
 
     def describe(self) -> str:
+        torch_threads = f", torch on {self.job_threads}" if self.job_threads != self.reserved else ""
         if self.gpus:
-            return f"{self.gpus} GPU(s), {self.jobs_per_gpu} jobs per GPU, {self.cores} cores"
-        at_once = max(1, self.cores // self.job_threads)
-        return f"{self.cores} cores, {self.job_threads} threads a network job ({at_once} at a time)"
+            return f"{self.gpus} GPU(s), {self.jobs_per_gpu} jobs per GPU, {self.cores} cores{torch_threads}"
+        at_once = max(1, self.cores // self.reserved)
+        return f"{self.cores} cores, {self.reserved} threads a network job{torch_threads} ({at_once} at a time)"
 
 
 @dataclass
@@ -253,7 +261,7 @@ def schedule(priced: list[Priced], machine: Machine) -> tuple[float, list[str], 
         chain.append(cur.id)
         nxt = [by_id[q] for q in after[cur.id]]
         cur = max(nxt, key=lambda p: height[p.id]) if nxt else None
-    need = {p.id: machine.job_threads if p.network else 1 for p in priced}
+    need = {p.id: machine.reserved if p.network else 1 for p in priced}
     waiting = {p.id: len(p.deps) for p in priced}
     ready = [p.id for p in priced if not p.deps]
     running: dict[str, list] = {}                  # id -> [seconds of its own left, its GPU or None]
@@ -390,7 +398,7 @@ def describe(est: Estimate, where: str, machine: Machine | None = None) -> str:
 
 
 def machine_here(device_type: str, threads: int | None = None, cores: int | None = None,
-                 jobs_per_gpu: int = 4) -> Machine:
+                 jobs_per_gpu: int = 4, torch_threads: int | None = None) -> Machine:
     """This machine as the engine uses it by default (`snakemake --cores all`): every core this
     process may use, every visible GPU when the jobs run on CUDA."""
     import os
@@ -400,7 +408,7 @@ def machine_here(device_type: str, threads: int | None = None, cores: int | None
         import torch
 
         gpus = torch.cuda.device_count()
-    return Machine(device_type, cores or len(os.sched_getaffinity(0)), gpus, jobs_per_gpu, threads)
+    return Machine(device_type, cores or len(os.sched_getaffinity(0)), gpus, jobs_per_gpu, threads, torch_threads)
 
 
 def estimate_lines(params: str, device: str | None = None, threads: int | None = None, cores: int | None = None,
@@ -413,7 +421,7 @@ def estimate_lines(params: str, device: str | None = None, threads: int | None =
     lp = load_params(params)
     base = lp.base
     dev = pick_device(device or base.device)
-    machine = machine_here(dev.type, threads or base.threads, cores, jobs_per_gpu)
+    machine = machine_here(dev.type, threads, cores, jobs_per_gpu, base.threads)
     busy = None if cpu_time else busy_note(dev.type)      # before this process adds its own load
     length = typical_length(lp, base.model)
     cost = measure(base.model, dev.type, base.precision, machine.job_threads, length, base.cuda_graphs, cpu_time)
