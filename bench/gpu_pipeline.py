@@ -409,7 +409,7 @@ def worker(job_file: str) -> None:
         from minbert.params.settings import PretrainSettings
         from minbert.train import pretrain
 
-        def train(objective, pparams, s, runtime, desc, **_):
+        def train(objective, pparams, s, runtime, desc, *_, **__):
             u, sampler, per_epoch = pretrain.start_updates(objective, pparams, s, runtime, desc)
 
             def walk():                          # the run's steps in order, as `train` draws them

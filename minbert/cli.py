@@ -27,9 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from minbert.core.devices import DEVICES
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import TASKS
-from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, first_repeat, tasks_for, text_columns
+from minbert.data.read import refuse_repeated_columns
+from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, tasks_for, text_columns
 
 FORMATS = ("tsv", "csv", "jsonl", "txt")
 SUFFIXES = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt"}
@@ -130,9 +132,7 @@ def _read_table(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]
         if header is None:
             return pd.DataFrame(), []
         header = [h.strip() for h in header]
-        twice = first_repeat(header)
-        if twice is not None:
-            raise MinBertError(f"{name}:1: column '{twice}' appears twice in the header; keep one")
+        refuse_repeated_columns(f"{name}:1", header)
         rows, where, start = [], [], reader.line_num + 1
         for row in reader:
             if row == []:              # a blank line: a row without text, refused as in every format
@@ -242,19 +242,20 @@ def predict_command(a) -> None:
     frame, lines = read_rows(name, text, fmt)
     model = load_model(a.model, device=a.device, batch_size=a.batch_size, threads=a.threads,
                        precision="bf16" if a.bf16 else a.precision)
-    for t in a.task or []:
-        model.has(t)
-    origin = Origin(name, lines)
-    tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
-    check_texts(origin, frame, text_columns(tasks))
-    if len(frame) == 0:
-        raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
-    keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
-    parts = [frame[keep].reset_index(drop=True)]
-    for t in tasks:
-        cols = frame[PAIR if TASKS[t].pair else SINGLE]
-        cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
-        parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
+    with model.registry.active():            # the model's own tasks, heads and losses
+        for t in a.task or []:
+            model.has(t)
+        origin = Origin(name, lines)
+        tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
+        check_texts(origin, frame, text_columns(tasks))
+        if len(frame) == 0:
+            raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
+        keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
+        parts = [frame[keep].reset_index(drop=True)]
+        for t in tasks:
+            cols = frame[PAIR if TASKS[t].pair else SINGLE]
+            cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
+            parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
     out_fmt = a.out_format or (SUFFIXES.get(Path(a.out).suffix.lower()) if a.out not in (None, "-") else None) \
         or ("jsonl" if fmt == "jsonl" else "tsv")
     write_output(pd.concat(parts, axis=1), a.out, "tsv" if out_fmt == "txt" else out_fmt)
@@ -285,17 +286,14 @@ def progress_command(a: argparse.Namespace) -> None:
     import time
 
     from minbert.core.layout import Layout
-    from minbert.pipeline.progress import job_states, summary
+    from minbert.pipeline.progress import interval, job_states, summary, watch
 
-    if a.watch is not None and a.watch <= 0:
-        raise MinBertError(f"--watch {a.watch:g}: expected a number of seconds above 0")
-    while True:
-        states = job_states(Layout(results=a.results))
-        stamp = time.strftime("%H:%M:%S")
-        print("\n".join(f"{stamp} {line}" if k == 0 else line for k, line in enumerate(summary(states))), flush=True)
-        if a.watch is None or not any(s.status != "done" for s in states):
-            return
-        time.sleep(a.watch)
+    if a.watch is not None:
+        watch(interval(a.watch, "--watch "), Layout(results=a.results))
+        return
+    stamp = time.strftime("%H:%M:%S")
+    print("\n".join(f"{stamp} {line}" if k == 0 else line
+                    for k, line in enumerate(summary(job_states(Layout(results=a.results))))), flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -318,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "else JSONL for JSONL input and TSV otherwise)")
     p.add_argument("--batch-size", type=int, help="rows per batch (default: the experiment's predict stage's, "
                                                   "else 64)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda when available")
+    p.add_argument("--device", default="auto", choices=DEVICES, help="default: cuda when available")
     p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"],
                    help="default: the experiment's predict stage's setting, else auto (bf16 where it is native): "
                         "the stage's batches and precision give its numbers")
@@ -364,7 +362,8 @@ def progress_parser(sub) -> argparse.ArgumentParser:
                                    "locks, run records and each training job's progress.json; writes nothing.")
     g.add_argument("--results", default="results", help="the results folder (default: results)")
     g.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
-                   help="print again every SECONDS (default 5) until nothing is running or waiting (Ctrl-C stops)")
+                   help="print again every SECONDS (default 5) until nothing is waiting, or nothing runs and no "
+                        "engine runs in this folder (Ctrl-C stops)")
     g.set_defaults(func=progress_command)
     return g
 
@@ -375,7 +374,7 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
                                    "start-up measured here now, then the jobs scheduled as `snakemake --cores all` "
                                    "runs them (minbert.pipeline.estimate).")
     e.add_argument("--params", default="params.yaml", help="the params file (default: params.yaml)")
-    e.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"], help="default: the params' base device")
+    e.add_argument("--device", default=None, choices=DEVICES, help="default: the params' base device")
     e.add_argument("--threads", type=int, help="the most threads the engine gives a job (as `snakemake "
                                                "--max-threads`; default: a network stage's 8, at most the cores)")
     e.add_argument("--cores", type=int, help="the cores the engine uses (default: all this process may use)")

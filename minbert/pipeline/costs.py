@@ -5,14 +5,22 @@ pass, the checkpoints a run writes, and a job's start-up in a fresh Python."""
 from __future__ import annotations
 
 import math
+import resource
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from minbert.core.errors import MinBertError
+from minbert.core.io import torch_save
+from minbert.core.models import model_folder
 from minbert.core.tasks import TASKS
 from minbert.params.catalogue import LoadedParams
+from minbert.params.finetune import FinetuneParams
 
 LENGTH = 32             # word pieces of a typical sentence of the CS224N data (a pair's cross-encoding: twice)
 EVAL_BATCH = 128        # the training loop's evaluation batches (minbert.train.evaluation.EVAL_BATCH_SIZE)
@@ -41,8 +49,6 @@ def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
     training rows of each CS224N file of the tasks its experiments train, [CLS] and [SEP] included, rounded
     up); LENGTH where the data has none. Batches are padded to their longest row but the encoder
     skips the padding, so a pass costs about what its sentences' real lengths do."""
-    from minbert.core.errors import MinBertError
-    from minbert.core.models import model_folder
     from minbert.data.raw import raw_path, read_cs224n
     from minbert.model.tokenizer import Tokenizer
 
@@ -66,8 +72,6 @@ def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
 def _startup(code: str, cpu: bool = False) -> float:
     """Seconds a fresh Python takes to run `code` (a stage's imports): what each job pays first; its
     CPU seconds with `cpu`."""
-    import resource
-
     def used() -> float:
         if not cpu:
             return time.perf_counter()
@@ -82,7 +86,6 @@ class _Probe:
     """A fine-tuning run of one model on sentences of one length, measured (`measure`)."""
 
     def __init__(self, model: str, device, precision: str, length: int, cuda_graphs: bool, clock):
-        import numpy as np
         import pandas as pd
         import torch
 
@@ -103,11 +106,9 @@ class _Probe:
     def updates(self, n: int, tmp: Path, checkpoint: bool = False) -> tuple[float, float, float]:
         """(the first two updates' seconds, an update's, and with `checkpoint` a checkpoint's) at
         batches of n sentences: minbert.train.loop's own start_run, batches and update."""
-        from minbert.core.io import torch_save
         from minbert.data.batches import build_task_data
         from minbert.model.checkpoint import checkpoint_dict
         from minbert.model.multitask import MultitaskModel
-        from minbert.params.finetune import FinetuneParams
         from minbert.train import loop
         from minbert.train.training import FitOptions, TrainState
 
@@ -174,8 +175,6 @@ def measure(model: str, device: str = "auto", precision: str = "auto", threads: 
     written, and the start-up of a job in a fresh Python. `cpu_time`: in CPU seconds (every
     thread's) instead of wall seconds: on a CPU that other work shares, about what one thread a job
     would take on idle cores."""
-    import tempfile
-
     from minbert.core.runtime import configure_precision, pick_device, set_threads
 
     set_threads(threads)

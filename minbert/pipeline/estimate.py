@@ -25,13 +25,19 @@ The rows of each split are counted in the raw files (as prepare reads them, befo
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minbert.core.errors import MinBertError
+from minbert.core.layout import Layout
 from minbert.core.tasks import TASKS
 from minbert.data.downsample import target_sizes
+from minbert.data.raw import RAW_SPLITS, raw_path
 from minbert.params.catalogue import LoadedParams
+from minbert.params.load import load_params
 from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, typical_length
+from minbert.pipeline.plan import pipeline
 
 NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
 # Four captured MiniLM jobs side by side on one H200 by time slices each ran at its full speed
@@ -41,6 +47,9 @@ SHARED_AT_FULL_SPEED = 4
 # demo (2 CPU cores, under other work), per job and for the report per experiment it shows.
 ALLOWANCE = {"prepare": 1.0, "evaluate": 2.5, "ensemble": 3.0, "export": 3.0, "report": 4.0}
 REPORT_PER_JOB = 0.05
+# A job's start-up where nobody measured it: `minbert progress` prices a running pipeline's waiting
+# jobs without measuring (its start-up is the demo's, 2 CPU cores: Python, the stage's imports, the model).
+STARTUP = 6.0
 
 
 @dataclass
@@ -113,8 +122,6 @@ class Estimate:
 
 def train_rows(lp: LoadedParams, layout=None) -> dict[str, dict[str, int]]:
     """{split: {task: rows}} counted in the raw files (lines but the header)."""
-    from minbert.data.raw import RAW_SPLITS, raw_path
-
     rows: dict[str, dict[str, int]] = {s: {} for s in RAW_SPLITS}
     for task in TASKS:
         for split in RAW_SPLITS:
@@ -184,7 +191,7 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
     """(seconds, updates) of a pretraining: its steps (at most `max_steps_per_epoch` an epoch) and a
     dev-loss pass before the first epoch and after each."""
     train, dev = rows["train"], rows["dev"]
-    if pre.kind == "para_first":                 # one fine-tuning on para
+    if pre.kind == "para_first":                 # one fine-tuning on para, with base.finetune's settings
         return fit_seconds(base_finetune.model_copy(update={"epochs": pre.epochs}), ["para"], train, dev, cost, seed)
     if pre.kind == "mlm":
         n = sum(target_sizes({t: train.get(t, 0) for t in pre.mlm.tasks}, pre.mlm.downsample).values())
@@ -203,41 +210,44 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
     return seconds, pre.epochs * steps
 
 
-def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int) -> tuple[float, int]:
-    """(seconds, training updates) of one planned job (minbert.pipeline.job.Job) on this machine."""
-    from minbert.params.settings import (
-        FinetuneSettings,
-        PredictSettings,
-        PretrainSettings,
-        RetrainSettings,
-        TeachSettings,
-    )
+def runs_network(job) -> bool:
+    """Whether a planned job runs the network (its stage asks for a GPU: minbert.pipeline.registry.NETWORK)."""
+    return "gpu" in job.spec.resources
 
-    train, dev, test = rows["train"], rows["dev"], rows["test"]
-    stage = job.stage
-    if stage == "finetune":
-        s = FinetuneSettings(**job.settings)
-        seconds, updates = fit_seconds(s.finetune, s.finetune.tasks, train, dev, cost, s.seed)
-    elif stage == "retrain_heads":
-        s = RetrainSettings(**job.settings)
-        seconds, updates = fit_seconds(s.train, s.train.tasks, train, dev, cost, s.seed)
-    elif stage == "pretrain":
-        s = PretrainSettings(**job.settings)
-        seconds, updates = pretrain_seconds(s.pretraining, rows, cost, s.finetune or lp.base.finetune, s.seed)
-    elif stage == "predict":
-        s = PredictSettings(**job.settings)
-        heads = lp.experiments[job.name].finetune.heads if job.name in lp.experiments else None
-        n = sum(({"dev": dev, "test": test}[split].get(t, 0)) * sentences(t, heads)
-                for t in s.predicts for split in s.splits)
-        seconds, updates = _batched(n, cost), 0
-    elif stage == "teach":
-        s = TeachSettings(**job.settings)
-        n = sum(train.get(t, 0) * 2 for t in s.predicts) * len(s.members)
-        seconds, updates = _batched(n, cost), 0
-    else:                                        # no network: its start-up and an allowance
-        extra = REPORT_PER_JOB * jobs_in_report if stage == "report" else 0.0
-        return cost.light_startup + ALLOWANCE.get(stage, 1.0) + extra, 0
-    return seconds + cost.startup, updates
+
+def network_seconds(job, rows: dict, cost: StepCost, heads=None) -> tuple[float, int] | None:
+    """(seconds, training updates) of what a planned job (minbert.pipeline.job.Job) runs on the
+    network, its start-up left out: a training run's, a pretraining's, a prediction's or a teacher's
+    passes over `rows` ({split: {task: rows}}) at `cost`; None for a job that runs no network. `heads`:
+    the predicting experiment's (a hybrid pair is read three times); None: a pair counts twice.
+    `minbert progress` prices its waiting jobs with it at a unit cost per sentence."""
+    if not runs_network(job):
+        return None
+    s = job.spec.model.model_validate(job.settings)
+    train, dev = rows["train"], rows["dev"]
+    if job.stage == "finetune":
+        return fit_seconds(s.finetune, s.finetune.tasks, train, dev, cost, s.seed)
+    if job.stage == "retrain_heads":
+        return fit_seconds(s.train, s.train.tasks, train, dev, cost, s.seed)
+    if job.stage == "pretrain":
+        return pretrain_seconds(s.pretraining, rows, cost, s.finetune, s.seed)
+    # a prediction's dev and test splits; a teacher's training rows, once per member
+    splits, members = (s.splits, 1) if job.stage == "predict" else (["train"], len(s.members))
+    n = sum(rows[split].get(t, 0) * sentences(t, heads) for t in s.predicts for split in splits)
+    return _batched(n * members, cost), 0
+
+
+def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int) -> tuple[float, int]:
+    """(seconds, training updates) of one planned job (minbert.pipeline.job.Job) on this machine:
+    its network's work and start-up (`network_seconds`), or a job's that runs none (its start-up
+    and an allowance)."""
+    heads = lp.experiments[job.name].finetune.heads if job.stage == "predict" and job.name in lp.experiments \
+        else None
+    work = network_seconds(job, rows, cost, heads)
+    if work is None:
+        extra = REPORT_PER_JOB * jobs_in_report if job.stage == "report" else 0.0
+        return cost.light_startup + ALLOWANCE.get(job.stage, 1.0) + extra, 0
+    return work[0] + cost.startup, work[1]
 
 
 # ---------------------------------------------------------------- scheduling them
@@ -316,9 +326,6 @@ def _topological(priced: list[Priced]) -> list[Priced]:
 def estimate(lp: LoadedParams, cost: StepCost, machine: Machine | None = None) -> Estimate:
     """The pipeline's jobs priced (see the module docstring) and scheduled on `machine` (default:
     one CPU core, so one job at a time)."""
-    from minbert.core.layout import Layout
-    from minbert.pipeline.plan import pipeline
-
     machine = machine or Machine()
     rows = train_rows(lp)
     jobs = pipeline(lp, Layout())
@@ -327,7 +334,7 @@ def estimate(lp: LoadedParams, cost: StepCost, machine: Machine | None = None) -
     for job in jobs:
         seconds, updates = job_seconds(job, rows, cost, lp, len(jobs))
         deps = sorted({maker[h] for h in (_holder(d, maker) for d in job.deps) if h is not None} - {job.id})
-        priced.append(Priced(job.id, job.stage, seconds, deps, "gpu" in job.spec.resources, updates))
+        priced.append(Priced(job.id, job.stage, seconds, deps, runs_network(job), updates))
     wall, chain, chain_seconds = schedule(priced, machine)
     return Estimate(priced, wall, chain, chain_seconds)
 
@@ -372,8 +379,6 @@ def busy_note(device_type: str, load: float | None = None, cores: int | None = N
     """A line saying the CPU's cores were busy when the step time was measured (the 1-minute load
     average at least half the cores this process may use), or None: a busy machine measures a slower
     step, and the estimate would price the jobs as if they had to share the cores all along."""
-    import os
-
     if device_type != "cpu":
         return None
     load = os.getloadavg()[0] if load is None else load
@@ -401,8 +406,6 @@ def machine_here(device_type: str, threads: int | None = None, cores: int | None
                  jobs_per_gpu: int = 4, torch_threads: int | None = None) -> Machine:
     """This machine as the engine uses it by default (`snakemake --cores all`): every core this
     process may use, every visible GPU when the jobs run on CUDA."""
-    import os
-
     gpus = 0
     if device_type == "cuda":
         import torch
@@ -415,17 +418,21 @@ def estimate_lines(params: str, device: str | None = None, threads: int | None =
                    jobs_per_gpu: int = 4, cpu_time: bool = False) -> list[str]:
     """`minbert estimate`: what it prints (the estimate, and a line when the cores were busy).
     `cpu_time`: every cost measured in CPU seconds (`measure`)."""
-    from minbert.core.runtime import pick_device, precision_on
-    from minbert.params.load import load_params
+    from minbert.core.runtime import MAX_THREADS, pick_device, precision_on
 
+    for flag, n in (("--threads", threads), ("--cores", cores), ("--jobs-per-gpu", jobs_per_gpu)):
+        if n is not None and not 1 <= n <= MAX_THREADS:
+            raise MinBertError(f"{flag} {n}: expected a whole number from 1 to {MAX_THREADS}")
     lp = load_params(params)
     base = lp.base
     dev = pick_device(device or base.device)
     machine = machine_here(dev.type, threads, cores, jobs_per_gpu, base.threads)
     busy = None if cpu_time else busy_note(dev.type)      # before this process adds its own load
-    length = typical_length(lp, base.model)
-    cost = measure(base.model, dev.type, base.precision, machine.job_threads, length, base.cuda_graphs, cpu_time)
+    with lp.registry.active():                            # the params' own tasks
+        length = typical_length(lp, base.model)
+        cost = measure(base.model, dev.type, base.precision, machine.job_threads, length, base.cuda_graphs, cpu_time)
+        priced = estimate(lp, cost, machine)
     captured = dev.type == "cuda" and base.cuda_graphs
     where = (f"{dev.type} ({precision_on(base.precision, dev)}, {'captured' if captured else 'eager'} steps, "
              f"sentences of {length} word pieces{', in CPU seconds' if cpu_time else ''})")
-    return [describe(estimate(lp, cost, machine), where, machine)] + ([busy] if busy else [])
+    return [describe(priced, where, machine)] + ([busy] if busy else [])

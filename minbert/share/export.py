@@ -27,7 +27,6 @@ import os
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
-from minbert.core.extensions import HEADS, module_of
 from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
 
 EXPORT_FORMAT = "minbert-export-1"
@@ -95,8 +94,9 @@ def cross_encoder_form(model, task: str) -> str | None:
     """Why `task`'s head is not a `BertForSequenceClassification` (None when it is one: a cross
     view, the pooler's output, a single linear layer, nothing shared or added, one reading order)."""
     cfg = model.heads_cfg
-    if cfg.head_of(task) in HEADS:
-        return f"its head '{cfg.head_of(task)}' is one of your own (module {module_of('head', cfg.head_of(task))})"
+    head = model.registry.heads[cfg.head_of(task)]
+    if not head.builtin:
+        return f"its head '{head.name}' is one of your own (module {head.module})"
     if model.views[task].name != "cross":
         return f"its {cfg.head_of(task)} head is a bi-encoder{' with a cross term' if model.views[task].name == 'hybrid' else ''}: " \
                f"it embeds each sentence apart"

@@ -39,6 +39,7 @@ from minbert.core.layout import HISTORY_FILE, MODEL_FILE
 from minbert.core.metrics import (
     task_metric,
 )
+from minbert.core.progress import Progress
 from minbert.core.provenance import fingerprint_of, with_runtime
 from minbert.core.tasks import TASKS
 from minbert.data.batches import Collator, TaskData, to_device
@@ -66,7 +67,11 @@ from minbert.train.evaluation import (
     write_best,
     write_history,
 )
+from minbert.train.frozen import FrozenFeatures, cacheable
 from minbert.train.optim import build_adamw, set_lr
+from minbert.train.regularisers import MomentumModel, pcgrad_backward, pcgrad_orders
+from minbert.train.step import CapturedSteps, why_not_captured
+from minbert.train.tracking import Trackers
 from minbert.train.training import (
     EpochTotals,
     FitOptions,
@@ -220,8 +225,6 @@ def pcgrad_order(tr: Training, batches: list) -> list[list[int]] | None:
     """PCGrad's random order for this update, drawn on the host before the step (None without it)."""
     if not (tr.cfg.pcgrad and len(batches) > 1):
         return None
-    from minbert.train.regularisers import pcgrad_orders
-
     return pcgrad_orders(len(batches), tr.generators["pcgrad"])
 
 
@@ -260,8 +263,6 @@ def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[
             else:
                 (scaler.scale(weighted) if scaler is not None else weighted).backward()
     if pc_losses:
-        from minbert.train.regularisers import pcgrad_backward
-
         pc_losses = [scaler.scale(x) for x in pc_losses] if scaler is not None else pc_losses
         pcgrad_backward(pc_losses, tr.params, world=tr.dist.world, with_stats=False, orders=orders)
     average_gradients(tr.params, tr.dist.world, totals.flag)
@@ -356,8 +357,6 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     state = resumed or TrainState()
     start_trackers(tr, resumed)
     if tr.dist.main and tr.options.progress:
-        from minbert.core.progress import Progress
-
         tr.progress = Progress(tr.state_dir, tr.options.checkpoint_extra.get("stage", "finetune"))
         tr.progress_from = (state.update, time.perf_counter())
     store_frozen_features(tr, plan)
@@ -386,9 +385,6 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     """Everything a run works with: the model on its device, the optimiser, SMART's momentum copy,
     the run's generators, its description and fingerprint, the plan, and the captured step where
     it applies."""
-    out_dir = Path(options.out_dir)
-    options.state_dir = Path(options.state_dir) if options.state_dir is not None else \
-        out_dir.with_name(out_dir.name + ".state")
     tasks = [t for t in cfg.tasks if t in train]
     missing = [t for t in tasks if train[t].labels is None or len(train[t]) == 0]
     if missing:
@@ -408,8 +404,6 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
                             cfg.weight_decay)
     momentum = None
     if cfg.smart.enabled and cfg.smart.mu > 0:
-        from minbert.train.regularisers import MomentumModel
-
         momentum = MomentumModel(model, cfg.smart.beta)
         momentum.module.eval()   # the Bregman term compares with the copy's deterministic output
     if cfg.compile:   # in place: parameter names, checkpoints and the momentum copy stay as they are
@@ -423,8 +417,6 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     if options.fp16:   # float16's range needs the loss scaled up, and the gradients checked for overflow
         tr.scaler = torch.amp.GradScaler(device.type)
     if device.type == "cuda" and options.cuda_graphs:
-        from minbert.train.step import CapturedSteps, why_not_captured
-
         reason = why_not_captured(cfg, world, precision)
         if reason is None:
             tr.captured = CapturedSteps(tr)
@@ -441,8 +433,6 @@ def start_trackers(tr: Training, resumed: TrainState | None) -> None:
     continued after a resume from the update its state was saved at, afresh otherwise."""
     if not tr.cfg.tracking or not tr.dist.main:
         return
-    from minbert.train.tracking import Trackers
-
     folder = tr.state_dir / "tracking"
     if resumed is None:
         shutil.rmtree(folder, ignore_errors=True)
@@ -453,8 +443,6 @@ def store_frozen_features(tr: Training, plan: Plan) -> None:
     """A frozen, deterministic encoder's embeddings, computed once (minbert.train.frozen): for the dev
     splits (evaluated every epoch) and for each training split the run will walk through at least
     once (a task of which it draws fewer rows is cheaper to embed batch by batch)."""
-    from minbert.train.frozen import FrozenFeatures, cacheable
-
     cfg = tr.cfg
     for task in tr.train:
         if cacheable(tr.model, cfg, task) and plan.drawn(task) * cfg.batch_size >= len(tr.train[task]) \
