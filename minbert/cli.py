@@ -370,35 +370,28 @@ def progress_parser(sub) -> argparse.ArgumentParser:
 
 def estimate_parser(sub) -> argparse.ArgumentParser:
     e = sub.add_parser("estimate", help="how long a params file's pipeline will take on this machine",
-                       description="Every training run's planned updates, dev evaluations, pretraining steps and "
-                                   "predictions, priced by the encoder's step time measured here now (seconds), "
-                                   "one job at a time (minbert.pipeline.estimate).")
+                       description="Every job's work priced by the pipeline's own update, evaluation, checkpoints and "
+                                   "start-up measured here now, then the jobs scheduled as `snakemake --cores all` "
+                                   "runs them (minbert.pipeline.estimate).")
     e.add_argument("--params", default="params.yaml", help="the params file (default: params.yaml)")
     e.add_argument("--device", default=None, choices=DEVICES, help="default: the params' base device")
-    e.add_argument("--threads", type=int, help="CPU threads (default: the params' base threads, else torch's)")
+    e.add_argument("--threads", type=int, help="the most threads the engine gives a job (as `snakemake "
+                                               "--max-threads`; default: a network stage's 8, at most the cores)")
+    e.add_argument("--cores", type=int, help="the cores the engine uses (default: all this process may use)")
+    e.add_argument("--jobs-per-gpu", type=int, default=4, help="network jobs sharing one GPU (default 4, as "
+                                                                "`--config jobs_per_gpu`)")
+    e.add_argument("--cpu-time", action="store_true", help="measure the costs in CPU seconds, not wall seconds: on "
+                                                              "cores other work shares, about what jobs of one thread "
+                                                              "would take on idle ones")
     e.set_defaults(func=estimate_command)
     return e
 
 
 def estimate_command(args) -> None:
-    from minbert.core.runtime import pick_device, precision_on
-    from minbert.params.load import load_params
-    from minbert.pipeline.estimate import busy_note, describe, estimate, measure, typical_length
+    from minbert.pipeline.estimate import estimate_lines
 
-    lp = load_params(args.params)
-    base = lp.base
-    device = args.device or base.device
-    threads = args.threads or base.threads
-    dev = pick_device(device)
-    busy = busy_note(dev.type)                  # before this process adds its own load
-    with lp.registry.active():                  # the params' own tasks
-        length = typical_length(lp, base.model)
-        cost = measure(base.model, device, base.precision, threads, length)
-        where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
-            f", sentences of {length} word pieces)"
-        print(describe(estimate(lp, cost), where))
-    if busy:
-        print(busy)
+    for line in estimate_lines(args.params, args.device, args.threads, args.cores, args.jobs_per_gpu, args.cpu_time):
+        print(line)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -21,9 +21,10 @@ def main(argv=None):
     setup_logging()
     with running(job, s, force=call.args.force) as r:
         expect = {"experiment": name, "stage": s.model_stage, "record_path": L.run_record(s.model_stage, name)}
+        seconds = r.fields["seconds"] = {}
         r.fields["files"] = predict_experiment(r.settings, job.reads["model"][0], folder_of(job.reads["splits"]),
                                                folder_of(job.writes["predictions"]), cache_dir=L.token_cache,
-                                               expect=expect)
+                                               expect=expect, seconds=seconds)
 
 
 if __name__ == "__main__":

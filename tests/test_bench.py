@@ -3,8 +3,9 @@ so that a change to the library breaks a test here, not a user: bench/gpu_train.
 transformers' beside it with the ratio and its range (no host sync in ours); bench/op_count.py the
 operations a step dispatches on each path; bench/startup.py start-up and import cost against an
 older tree with ratios; bench/encoder_throughput.py, train_throughput.py and frozen_features.py
-their tables of speeds and ratios (on the tests' tiny BERT); the GPU benchmark's catalogue
-projection adds up params/full.yaml's real update counts. Nothing here checks a timing."""
+their tables of speeds and ratios (on the tests' tiny BERT); bench/gpu_pipeline.py the paper scale's
+real jobs beside their isolated steps; the GPU benchmark's catalogue projection adds up
+params/full.yaml's real update counts. Nothing here checks a timing."""
 from __future__ import annotations
 
 import importlib.util
@@ -122,6 +123,36 @@ def test_gpu_sharing_smoke_run_prints_each_mode_against_one_job_at_a_time():
         assert float(cells_[0]) > 0 and cells_[5:7] and all(float(r) > 0 for r in cells_[5:])
 
 
+def median_min_max(cell: str) -> tuple[float, float, float]:
+    m = re.match(r"^([\d,]+\.\d+) \(([\d,]+\.\d+)-([\d,]+\.\d+)\)$", cell)
+    assert m, cell
+    median, low, high = (float(x.replace(",", "")) for x in m.groups())
+    assert low <= median <= high, cell
+    return median, low, high
+
+
+def test_gpu_pipeline_smoke_run_times_the_real_jobs_beside_their_isolated_steps():
+    """The paper scale's real fine-tune and MLM pretraining jobs (the stages on their job files, a tiny
+    model, the demo data) against their isolated steps in the same run, and a real prediction job
+    against the training loop's evaluation pass."""
+    lines = run_bench("bench/gpu_pipeline.py", "--quick", timeout=600)
+    assert lines[0].startswith("reproduce catalogue, scale paper; model tiny;") and "torch" in lines[0]
+    header = cells(next(line for line in lines if line.startswith("| job |")))
+    rows = {r[0]: dict(zip(header[1:], r[1:])) for r in
+            (cells(line) for line in lines if line.startswith(("| finetune ", "| pretrain ")))}
+    assert set(rows) == {"finetune r000_mt.seed11711 (batch 8)", "pretrain mlm_sst_para (batch 8)"}
+    for row in rows.values():
+        iso, real = median_min_max(row["isolated step updates/s"])[0], median_min_max(row["real job updates/s"])[0]
+        ratio = median_min_max(row["real/isolated"])[0]
+        assert iso > 0 and real > 0 and ratio == pytest.approx(real / iso, abs=0.01)      # one round
+        rounding = 1000 * 0.05 / real ** 2 + 1000 * 0.05 / iso ** 2 + 0.005      # the rates printed to 0.1
+        assert float(row["host ms/update"]) == pytest.approx(1000 / real - 1000 / iso, abs=rounding)
+        assert float(row["first update s"]) > 0
+    ratios = next(line for line in lines if line.startswith("prediction / evaluation pass, per row: "))
+    forward_first, forward_again, whole = (float(x) for x in re.findall(r"(\d+\.\d+)", ratios))
+    assert 0 < whole <= forward_first and forward_again > 0   # the whole job pays its start-up besides its passes
+
+
 # ---------------------------------------------------------------- the throughput benchmarks, in process
 
 @pytest.fixture()
@@ -169,7 +200,8 @@ RUN_BY = {"gpu_train": test_gpu_train_smoke_run_on_cpu_times_ours_and_the_refere
           "encoder_throughput": test_encoder_throughput_prints_each_row_with_its_ratio,
           "train_throughput": test_train_throughput_prints_both_loops_and_their_ratio,
           "frozen_features": test_frozen_features_times_both_jobs_both_ways,
-          "gpu_sharing": test_gpu_sharing_smoke_run_prints_each_mode_against_one_job_at_a_time}
+          "gpu_sharing": test_gpu_sharing_smoke_run_prints_each_mode_against_one_job_at_a_time,
+          "gpu_pipeline": test_gpu_pipeline_smoke_run_times_the_real_jobs_beside_their_isolated_steps}
 
 
 def test_every_benchmark_is_run_by_a_test():

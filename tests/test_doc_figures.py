@@ -95,7 +95,7 @@ def plan_counts(spec: dict, tmp: Path) -> set[int]:
     jobs = pipeline(lp)
     stages = Counter(j.stage for j in jobs)
     est = estimate(lp, StepCost((0.0, 0.0), (0.0, 0.0)))
-    return {len(jobs), len([j for j in jobs if j.stage != "export"]), est.jobs, est.updates, *stages.values()}
+    return {len(jobs), len([j for j in jobs if j.stage != "export"]), len(est.jobs), est.updates, *stages.values()}
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
-"""`minbert estimate`: a pipeline's work priced before it starts. The updates are the ones the loop
-plans (minbert.train.training.Plan on the rows after downsampling), each priced at the encoder's
-measured pass time; checked here against a hand count with a made-up step cost, and the command's
-one line on the demo."""
+"""`minbert estimate`: a pipeline's time said before it starts. The updates are the ones the loop
+plans (minbert.train.training.Plan on the rows after downsampling), each priced at the pipeline's
+update measured here; every planned job is priced and the jobs scheduled as the engine runs them.
+Checked here against hand counts with a made-up cost, the schedule on hand-built chains, the parts
+adding up to the total, and the command's line on the demo."""
 from __future__ import annotations
 
 import math
@@ -15,7 +16,20 @@ from conftest import REPO, child_env
 
 from minbert.core.runtime import precision_on
 from minbert.params import load_params
-from minbert.pipeline.estimate import StepCost, estimate, fit_seconds, sentences, train_rows, typical_length
+from minbert.pipeline.estimate import (
+    Machine,
+    Priced,
+    StepCost,
+    describe,
+    estimate,
+    fit_seconds,
+    pretrain_seconds,
+    rounded_parts,
+    schedule,
+    sentences,
+    train_rows,
+    typical_length,
+)
 
 PARAMS = """\
 data: {dir: DATA, nli_file: null}
@@ -82,12 +96,63 @@ def test_a_frozen_task_with_its_own_layers_pays_every_update(lp):
     assert updates == 240 and seconds == pytest.approx(sst + sts)
 
 
-def test_the_whole_estimate_adds_every_job(lp):
+def test_the_whole_estimate_prices_every_planned_job_and_schedules_them(lp):
+    from minbert.pipeline.plan import pipeline
+
     est = estimate(lp, COST)
-    assert est.jobs == 4 and est.updates == 480                   # two fine-tunings and their predictions
-    assert set(est.seconds) == {"finetune", "predict"}
-    assert est.total == pytest.approx(sum(s for s, _ in est.longest))
+    planned = pipeline(lp)
+    assert sorted(j.id for j in est.jobs) == sorted(j.id for j in planned)     # prepare, evaluate, report too
+    assert est.updates == 480 and {"finetune", "predict", "evaluate", "prepare", "report"} <= set(est.seconds)
+    assert est.total == pytest.approx(sum(j.seconds for j in est.jobs))
+    # one core: one job at a time, the wall time is the work; the longest chain runs from prepare to the report
+    assert est.wall == pytest.approx(est.total)
+    assert est.chain[0] == "prepare" and est.chain[-1] == "report" and est.chain_seconds <= est.total
+    wide = estimate(lp, COST, Machine(cores=64))
+    assert wide.chain_seconds <= wide.wall < est.total             # side by side: down to the longest chain
     assert sentences("sts", lp.experiments["plain"].finetune.heads) == 2 and sentences("sst", None) == 1
+
+
+def priced(*jobs):
+    return [Priced(i, i.split("@")[0], s, list(deps), network) for i, s, deps, network in jobs]
+
+
+def test_jobs_are_scheduled_as_the_engine_runs_them():
+    jobs = priced(("prepare", 1, [], False), ("pretrain@m", 10, ["prepare"], True),
+                  ("finetune@a", 5, ["prepare"], True), ("finetune@b", 5, ["pretrain@m"], True),
+                  ("report", 1, ["finetune@a", "finetune@b"], False))
+    # two cores, a network job takes both: one at a time, the chain through the pretraining first
+    wall, chain, chain_seconds = schedule(jobs, Machine(cores=2))
+    assert wall == pytest.approx(22) and chain == ["prepare", "pretrain@m", "finetune@b", "report"]
+    assert chain_seconds == pytest.approx(17)
+    # eight cores, two threads a job: the pretraining and the other fine-tune side by side
+    assert schedule(jobs, Machine(cores=8, threads=2))[0] == pytest.approx(17)
+    # the params' torch threads change what a job measures, not the cores the engine holds for it
+    assert schedule(jobs, Machine(cores=2, torch_threads=1))[0] == pytest.approx(22)
+    # one GPU shared by four: up to four at their own speed; five or more share four jobs' throughput
+    gpu = Machine("cuda", cores=16, gpus=1, jobs_per_gpu=8)
+    many = priced(*[(f"finetune@{k}", 10, [], True) for k in range(8)])
+    assert schedule(many, gpu)[0] == pytest.approx(20)           # 8 jobs of 10 s at 4 jobs' throughput
+    assert schedule(many[:4], gpu)[0] == pytest.approx(10)
+
+
+def test_the_work_by_stage_adds_up_to_its_total_as_printed(lp):
+    parts, total = rounded_parts({"finetune": 8.4 * 60, "predict": 2.4 * 60, "pretrain": 1.4 * 60, "report": 5})
+    assert total == 12 and sum(parts.values()) == 12             # 8 + 2 + 1 rounded would say 11 of 12
+    line = describe(estimate(lp, StepCost(train=(0.5, 0.01), forward=(0.1, 1e-3), startup=4, light_startup=1)), "cpu")
+    work = re.search(r"the work (\d+\.\d) min = (.*)$", line)            # a short run: tenths of a minute
+    assert work and float(work.group(1)) == pytest.approx(sum(float(m) for m in re.findall(r"(\d+\.\d) min",
+                                                                                          work.group(2))))
+
+
+def test_a_pretraining_costs_its_capped_steps_and_its_dev_passes(lp):
+    from minbert.params.schema import PretrainParams
+
+    rows = train_rows(lp)
+    pre = PretrainParams(kind="mlm", epochs=2, batch_size=16, max_steps_per_epoch=8, mlm={"tasks": ["sst", "para"]})
+    seconds, updates = pretrain_seconds(pre, rows, COST, lp.base.finetune, 1)
+    # 1,200 rows would be 75 steps an epoch: capped at 8; dev loss before and after each epoch over 400 rows
+    assert updates == 16
+    assert seconds == pytest.approx(16 * 16 * 1e-3 + 3 * math.ceil(400 / 16) * 16 * 1e-4)
 
 
 def test_the_typical_length_is_the_datas_mean_word_pieces(lp, minilm_dir):
@@ -111,12 +176,14 @@ def test_the_command_says_how_long_before_anything_runs(tmp_path, tiny_model_dir
     (tmp_path / "params.yaml").write_text(PARAMS.replace("DATA", str(REPO / "data" / "demo"))
                                           .replace("all-MiniLM-L6-v2", str(tiny_model_dir)))
     out = subprocess.run([sys.executable, "-m", "minbert.cli", "estimate", "--params", "params.yaml", "--device", "cpu",
-                          "--threads", "1"], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
+                          "--threads", "1", "--cores", "2"], cwd=tmp_path, env=child_env(), capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    line = out.stdout.strip()
+    line = out.stdout.strip().splitlines()[0]
     precision = precision_on("auto", torch.device("cpu"))     # what the params' `auto` means here, as measured
-    assert re.match(rf"about .* of work on cpu \({precision}, 1 threads, sentences of \d+ word pieces\), one job at "
-                    r"a time: 4 jobs, 480 training updates .*the longest: ", line), line
+    assert re.match(rf"about \d+\.\d min on cpu \({precision}, eager steps, sentences of \d+ word pieces\), 2 cores, 1 "
+                    r"threads a network job \(2 at a time\): 8 jobs, 480 training updates; the longest chain \d+\.\d min "
+                    r"\(finetune \w+ -> predict \w+ -> evaluate \w+\); the work \d+\.\d min = ", line), line
 
 
 def test_an_estimate_measured_on_busy_cores_says_so():

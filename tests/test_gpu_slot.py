@@ -119,3 +119,21 @@ def test_an_mps_server_that_cannot_serve_is_stopped_and_jobs_share_by_time_slice
 def test_no_mps_control_no_mps(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert gpu_slot.mps_env(tmp_path / "locks") == {}
+
+
+def test_jobs_share_a_gpu_by_time_slices_unless_mps_is_asked_for(tmp_path, monkeypatch):
+    """Time slices are the default (the faster in bench/gpu_sharing.py's measurement on an H200);
+    `--mps on` or MINBERT_MPS=1 makes the job an MPS client."""
+    ran = []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(gpu_slot, "free_memory_mb", dict)
+    monkeypatch.setattr(gpu_slot, "mps_env", lambda lock_dir: {"CUDA_MPS_PIPE_DIRECTORY": str(lock_dir / "mps-pipe")})
+    monkeypatch.setattr(gpu_slot.os, "execvpe", lambda cmd, argv, env: ran.append(env))
+    for mps_var, flag in ((None, []), ("1", []), (None, ["--mps", "on"]), ("1", ["--mps", "off"])):
+        if mps_var is None:
+            monkeypatch.delenv("MINBERT_MPS", raising=False)
+        else:
+            monkeypatch.setenv("MINBERT_MPS", mps_var)
+        gpu_slot.main(["--per-gpu", "4", "--lock-dir", str(tmp_path / "locks"), *flag, "--", "true"])
+    assert ["CUDA_MPS_PIPE_DIRECTORY" in env for env in ran] == [False, True, True, False]
+    assert all(env["CUDA_VISIBLE_DEVICES"] == "0" for env in ran)

@@ -9,12 +9,14 @@ locks, gets the signals itself, and the kernel frees the locks when it ends, how
 K jobs share a device (a MiniLM job takes under 1 GB of an 80 GB GPU, and one small job alone
 leaves most of it idle), as long as its memory allows: a device that already runs a job takes
 another only while `nvidia-smi` reports at least --min-free-mb free on it. Processes that share a
-GPU without help take turns on it (time slices), so the kernels of small jobs never overlap: where
-K > 1, the wrapper starts NVIDIA's Multi-Process Service for the machine (once; `nvidia-cuda-mps-control
--d`, its pipes in the lock folder) and makes the job its client, so the jobs' kernels run side by
-side. A first client is tried before any job relies on it; where MPS cannot start or serve (no
-control binary, a container that forbids it), that is remembered and jobs share by time slices as
-before (`--mps off` or MINBERT_MPS=0 never starts it; `bench/gpu_sharing.py` measures the gain).
+GPU take turns on it (time slices): the default, chosen by measurement. On one H200, four
+captured MiniLM training jobs side by side by time slices did 4.15x the updates of one alone
+(each at its full speed), and as clients of NVIDIA's Multi-Process Service 2.94x
+(`python bench/gpu_sharing.py --jobs 4 --steps 200`; bench/README.md). `--mps on` (or MINBERT_MPS=1)
+starts MPS for the machine instead (once; `nvidia-cuda-mps-control -d`, its pipes in the lock
+folder) and makes the job its client, so the jobs' kernels run side by side; a first client is
+tried before any job relies on it, and where MPS cannot start or serve (no control binary, a
+container that forbids it), that is remembered and jobs share by time slices.
 
 The visible GPUs are CUDA_VISIBLE_DEVICES's entries when it is set (Slurm sets it to the job's own
 devices, so two jobs on one node lock different files), else those `nvidia-smi -L` lists. Without any, the command runs
@@ -136,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-free-mb", type=int, default=4000,
                    help="a GPU already running a job takes another only with this much memory free (default 4000)")
     p.add_argument("--lock-dir", default=os.path.join(tempfile.gettempdir(), f"minbert-gpu-locks-{os.getuid()}"))
-    p.add_argument("--mps", choices=["auto", "off"], default="off" if os.environ.get("MINBERT_MPS") == "0" else "auto",
-                   help="auto (default): jobs sharing a GPU run as clients of NVIDIA's MPS where it works; off: "
-                        "time slices (also MINBERT_MPS=0)")
+    p.add_argument("--mps", choices=["on", "auto", "off"], default="on" if os.environ.get("MINBERT_MPS") == "1" else "off",
+                   help="off (default): jobs sharing a GPU take turns on it (time slices, the faster in "
+                        "bench/gpu_sharing.py's measurement); on (also auto, or MINBERT_MPS=1): they run as clients "
+                        "of NVIDIA's MPS where it works")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     held, files = acquire(devices, args.count, Path(args.lock_dir), max(1, args.per_gpu), args.min_free_mb)
     for f in files:
         os.set_inheritable(f.fileno(), True)     # the locks stay with the command after exec
-    mps = mps_env(Path(args.lock_dir)) if args.per_gpu > 1 and args.mps == "auto" else {}
+    mps = mps_env(Path(args.lock_dir)) if args.per_gpu > 1 and args.mps != "off" else {}
     os.execvpe(command[0], command, {**os.environ, **mps, "CUDA_VISIBLE_DEVICES": ",".join(held)})
 
 

@@ -16,12 +16,14 @@ import numpy as np
 
 from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
 
-# scipy and scikit-learn are imported where used: every stage start-up would pay a second for them
+# Plain numpy, as scikit-learn's accuracy_score and scipy's pearsonr compute them (tests/test_guards.py
+# holds them to those): importing either costs a training job 2-4 s at its first evaluation.
 
 def accuracy(pred, true) -> float:
-    from sklearn.metrics import accuracy_score
-
-    return float(accuracy_score(np.asarray(true), np.asarray(pred)))
+    true, pred = np.asarray(true).reshape(-1), np.asarray(pred).reshape(-1)
+    if len(true) != len(pred) or not len(true):
+        raise ValueError(f"accuracy of {len(pred)} predictions against {len(true)} labels")
+    return float(np.mean(true == pred))
 
 
 def pearson_undefined(pred, true) -> str | None:
@@ -40,9 +42,11 @@ def pearson(pred, true) -> float | None:
     """Pearson r; None when it is undefined (`pearson_undefined` says why): never a number made up."""
     if pearson_undefined(pred, true) is not None:
         return None
-    from scipy.stats import pearsonr
-
-    r = float(pearsonr(np.asarray(pred, dtype=float), np.asarray(true, dtype=float))[0])
+    # scipy.stats.pearsonr's computation: centred, scaled by the largest deviation (no overflow), normalised
+    x, y = (np.asarray(v, dtype=np.float64) for v in (pred, true))
+    xm, ym = x - x.mean(), y - y.mean()
+    xm, ym = xm / np.abs(xm).max(), ym / np.abs(ym).max()
+    r = float(np.clip(np.dot(xm / np.linalg.norm(xm), ym / np.linalg.norm(ym)), -1.0, 1.0))
     return r if math.isfinite(r) else None
 
 

@@ -1,132 +1,127 @@
-"""How long a params file's pipeline will take on this machine, said before it starts
-(`minbert estimate`): every training run's planned updates, as its loop will plan them
-(minbert.train.training.Plan, on the training rows its data holds after its downsampling), and
-every dev evaluation, pretraining step and prediction, each priced by the encoder's step time
-measured here, now, at two batch sizes (t(n) = a + b·n sentences of the data's typical length,
-forward and backward or forward alone).
+"""How long a params file's pipeline will take on this machine, said before it starts (`minbert estimate`).
 
-The step time is the eager one (a GPU's captured step is faster), one job at a time, so the figure
-is an estimate of the work, not of a run that shares the device between jobs. Rows come from
-`results/data/summary.json` when prepare has run, else from the raw files' lines.
+Every job the planner plans (minbert.pipeline.plan) is priced by what it will run here:
+- a training run (fine-tuning, head re-training, paraphrase-first pretraining): its planned updates
+  (minbert.train.training.Plan on the rows after downsampling), each at the pipeline's own update
+  measured here now (minbert.pipeline.costs.measure: minbert.train.loop's batches drawn as its loop
+  draws them and the step it takes on this device, captured on CUDA where the run allows it; three
+  passes for SMART),
+  its dev evaluations (the evaluation pass, batches of 128), its checkpoints (the resumable state
+  and the best model each epoch), the CUDA graphs it records, and its start-up;
+- masked-LM and NLI pretraining: its steps (`max_steps_per_epoch` counted) and dev-loss passes;
+- a prediction or a teacher: the forward passes over its rows; prepare, evaluate, ensemble, export
+  and the report: their start-up and an allowance each (ALLOWANCE, measured on the demo).
+Then the jobs are scheduled as the engine runs them (`snakemake --cores all`): each starts when the
+jobs it reads from have finished and the machine has room, the head of the longest chain first
+(workflow/dag.py's priorities). On a CPU a job that runs the network holds min(8, cores) of them
+(fewer with --max-threads; its update is measured with as many torch threads, or the params'
+`threads`); on GPUs, `jobs_per_gpu` of them share each device by time
+slices, each at its own speed while at most SHARED_AT_FULL_SPEED run on it (bench/gpu_sharing.py),
+sharing that throughput beyond. The estimate is when the last job ends; the work by stage is
+said beside it, its rounded parts adding up to its rounded total.
+
+The rows of each split are counted in the raw files (as prepare reads them, before it drops any).
 """
 from __future__ import annotations
 
 import math
-import time
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minbert.core.errors import MinBertError
+from minbert.core.layout import Layout
 from minbert.core.tasks import TASKS
 from minbert.data.downsample import target_sizes
+from minbert.data.raw import RAW_SPLITS, raw_path
 from minbert.params.catalogue import LoadedParams
+from minbert.params.load import load_params
+from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, typical_length
+from minbert.pipeline.plan import pipeline
 
-LENGTH = 32             # word pieces of a typical sentence of the CS224N data (a pair's cross-encoding: twice)
-STARTUP = 6.0           # seconds a job spends starting, loading its model and data, writing its outputs
-PREDICT_BATCH = 128
+NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
+# Four captured MiniLM jobs side by side on one H200 by time slices each ran at its full speed
+# (4.15x one alone: bench/gpu_sharing.py); beyond four it is not measured, so more share that.
+SHARED_AT_FULL_SPEED = 4
+# Seconds of work of the stages that run no network, beyond their start-up: their run records on the
+# demo (2 CPU cores, under other work), per job and for the report per experiment it shows.
+ALLOWANCE = {"prepare": 1.0, "evaluate": 2.5, "ensemble": 3.0, "export": 3.0, "report": 4.0}
+REPORT_PER_JOB = 0.05
+# A job's start-up where nobody measured it: `minbert progress` prices a running pipeline's waiting
+# jobs without measuring (its start-up is the demo's, 2 CPU cores: Python, the stage's imports, the model).
+STARTUP = 6.0
 
 
 @dataclass
-class StepCost:
-    """Seconds of one encoder pass over n sentences: a + b·n (forward and backward, or forward alone)."""
-    train: tuple[float, float]
-    forward: tuple[float, float]
+class Machine:
+    """Where the jobs run: CPU cores, GPUs and how many jobs share one (0 GPUs: the CPU), the most
+    threads the engine gives a job (Snakemake's --max-threads) and torch's threads in a job (the
+    params' `threads`; default: as many as the engine gives it)."""
+    device: str = "cpu"
+    cores: int = 1
+    gpus: int = 0
+    jobs_per_gpu: int = 4
+    threads: int | None = None            # the engine's --max-threads
+    torch_threads: int | None = None      # a job's torch threads (the params' base.threads)
 
-    def of(self, n: float, train: bool = True) -> float:
-        a, b = self.train if train else self.forward
-        return a + b * n if n else 0.0
+    @property
+    def reserved(self) -> int:
+        """The cores the engine holds for a network job (workflow/dag.py's stage_threads)."""
+        held = max(1, self.cores // (self.gpus * self.jobs_per_gpu)) if self.gpus else min(NETWORK_THREADS, self.cores)
+        return max(1, min(held, self.threads or held))
+
+    @property
+    def job_threads(self) -> int:
+        """The threads a network job's torch runs with (its update is measured with as many)."""
+        return self.torch_threads or self.reserved
+
+    def describe(self) -> str:
+        torch_threads = f", torch on {self.job_threads}" if self.job_threads != self.reserved else ""
+        if self.gpus:
+            return f"{self.gpus} GPU(s), {self.jobs_per_gpu} jobs per GPU, {self.cores} cores{torch_threads}"
+        at_once = max(1, self.cores // self.reserved)
+        return f"{self.cores} cores, {self.reserved} threads a network job{torch_threads} ({at_once} at a time)"
+
+
+@dataclass
+class Priced:
+    id: str
+    stage: str
+    seconds: float
+    deps: list[str]
+    network: bool
+    updates: int = 0
 
 
 @dataclass
 class Estimate:
-    seconds: dict = field(default_factory=dict)       # stage -> seconds
-    updates: int = 0                                  # fine-tuning and head re-training updates
-    jobs: int = 0
-    longest: list = field(default_factory=list)       # [(seconds, job)], the longest first
+    jobs: list[Priced] = field(default_factory=list)
+    wall: float = 0.0                                 # when the last job ends, scheduled as the engine runs them
+    chain: list[str] = field(default_factory=list)    # the longest chain of jobs, first to last
+    chain_seconds: float = 0.0
 
-    def add(self, stage: str, job: str, seconds: float) -> None:
-        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds + STARTUP
-        self.jobs += 1
-        self.longest.append((seconds + STARTUP, f"{stage} {job}"))
+    @property
+    def updates(self) -> int:
+        return sum(j.updates for j in self.jobs)
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """The work by stage (job seconds)."""
+        out: dict[str, float] = {}
+        for j in self.jobs:
+            out[j.stage] = out.get(j.stage, 0.0) + j.seconds
+        return out
 
     @property
     def total(self) -> float:
-        return sum(self.seconds.values())
+        """All the jobs' seconds: the work, whether or not jobs overlap."""
+        return sum(j.seconds for j in self.jobs)
 
 
-def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
-    """Word pieces of a typical sentence of the params' data (the mean over the first `sample`
-    training rows of each CS224N file of the tasks its experiments train, [CLS] and [SEP] included, rounded
-    up); LENGTH where the data has none. Batches are padded to their longest row but the encoder
-    skips the padding, so a pass costs about what its sentences' real lengths do."""
-    from minbert.core.errors import MinBertError
-    from minbert.core.models import model_folder
-    from minbert.data.raw import raw_path, read_cs224n
-    from minbert.model.tokenizer import Tokenizer
-
-    lengths = []
-    used = {t for exp in lp.experiments.values() for t in exp.finetune.tasks}
-    for name, task in TASKS.items():
-        path = Path(raw_path(lp.params.data.dir, name, "train")) if task.format == "cs224n" and name in used else None
-        if path is None or not path.is_file():
-            continue
-        try:
-            frame, _ = read_cs224n(path, name, labelled=True, on_bad_rows="drop")
-        except MinBertError:
-            continue                                  # prepare says what is wrong with it
-        if not lengths:
-            tokenizer = Tokenizer(model_folder(model), 512)
-        for column in task.text_columns:
-            lengths += [len(ids) for ids, _ in tokenizer.encode(frame[column].head(sample).astype(str).tolist())]
-    return max(4, math.ceil(sum(lengths) / len(lengths))) if lengths else LENGTH
-
-
-def measure(model: str, device: str = "auto", precision: str = "auto", threads: int | None = None,
-            length: int = LENGTH) -> StepCost:
-    """The encoder's pass time at 8 and 32 sentences of `length` word pieces on this machine's device."""
-    import torch
-
-    from minbert.core.runtime import autocast, pick_device, precision_on, set_threads
-    from minbert.model.weights import load_encoder
-
-    set_threads(threads)
-    dev = pick_device(device)
-    bf16 = precision_on(precision, dev) == "bf16"
-    encoder, _, _ = load_encoder(model)
-    encoder.to(dev)
-    fits = {}
-    for train in (True, False):
-        times = []
-        for n in (8, 32):
-            ids = torch.randint(1000, 20000, (n, length), device=dev)
-            mask = torch.ones_like(ids)
-            encoder.train(train)
-
-            def step():
-                with torch.set_grad_enabled(train), autocast(dev, bf16):
-                    out = encoder(ids, mask)
-                    hidden = out[0] if isinstance(out, tuple) else getattr(out, "last_hidden_state", out)
-                    if train:
-                        hidden.float().mean().backward()
-            step()                                   # warm-up
-            reps = 3
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                step()
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) / reps)
-            encoder.zero_grad(set_to_none=True)
-        b = max((times[1] - times[0]) / 24, 1e-9)
-        fits[train] = (max(times[0] - 8 * b, 0.0), b)
-    return StepCost(train=fits[True], forward=fits[False])
-
+# ---------------------------------------------------------------- what each job costs
 
 def train_rows(lp: LoadedParams, layout=None) -> dict[str, dict[str, int]]:
-    """{split: {task: rows}} of the prepared data (summary.json), else counted in the raw files."""
-    from minbert.data.raw import RAW_SPLITS, raw_path
-
+    """{split: {task: rows}} counted in the raw files (lines but the header)."""
     rows: dict[str, dict[str, int]] = {s: {} for s in RAW_SPLITS}
     for task in TASKS:
         for split in RAW_SPLITS:
@@ -180,64 +175,210 @@ def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str
     dev = {t: min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) for t in tasks}
     seconds += sum(_batched(dev[t], cost) for t in cached)
     seconds += evaluations * _batched(sum(n for t, n in dev.items() if t not in cached), cost)
+    # the resumable state and the best model, written after each epoch
+    seconds += len(plan.phases) * cfg.epochs * cost.checkpoint
+    # on CUDA, a graph recorded per task and batch shape (a few length buckets each)
+    seconds += cost.capture * 3 * len(tasks)
     return seconds, plan.total_updates
 
 
 def _batched(n_sentences: float, cost: StepCost) -> float:
-    batches = math.ceil(n_sentences / PREDICT_BATCH)
-    return cost.of(PREDICT_BATCH, train=False) * batches
+    batches = math.ceil(n_sentences / EVAL_BATCH)
+    return cost.of(EVAL_BATCH, train=False) * batches
 
 
-def pretrain_seconds(pre, train: dict[str, int], dev: dict[str, int], cost: StepCost, finetune, seed: int) -> float:
-    """Seconds of one pretraining (`pre`; paraphrase first: one fine-tuning on para with `finetune`)."""
+def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) -> tuple[float, int]:
+    """(seconds, updates) of a pretraining: its steps (at most `max_steps_per_epoch` an epoch) and a
+    dev-loss pass before the first epoch and after each."""
+    train, dev = rows["train"], rows["dev"]
+    if pre.kind == "para_first":                 # one fine-tuning on para, with base.finetune's settings
+        return fit_seconds(base_finetune.model_copy(update={"epochs": pre.epochs}), ["para"], train, dev, cost, seed)
     if pre.kind == "mlm":
-        sizes = {t: train.get(t, 0) for t in pre.mlm.tasks}
-        n = sum(target_sizes(sizes, pre.mlm.downsample).values())
-        return pre.epochs * math.ceil(n / pre.batch_size) * cost.of(pre.batch_size)
-    if pre.kind == "nli":
-        return pre.epochs * math.ceil(train.get("nli", 0) / pre.batch_size) * cost.of(3 * pre.batch_size)
-    return fit_seconds(finetune.model_copy(update={"epochs": pre.epochs}), ["para"], train, dev, cost, seed)[0]
+        n = sum(target_sizes({t: train.get(t, 0) for t in pre.mlm.tasks}, pre.mlm.downsample).values())
+        n_dev = sum(dev.get(t, 0) for t in pre.mlm.tasks)
+        per_example = 1
+    else:                                        # nli: every part of an example through the encoder
+        n, n_dev, per_example = train.get("nli", 0), dev.get("nli", 0), 3
+    if pre.dev_size:
+        n_dev = min(n_dev, pre.dev_size)
+    steps = math.ceil(n / pre.batch_size)
+    if pre.max_steps_per_epoch is not None:
+        steps = min(steps, pre.max_steps_per_epoch)
+    seconds = pre.epochs * steps * cost.of(per_example * pre.batch_size)
+    seconds += (pre.epochs + 1) * math.ceil(n_dev / pre.batch_size) * cost.of(per_example * pre.batch_size, False)
+    seconds += max(pre.epochs - 1, 0) * cost.checkpoint
+    return seconds, pre.epochs * steps
 
 
-def estimate(lp: LoadedParams, cost: StepCost) -> Estimate:
-    """The pipeline's work (see the module docstring), stage by stage."""
-    from minbert.params.resolve import retrain_settings
+def runs_network(job) -> bool:
+    """Whether a planned job runs the network (its stage asks for a GPU: minbert.pipeline.registry.NETWORK)."""
+    return "gpu" in job.spec.resources
 
-    rows = train_rows(lp)
-    train, dev, test = rows["train"], rows["dev"], rows["test"]
-    out = Estimate()
-    pretrainings = {exp.pretrain for exp in lp.experiments.values() if exp.pretrain}
-    for name in sorted(pretrainings):
-        out.add("pretrain", name, pretrain_seconds(lp.params.pretrainings[name], train, dev, cost, lp.base.finetune,
-                                                   lp.base.seed))
-    for name, exp in lp.experiments.items():
-        seconds, updates = fit_seconds(exp.finetune, exp.finetune.tasks, train, dev, cost, exp.seed)
-        out.add("finetune", name, seconds)
-        out.updates += updates
-        if exp.retrain_heads.enabled:
-            rs = retrain_settings(exp)
-            seconds, updates = fit_seconds(rs.train, rs.train.tasks, train, dev, cost, exp.seed)
-            out.add("retrain_heads", name, seconds)
-            out.updates += updates
-        tasks = list(dict.fromkeys([*exp.finetune.tasks, *(exp.retrain_heads.tasks or [])]))
-        n = sum((dev.get(t, 0) + (test.get(t, 0) if exp.predict_test else 0)) * sentences(t, exp.finetune.heads)
-                for t in tasks)
-        out.add("predict", name, _batched(n, cost))
-    out.longest.sort(reverse=True)
+
+def network_seconds(job, rows: dict, cost: StepCost, heads=None) -> tuple[float, int] | None:
+    """(seconds, training updates) of what a planned job (minbert.pipeline.job.Job) runs on the
+    network, its start-up left out: a training run's, a pretraining's, a prediction's or a teacher's
+    passes over `rows` ({split: {task: rows}}) at `cost`; None for a job that runs no network. `heads`:
+    the predicting experiment's (a hybrid pair is read three times); None: a pair counts twice.
+    `minbert progress` prices its waiting jobs with it at a unit cost per sentence."""
+    if not runs_network(job):
+        return None
+    s = job.spec.model.model_validate(job.settings)
+    train, dev = rows["train"], rows["dev"]
+    if job.stage == "finetune":
+        return fit_seconds(s.finetune, s.finetune.tasks, train, dev, cost, s.seed)
+    if job.stage == "retrain_heads":
+        return fit_seconds(s.train, s.train.tasks, train, dev, cost, s.seed)
+    if job.stage == "pretrain":
+        return pretrain_seconds(s.pretraining, rows, cost, s.finetune, s.seed)
+    # a prediction's dev and test splits; a teacher's training rows, once per member
+    splits, members = (s.splits, 1) if job.stage == "predict" else (["train"], len(s.members))
+    n = sum(rows[split].get(t, 0) * sentences(t, heads) for t in s.predicts for split in splits)
+    return _batched(n * members, cost), 0
+
+
+def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int) -> tuple[float, int]:
+    """(seconds, training updates) of one planned job (minbert.pipeline.job.Job) on this machine:
+    its network's work and start-up (`network_seconds`), or a job's that runs none (its start-up
+    and an allowance)."""
+    heads = lp.experiments[job.name].finetune.heads if job.stage == "predict" and job.name in lp.experiments \
+        else None
+    work = network_seconds(job, rows, cost, heads)
+    if work is None:
+        extra = REPORT_PER_JOB * jobs_in_report if job.stage == "report" else 0.0
+        return cost.light_startup + ALLOWANCE.get(job.stage, 1.0) + extra, 0
+    return work[0] + cost.startup, work[1]
+
+
+# ---------------------------------------------------------------- scheduling them
+
+def schedule(priced: list[Priced], machine: Machine) -> tuple[float, list[str], float]:
+    """When the last job ends (seconds), scheduled as the engine runs them: a job starts once the jobs
+    it reads from have ended and the machine has room (cores; a GPU slot for a network job on GPUs),
+    the one heading the longest chain first; k network jobs on one GPU each run at
+    min(1, SHARED_AT_FULL_SPEED / k) of their own speed. Also the longest chain (job ids) and its seconds."""
+    by_id = {p.id: p for p in priced}
+    height: dict[str, float] = {}
+    after: dict[str, list[str]] = {p.id: [] for p in priced}
+    for p in priced:
+        for d in p.deps:
+            after[d].append(p.id)
+    for p in reversed(_topological(priced)):
+        height[p.id] = p.seconds + max((height[q] for q in after[p.id]), default=0.0)
+    head = max(priced, key=lambda p: height[p.id]) if priced else None
+    chain, cur = [], head
+    while cur is not None:
+        chain.append(cur.id)
+        nxt = [by_id[q] for q in after[cur.id]]
+        cur = max(nxt, key=lambda p: height[p.id]) if nxt else None
+    need = {p.id: machine.reserved if p.network else 1 for p in priced}
+    waiting = {p.id: len(p.deps) for p in priced}
+    ready = [p.id for p in priced if not p.deps]
+    running: dict[str, list] = {}                  # id -> [seconds of its own left, its GPU or None]
+    now, done = 0.0, 0
+    while done < len(priced):
+        ready.sort(key=lambda i: -height[i])
+        for i in list(ready):
+            if running and sum(need[r] for r in running) + need[i] > machine.cores:
+                continue
+            gpu = None
+            if by_id[i].network and machine.gpus:
+                on = [sum(1 for v in running.values() if v[1] == g) for g in range(machine.gpus)]
+                gpu = min(range(machine.gpus), key=on.__getitem__)
+                if on[gpu] >= machine.jobs_per_gpu:
+                    continue
+            running[i] = [by_id[i].seconds, gpu]
+            ready.remove(i)
+        if not running:
+            break
+        shared = {g: sum(1 for v in running.values() if v[1] == g) for g in range(machine.gpus)}
+        rate = {i: (min(1.0, SHARED_AT_FULL_SPEED / shared[v[1]]) if v[1] is not None else 1.0)
+                for i, v in running.items()}
+        step = min(v[0] / rate[i] for i, v in running.items())
+        now += step
+        for i, v in list(running.items()):
+            v[0] -= step * rate[i]
+            if v[0] <= 1e-9:
+                del running[i]
+                done += 1
+                for q in after[i]:
+                    waiting[q] -= 1
+                    if waiting[q] == 0:
+                        ready.append(q)
+    return now, chain, height[head.id] if head else 0.0
+
+
+def _topological(priced: list[Priced]) -> list[Priced]:
+    by_id, out, seen = {p.id: p for p in priced}, [], set()
+
+    def visit(p: Priced) -> None:
+        if p.id in seen:
+            return
+        seen.add(p.id)
+        for d in p.deps:
+            visit(by_id[d])
+        out.append(p)
+    for p in priced:
+        visit(p)
     return out
 
 
-def fmt_seconds(seconds: float) -> str:
+def estimate(lp: LoadedParams, cost: StepCost, machine: Machine | None = None) -> Estimate:
+    """The pipeline's jobs priced (see the module docstring) and scheduled on `machine` (default:
+    one CPU core, so one job at a time)."""
+    machine = machine or Machine()
+    rows = train_rows(lp)
+    jobs = pipeline(lp, Layout())
+    maker = {o: j.id for j in jobs for o in j.outputs}
+    priced = []
+    for job in jobs:
+        seconds, updates = job_seconds(job, rows, cost, lp, len(jobs))
+        deps = sorted({maker[h] for h in (_holder(d, maker) for d in job.deps) if h is not None} - {job.id})
+        priced.append(Priced(job.id, job.stage, seconds, deps, runs_network(job), updates))
+    wall, chain, chain_seconds = schedule(priced, machine)
+    return Estimate(priced, wall, chain, chain_seconds)
+
+
+def _holder(path: str, maker: dict) -> str | None:
+    cur = path
+    while cur:
+        if cur in maker:
+            return cur
+        cur = cur.rpartition("/")[0]
+    return None
+
+
+# ---------------------------------------------------------------- saying it
+
+def fmt_seconds(seconds: float, tenths: bool = False) -> str:
+    """Hours and minutes; in tenths of a minute (`tenths`) for a short run."""
+    if tenths:
+        return f"{seconds / 60:.1f} min"
     minutes = round(seconds / 60)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
+
+
+def rounded_parts(parts: dict[str, float], unit: float = 60.0) -> tuple[dict[str, int], int]:
+    """Each part in whole `unit`s, rounded so that they add up to the rounded total (the parts'
+    floors, then the largest remainders rounded up); parts that come to 0 are left out."""
+    total = round(sum(parts.values()) / unit)
+    exact = {k: v / unit for k, v in parts.items()}
+    out = {k: math.floor(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: exact[k] - out[k], reverse=True)[:max(total - sum(out.values()), 0)]:
+        out[k] += 1
+    return {k: v for k, v in out.items() if v}, total
+
+
+def _minutes(m: int, tenths: bool = False) -> str:
+    if tenths:
+        return f"{m / 10:.1f} min"
+    return f"{m // 60} h {m % 60:02d} min" if m >= 60 else f"{m} min"
 
 
 def busy_note(device_type: str, load: float | None = None, cores: int | None = None) -> str | None:
     """A line saying the CPU's cores were busy when the step time was measured (the 1-minute load
     average at least half the cores this process may use), or None: a busy machine measures a slower
     step, and the estimate would price the jobs as if they had to share the cores all along."""
-    import os
-
     if device_type != "cpu":
         return None
     load = os.getloadavg()[0] if load is None else load
@@ -248,9 +389,50 @@ def busy_note(device_type: str, load: float | None = None, cores: int | None = N
             f"the estimate is of a machine this busy; measure again on idle cores")
 
 
-def describe(est: Estimate, where: str) -> str:
-    """The estimate in a few lines."""
-    stages = ", ".join(f"{s} {fmt_seconds(v)}" for s, v in sorted(est.seconds.items(), key=lambda kv: -kv[1]))
-    longest = "; ".join(f"{job} {fmt_seconds(s)}" for s, job in est.longest[:3])
-    return (f"about {fmt_seconds(est.total)} of work on {where}, one job at a time: {est.jobs} jobs, "
-            f"{est.updates:,} training updates ({stages}); the longest: {longest}")
+def describe(est: Estimate, where: str, machine: Machine | None = None) -> str:
+    """The estimate in a few lines: the wall time, the longest chain, the work by stage (its parts
+    adding up to its total)."""
+    machine = machine or Machine()
+    tenths = est.total < 20 * 60                 # a short run in tenths of a minute, a long one in minutes
+    parts, work = rounded_parts(est.seconds, 6.0 if tenths else 60.0)
+    stages = " + ".join(f"{s} {_minutes(m, tenths)}" for s, m in sorted(parts.items(), key=lambda kv: -kv[1]))
+    chain = " -> ".join(i.replace("@", " ") for i in est.chain if not i.startswith(("report", "prepare")))
+    return (f"about {fmt_seconds(est.wall, tenths)} on {where}, {machine.describe()}: {len(est.jobs)} jobs, "
+            f"{est.updates:,} training updates; the longest chain {fmt_seconds(est.chain_seconds, tenths)} ({chain}); "
+            f"the work {_minutes(work, tenths)} = {stages or 'nothing'}")
+
+
+def machine_here(device_type: str, threads: int | None = None, cores: int | None = None,
+                 jobs_per_gpu: int = 4, torch_threads: int | None = None) -> Machine:
+    """This machine as the engine uses it by default (`snakemake --cores all`): every core this
+    process may use, every visible GPU when the jobs run on CUDA."""
+    gpus = 0
+    if device_type == "cuda":
+        import torch
+
+        gpus = torch.cuda.device_count()
+    return Machine(device_type, cores or len(os.sched_getaffinity(0)), gpus, jobs_per_gpu, threads, torch_threads)
+
+
+def estimate_lines(params: str, device: str | None = None, threads: int | None = None, cores: int | None = None,
+                   jobs_per_gpu: int = 4, cpu_time: bool = False) -> list[str]:
+    """`minbert estimate`: what it prints (the estimate, and a line when the cores were busy).
+    `cpu_time`: every cost measured in CPU seconds (`measure`)."""
+    from minbert.core.runtime import MAX_THREADS, pick_device, precision_on
+
+    for flag, n in (("--threads", threads), ("--cores", cores), ("--jobs-per-gpu", jobs_per_gpu)):
+        if n is not None and not 1 <= n <= MAX_THREADS:
+            raise MinBertError(f"{flag} {n}: expected a whole number from 1 to {MAX_THREADS}")
+    lp = load_params(params)
+    base = lp.base
+    dev = pick_device(device or base.device)
+    machine = machine_here(dev.type, threads, cores, jobs_per_gpu, base.threads)
+    busy = None if cpu_time else busy_note(dev.type)      # before this process adds its own load
+    with lp.registry.active():                            # the params' own tasks
+        length = typical_length(lp, base.model)
+        cost = measure(base.model, dev.type, base.precision, machine.job_threads, length, base.cuda_graphs, cpu_time)
+        priced = estimate(lp, cost, machine)
+    captured = dev.type == "cuda" and base.cuda_graphs
+    where = (f"{dev.type} ({precision_on(base.precision, dev)}, {'captured' if captured else 'eager'} steps, "
+             f"sentences of {length} word pieces{', in CPU seconds' if cpu_time else ''})")
+    return [describe(priced, where, machine)] + ([busy] if busy else [])

@@ -153,32 +153,18 @@ def _rows(layout: Layout) -> dict[str, dict[str, int]] | None:
     return rows
 
 
-NETWORK_STAGES = ("finetune", "retrain_heads", "pretrain", "predict", "teach")
-
-
 def planned_work(job, rows: dict[str, dict[str, int]] | None) -> float | None:
-    """A job's planned work, priced as `minbert estimate` prices it (minbert.pipeline.estimate) at a
-    unit cost per sentence (`UNIT`): its training updates and dev evaluations, a pretraining's steps,
-    the predictions' forward passes over the prepared `rows`; 0 for a job that runs no network; None
-    when it does and the rows are not known."""
-    from minbert.pipeline import estimate as E
+    """A job's planned work, priced as `minbert estimate` prices it (minbert.pipeline.estimate.
+    network_seconds) at a unit cost per sentence (`UNIT`): its training updates and dev evaluations,
+    a pretraining's steps and dev passes, the predictions' forward passes over the prepared `rows`;
+    0 for a job that runs no network; None when it does and the rows are not known."""
+    from minbert.pipeline.estimate import StepCost, network_seconds, runs_network
 
-    if job.stage not in NETWORK_STAGES:
+    if not runs_network(job):
         return 0.0
     if rows is None:
         return None
-    unit = E.StepCost(*UNIT)
-    s = job.spec.model.model_validate(job.settings)
-    train, dev = rows["train"], rows["dev"]
-    if job.stage == "finetune":
-        return E.fit_seconds(s.finetune, s.finetune.tasks, train, dev, unit, s.seed)[0]
-    if job.stage == "retrain_heads":
-        return E.fit_seconds(s.train, s.train.tasks, train, dev, unit, s.seed)[0]
-    if job.stage == "pretrain":
-        return E.pretrain_seconds(s.pretraining, train, dev, unit, s.finetune, s.seed)
-    splits, members = (s.splits, 1) if job.stage == "predict" else (["train"], len(s.members))
-    n = sum(rows[split].get(t, 0) * E.sentences(t, None) for t in s.predicts for split in splits)
-    return E._batched(n * members, unit)
+    return network_seconds(job, rows, StepCost(*UNIT))[0]
 
 
 _WORK: dict[tuple, float | None] = {}

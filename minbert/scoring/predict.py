@@ -1,6 +1,7 @@
 """A trained model's predictions on the dev and test splits, one CSV per task and split."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,23 +32,37 @@ def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
 
 
 def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None,
-                       expect: dict | None = None) -> dict:
+                       expect: dict | None = None, seconds: dict | None = None) -> dict:
     """Write <task>-<split>.csv for every trained task and each of its splits among `s.splits` (dev, and
-    test unless the experiment's `predict_test` is off). `expect`:
-    the experiment, stage and run record the checkpoint must come from (minbert.model.checkpoint.check_origin)."""
+    test unless the experiment's `predict_test` is off); returns the rows written per file. `expect`:
+    the experiment, stage and run record the checkpoint must come from (minbert.model.checkpoint.check_origin).
+    `seconds`: filled with where the time went (`load` the model, `data` read and tokenised, `predict`
+    the forward passes, `write` the files), for the run record and bench/gpu_pipeline.py."""
+    seconds = {} if seconds is None else seconds
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = round(seconds.get(name, 0.0) + now - clock, 3)
+        clock = now
     runtime = start_runtime(s)
     model, tokenizer, _ = load_checkpoint(checkpoint, expect=expect)
     model.to(runtime.device)
+    lap("load")
     data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=tuple(s.splits), cache_dir=cache_dir)
+    lap("data")
     written = {}
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
         for split, tasks in data.items():
             for task, td in tasks.items():
                 res = predict_task(model, td, tokenizer, s.batch_size, runtime.device, runtime.amp)
+                lap("predict")
                 frame = prediction_frame(task, td, res)
                 frame.to_csv(tmp / f"{task}-{split}.csv", index=False, float_format="%.6g")
                 written[f"{task}-{split}"] = len(frame)
+                lap("write")
         if not written:
             raise MinBertError(f"{data_dir}: no dev or test split for the tasks {model.tasks}; run the prepare stage")
     return written

@@ -39,6 +39,7 @@ from minbert.core.layout import HISTORY_FILE, MODEL_FILE
 from minbert.core.metrics import (
     task_metric,
 )
+from minbert.core.progress import Progress
 from minbert.core.provenance import fingerprint_of, with_runtime
 from minbert.core.tasks import TASKS
 from minbert.data.batches import Collator, TaskData, to_device
@@ -66,7 +67,11 @@ from minbert.train.evaluation import (
     write_best,
     write_history,
 )
+from minbert.train.frozen import FrozenFeatures, cacheable
 from minbert.train.optim import build_adamw, set_lr
+from minbert.train.regularisers import MomentumModel, pcgrad_backward, pcgrad_orders
+from minbert.train.step import CapturedSteps, why_not_captured
+from minbert.train.tracking import Trackers
 from minbert.train.training import (
     EpochTotals,
     FitOptions,
@@ -95,12 +100,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
     its evaluations. With gradient accumulation each task's batch comes as micro-batches."""
     cfg, pi = tr.cfg, state.phase
     phase_tasks = plan.phases[pi]
-    collator = Collator(tr.tokenizer, fixed_shapes=tr.captured is not None)
-    streams = {t: TaskStream(tr.train[t], collator, cfg.batch_size, tr.options.seed + 101 * (i + 1), state.epoch,
-                             shard=(tr.dist.rank, tr.dist.world), features=tr.features.get(t),
-                             walked=plan.walked(pi, state.epoch, t) if t in cfg.walk_through else None)
-               for i, t in enumerate(phase_tasks)}
-    parts = cfg.gradient_accumulation_steps
+    streams = epoch_streams(tr, state, plan)
     updates = plan.epochs[(pi, state.epoch)]
     points = set(eval_points(len(updates), cfg.evals_per_epoch)[:-1])
     tr.totals.reset()
@@ -110,20 +110,16 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
     bar = tqdm(updates, desc=desc, unit="upd", leave=False, dynamic_ncols=True,
                disable=not (tr.options.progress and tr.dist.main), mininterval=1.0 if sys.stderr.isatty() else 15.0)
     for k, update_tasks in enumerate(bar):
-        # built on the host; with gradient accumulation, each task's batch as its micro-batches
-        batches = [(task, streams[task].next() if parts == 1 else streams[task].next_parts(parts))
-                   for task in update_tasks]
-        labels = [np.concatenate([p["labels"].numpy() for p in _parts(b)]) for _, b in batches]
-        if tr.captured is not None:
-            lr = tr.captured.step(state, plan, batches, labels)
-        else:
-            lr = train_step(tr, state, plan, batches, labels, pcgrad_order(tr, batches))
+        batches, labels = draw_update(streams, update_tasks, cfg.gradient_accumulation_steps)
+        lr = update(tr, state, plan, batches, labels)
         n_examples += sum(len(y) for y in labels) * tr.dist.world
         if tr.trackers is not None:
             logged = track_update(tr, state, batches, labels, lr, logged)
         if (k + 1) % CHECK_EVERY == 0:
             check_finite(tr, state)
-        bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}", refresh=False)
+        if k % 32 == 0:     # the bar redraws every few seconds at most: its figures need no update each step
+            bar.set_postfix(ex_s=f"{n_examples / max(time.perf_counter() - t0, 1e-9):.0f}", lr=f"{lr:.1e}",
+                            refresh=False)
         report_progress(tr, state, plan, k + 1, len(updates))
         if k + 1 in points:
             row = train_row(tr, state, plan, (k + 1) / len(updates), lr, time.perf_counter() - t0, n_examples - done)
@@ -138,6 +134,25 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
             train_mode(tr)
     bar.close()
     return train_row(tr, state, plan, 1.0, lr, time.perf_counter() - t0, n_examples - done)
+
+
+def epoch_streams(tr: Training, state: TrainState, plan: Plan) -> dict[str, TaskStream]:
+    """The batches of the state's epoch, one stream per task of its phase (a frozen encoder's stored
+    embeddings where it has them; fixed length buckets where the step is captured)."""
+    cfg, pi = tr.cfg, state.phase
+    collator = Collator(tr.tokenizer, fixed_shapes=tr.captured is not None)
+    return {t: TaskStream(tr.train[t], collator, cfg.batch_size, tr.options.seed + 101 * (i + 1), state.epoch,
+                          shard=(tr.dist.rank, tr.dist.world), features=tr.features.get(t),
+                          walked=plan.walked(pi, state.epoch, t) if t in cfg.walk_through else None)
+            for i, t in enumerate(plan.phases[pi])}
+
+
+def draw_update(streams: dict[str, TaskStream], update_tasks, parts: int = 1) -> tuple[list, list[np.ndarray]]:
+    """An update's host batches [(task, batch)] and their labels as the host has them; with gradient
+    accumulation (`parts` > 1), each task's batch as its micro-batches."""
+    batches = [(task, streams[task].next() if parts == 1 else streams[task].next_parts(parts))
+               for task in update_tasks]
+    return batches, [np.concatenate([p["labels"].numpy() for p in _parts(b)]) for _, b in batches]
 
 
 def track_update(tr: Training, state: TrainState, batches, labels, lr: float, before: list | None) -> list:
@@ -198,12 +213,18 @@ def train_row(tr: Training, state: TrainState, plan: Plan, fraction: float, lr: 
     return row
 
 
+def update(tr: Training, state: TrainState, plan: Plan, batches: list, labels: list[np.ndarray]) -> float:
+    """One update through the path the run takes: the captured step on CUDA where it applies,
+    `train_step` otherwise. Returns the learning rate."""
+    if tr.captured is not None:
+        return tr.captured.step(state, plan, batches, labels)
+    return train_step(tr, state, plan, batches, labels, pcgrad_order(tr, batches))
+
+
 def pcgrad_order(tr: Training, batches: list) -> list[list[int]] | None:
     """PCGrad's random order for this update, drawn on the host before the step (None without it)."""
     if not (tr.cfg.pcgrad and len(batches) > 1):
         return None
-    from minbert.train.regularisers import pcgrad_orders
-
     return pcgrad_orders(len(batches), tr.generators["pcgrad"])
 
 
@@ -244,8 +265,6 @@ def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[
             else:
                 (scaler.scale(weighted) if scaler is not None else weighted).backward()
     if pc_losses:
-        from minbert.train.regularisers import pcgrad_backward
-
         pc_losses = [scaler.scale(x) for x in pc_losses] if scaler is not None else pc_losses
         pcgrad_backward(pc_losses, tr.params, world=tr.dist.world, with_stats=False, orders=orders)
     average_gradients(tr.params, tr.dist.world, totals.flag)
@@ -340,8 +359,6 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
     state = resumed or TrainState()
     start_trackers(tr, resumed)
     if tr.dist.main and tr.options.progress:
-        from minbert.core.progress import Progress
-
         tr.progress = Progress(tr.state_dir, tr.options.checkpoint_extra.get("stage", "finetune"))
         tr.progress_from = (state.update, time.perf_counter())
     store_frozen_features(tr, plan)
@@ -389,8 +406,6 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
                             cfg.weight_decay)
     momentum = None
     if cfg.smart.enabled and cfg.smart.mu > 0:
-        from minbert.train.regularisers import MomentumModel
-
         momentum = MomentumModel(model, cfg.smart.beta)
         momentum.module.eval()   # the Bregman term compares with the copy's deterministic output
     if cfg.compile:   # in place: parameter names, checkpoints and the momentum copy stay as they are
@@ -404,8 +419,6 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     if options.fp16:   # float16's range needs the loss scaled up, and the gradients checked for overflow
         tr.scaler = torch.amp.GradScaler(device.type)
     if device.type == "cuda" and options.cuda_graphs:
-        from minbert.train.step import CapturedSteps, why_not_captured
-
         reason = why_not_captured(cfg, world, precision)
         if reason is None:
             tr.captured = CapturedSteps(tr)
@@ -422,8 +435,6 @@ def start_trackers(tr: Training, resumed: TrainState | None) -> None:
     continued after a resume from the update its state was saved at, afresh otherwise."""
     if not tr.cfg.tracking or not tr.dist.main:
         return
-    from minbert.train.tracking import Trackers
-
     folder = tr.state_dir / "tracking"
     if resumed is None:
         shutil.rmtree(folder, ignore_errors=True)
@@ -434,8 +445,6 @@ def store_frozen_features(tr: Training, plan: Plan) -> None:
     """A frozen, deterministic encoder's embeddings, computed once (minbert.train.frozen): for the dev
     splits (evaluated every epoch) and for each training split the run will walk through at least
     once (a task of which it draws fewer rows is cheaper to embed batch by batch)."""
-    from minbert.train.frozen import FrozenFeatures, cacheable
-
     cfg = tr.cfg
     for task in tr.train:
         if cacheable(tr.model, cfg, task) and plan.drawn(task) * cfg.batch_size >= len(tr.train[task]) \

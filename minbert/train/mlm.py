@@ -179,6 +179,11 @@ class MlmObjective:
         return torch.Generator().manual_seed(self.seed + 1)
 
     def loss_sum(self, split: str, indices: list[int], device, generator=None) -> tuple[torch.Tensor, int]:
+        return self.loss_of(self.batch(split, indices, device, generator))
+
+    def batch(self, split: str, indices: list[int], device, generator=None) -> dict:
+        """The host's part of a step: pad, mask (drawing from `generator`, else the run's), find the
+        chosen positions and the padding, and send the tensors on their way to `device`."""
         batch = self.tok.pad([self.data[split][i] for i in indices])
         ids, labels = mask_tokens(batch["input_ids"], batch["attention_mask"], self.tok.special_ids,
                                   self.tok.mask_id, self.tok.vocab_size, self.mask_prob,
@@ -188,5 +193,11 @@ class MlmObjective:
         host = {"chosen": chosen.to(device, non_blocking=True), "n_chosen": len(chosen), "padded": layout["padded"]}
         if "token_index" in layout:
             host["token_index"] = layout["token_index"].to(device, non_blocking=True)
-        return mlm_loss_sum(self.encoder, self.head, ids.to(device), batch["attention_mask"].to(device),
-                            batch["token_type_ids"].to(device), labels.to(device), host)
+        tensors = {"input_ids": ids, "attention_mask": batch["attention_mask"], "token_type_ids": batch["token_type_ids"],
+                   "labels": labels}
+        return {**{k: v.to(device, non_blocking=True) for k, v in tensors.items()}, "host": host}
+
+    def loss_of(self, batch: dict) -> tuple[torch.Tensor, int]:
+        """The device's part: (summed loss over the chosen tokens, their count)."""
+        return mlm_loss_sum(self.encoder, self.head, batch["input_ids"], batch["attention_mask"],
+                            batch["token_type_ids"], batch["labels"], batch["host"])

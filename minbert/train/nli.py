@@ -124,19 +124,28 @@ class NliObjective:
         return None
 
     def loss_sum(self, split: str, indices: list[int], device, generator=None) -> tuple[torch.Tensor, int]:
+        return self.loss_of(self.batch(split, indices, device, generator))
+
+    def batch(self, split: str, indices: list[int], device, generator=None) -> dict:
+        """The host's part of a step: every part of the examples padded as one batch, on its way to `device`."""
         parts = self.data[split]["parts"]
         batch = self.tok.pad([p[i] for p in parts for i in indices])
         batch.update(padding_layout(batch["attention_mask"]))
-        emb = embed(self.encoder, to_device(batch, device), self.pooling)
-        chunks = emb.split(len(indices))
         if self.objective == "regression":
-            target = self.data[split]["target"][indices].to(device)
-            loss = regression_loss(chunks[0], chunks[1], target)
+            batch["target"] = self.data[split]["target"][indices]
+        return {**to_device(batch, device), "n": len(indices)}
+
+    def loss_of(self, batch: dict) -> tuple[torch.Tensor, int]:
+        """The device's part: (the loss times the batch's examples, their count)."""
+        n = batch["n"]
+        chunks = embed(self.encoder, batch, self.pooling).split(n)
+        if self.objective == "regression":
+            loss = regression_loss(chunks[0], chunks[1], batch["target"])
         elif self.objective == "contrastive":
             loss = contrastive_loss(*chunks, temperature=self.temperature)
         else:
             loss = triplet_loss(*chunks, margin=self.margin)
-        return loss * len(indices), len(indices)
+        return loss * n, n
 
 
 def nli_examples(tok: Tokenizer, frame: pd.DataFrame, objective: str, source: str, cache_dir=None) -> dict:

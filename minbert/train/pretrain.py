@@ -215,39 +215,26 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
     and a state saved under the same description (`at`: the job's, and its fingerprint) is resumed,
     exactly as fine-tuning does (minbert.train.loop); the caller removes the folder once the
     outputs are written."""
-    modules = objective.modules()
-    for m in modules:
-        m.to(runtime.device)
-    params = _named_parameters(modules)
-    optimizer = build_adamw([(params, pparams.lr)], pparams.weight_decay)
-    sampler = BucketBatchSampler(objective.lengths("train"), pparams.batch_size, shuffle=True, seed=s.seed)
-    steps_per_epoch = len(sampler) if pparams.max_steps_per_epoch is None \
-        else min(len(sampler), pparams.max_steps_per_epoch)
-    if steps_per_epoch == 0:
-        raise MinBertError(f"{desc}: no training examples")
+    u, sampler, steps_per_epoch = start_updates(objective, pparams, s, runtime, desc, at.state_dir)
+    modules = u.objective.modules()
     description = at.description
     if description is None:
         description = {"settings": s.model_dump(), "sizes": {"train": len(objective.lengths("train")),
                                                              "dev": len(objective.lengths("dev"))}}
     # a state saved on one device type or in one precision never resumes in another
     description = with_runtime(description, runtime.device.type, runtime.precision, 1)
-    # fp16: the loss scaled up for float16's range, a step skipped where the gradients overflowed
-    scaler = torch.amp.GradScaler(runtime.device.type) if runtime.fp16 else None
-    parts = SavedParts({**{f"module{i}": m for i, m in enumerate(modules)}, "scaler": scaler}, optimizer,
+    parts = SavedParts({**{f"module{i}": m for i, m in enumerate(modules)}, "scaler": u.scaler}, u.optimizer,
                        runtime.device, objective.generators())
     saved = Resumable(at, description, parts)
     state, best = saved.resume(desc)
     if state is None:
         state = PretrainState(dev_before=mean_dev_loss(objective, runtime, pparams.batch_size))
         log.info("%s: dev loss before training %.4f", desc, state.dev_before)
-    schedule = (pparams.epochs * steps_per_epoch, int(pparams.warmup_ratio * pparams.epochs * steps_per_epoch))
-    progress = _progress(at.state_dir)
-    updates = _Updates(objective, optimizer, params, pparams, runtime, schedule, scaler, progress)
     while state.epoch < pparams.epochs:
         epoch = state.epoch + 1
         sampler.set_epoch(epoch)
         batches = [b for _, b in zip(range(steps_per_epoch), sampler)]
-        best, new_best = _evaluated_epoch(updates, state, batches, best, saved, desc)
+        best, new_best = _evaluated_epoch(u, state, batches, best, saved, desc)
         state.epoch = epoch
         if state.epoch < pparams.epochs:    # the last epoch's state is not needed: the run ends right after it
             saved.save(state, best, new_best)
@@ -281,6 +268,27 @@ def _evaluated_epoch(u: _Updates, state: PretrainState, batches: list, best, sav
     return best, new_best
 
 
+def start_updates(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runtime, desc: str,
+                  state_dir=None) -> tuple[_Updates, BucketBatchSampler, int]:
+    """What a pretraining's updates work with (the modules on the device, the optimiser, the lr
+    schedule, fp16's scaler, the progress file), the sampler of its batches and its updates per epoch."""
+    modules = objective.modules()
+    for m in modules:
+        m.to(runtime.device)
+    params = _named_parameters(modules)
+    optimizer = build_adamw([(params, pparams.lr)], pparams.weight_decay)
+    sampler = BucketBatchSampler(objective.lengths("train"), pparams.batch_size, shuffle=True, seed=s.seed)
+    steps_per_epoch = len(sampler) if pparams.max_steps_per_epoch is None \
+        else min(len(sampler), pparams.max_steps_per_epoch)
+    if steps_per_epoch == 0:
+        raise MinBertError(f"{desc}: no training examples")
+    schedule = (pparams.epochs * steps_per_epoch, int(pparams.warmup_ratio * pparams.epochs * steps_per_epoch))
+    # fp16: the loss scaled up for float16's range, a step skipped where the gradients overflowed
+    scaler = torch.amp.GradScaler(runtime.device.type) if runtime.fp16 else None
+    u = _Updates(objective, optimizer, params, pparams, runtime, schedule, scaler, _progress(state_dir))
+    return u, sampler, steps_per_epoch
+
+
 def _progress(state_dir):
     """Where the run is, for `minbert progress`, beside the resumable state (none without one)."""
     if state_dir is None:
@@ -308,6 +316,28 @@ class _Updates:
     scaler: object | None = None      # torch.amp.GradScaler of an fp16 run
     progress: object | None = None    # minbert.core.progress.Progress: where the run is, for `minbert progress`
 
+    def step(self, batch: dict, step: int) -> tuple[torch.Tensor, int]:
+        """One update on a batch the objective built (`objective.batch`), the `step`-th of the run:
+        forward, backward, clip, AdamW. Returns the summed loss (on the device) and its count."""
+        set_lr(self.optimizer, step, *self.schedule, self.pparams.lr_schedule)
+        with self.runtime.amp():
+            loss_sum, n = self.objective.loss_of(batch)
+        loss = loss_sum / max(n, 1)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+        else:
+            loss.backward()
+        if self.pparams.grad_clip:
+            torch.nn.utils.clip_grad_norm_([p for _, p in self.params], self.pparams.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)        # skipped when the scaled gradients overflowed
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        return loss_sum, n
+
 
 def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], desc: str,
                 part: tuple[int, int] = (0, 0)) -> float:
@@ -320,23 +350,7 @@ def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], des
     start, t0 = state.step, time.perf_counter()
     bar = tqdm(total=sum(len(b) for b in batches), desc=desc, unit="ex", dynamic_ncols=True, mininterval=1.0)
     for i, indices in enumerate(batches):
-        lr = set_lr(u.optimizer, state.step, *u.schedule, u.pparams.lr_schedule)
-        with u.runtime.amp():
-            loss_sum, n = u.objective.loss_sum("train", indices, u.runtime.device)
-        loss = loss_sum / max(n, 1)
-        u.optimizer.zero_grad(set_to_none=True)
-        if u.scaler is not None:
-            u.scaler.scale(loss).backward()
-            u.scaler.unscale_(u.optimizer)
-        else:
-            loss.backward()
-        if u.pparams.grad_clip:
-            torch.nn.utils.clip_grad_norm_([p for _, p in u.params], u.pparams.grad_clip)
-        if u.scaler is not None:
-            u.scaler.step(u.optimizer)        # skipped when the scaled gradients overflowed
-            u.scaler.update()
-        else:
-            u.optimizer.step()
+        loss_sum, n = u.step(u.objective.batch("train", indices, u.runtime.device), state.step)
         state.step += 1
         total, count = total + loss_sum.detach().float(), count + n    # summed on the device, read once
         bar.update(len(indices))
