@@ -133,8 +133,10 @@ def test_minbert_predict_the_api_and_the_export_answer_for_the_declared_tasks(sn
         assert any(k.startswith("heads.snli.") for k in f.keys()) and "heads.sts.bilinear.weight" in f.keys()
     from minbert.api import load_model
 
-    with dag._in(snake_repo):            # the module is named by its path in the project
-        answer = load_model(export, device="cpu").predict("snli", [("A man plays.", "A person plays.")])
+    # the export carries the modules' code (code/): it loads from any folder once that code is trusted
+    assert set(manifest["code"]["modules"]) == {HEADS, LOSSES}
+    model = load_model(export, device="cpu", trust_remote_code=True)
+    answer = model.predict("snli", [("A man plays.", "A person plays.")])
     assert list(answer.columns) == ["prediction", "class", "prob_0", "prob_1", "prob_2"]
 
 

@@ -254,7 +254,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("export", "export {name} in the Hugging Face format", {"threads": 1, "mem_mb": 8000, "runtime": 20},
           _export_io, names=lambda lp: lp.params.export.experiments,
           settings=lambda lp, n: S.export_settings(lp, lp.experiments[n]), model=ExportSettings, named="experiment",
-          named_in=lambda lp: lp.experiments, hint="list it in export.experiments", reported=False),
+          by_hand=lambda lp: lp.experiments, reported=False),   # by hand (minbert export): any experiment
 ]}
 
 
