@@ -94,7 +94,21 @@ def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO
             write_job_file(job)
         finished.prune(LAYOUT.results, all_jobs)
         _prune_job_files(all_jobs)
+        _drop_stale_benchmarks(all_jobs)
     return all_jobs
+
+
+def _drop_stale_benchmarks(all_jobs: list[Job]) -> None:
+    """Remove Snakemake's benchmark of a job that ran again since, under DVC or by hand (its run record
+    is newer): Snakemake counts the benchmark among the job's outputs when it compares dates, so a
+    benchmark older than a job file DVC's run rewrote would make it run the job again."""
+    for job in all_jobs:
+        bench, record = Path(LAYOUT.benchmark(job.stage, job.name)), Path(job.run_record)
+        try:
+            if bench.stat().st_mtime < record.stat().st_mtime:
+                bench.unlink()
+        except OSError:
+            continue                 # no benchmark, or no record: nothing stale
 
 
 def _prune_job_files(all_jobs: list[Job]) -> None:
@@ -376,6 +390,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml differs from the generated one")
     ap.add_argument("--resolve", action="store_true", help="rewrite the job description files that changed "
                                                            "(dvc.yaml must be up to date)")
+    ap.add_argument("--dvc-commit", action="store_true", help="record in dvc.lock the outputs of every stage "
+                                                              "whose outputs are there (after a Snakemake run)")
     a = ap.parse_args(argv)
     dvc_path = REPO / "dvc.yaml"
     if a.write_dvc or a.resolve:          # `dvc plots show` offline: its page template, scripts inlined
@@ -384,7 +400,14 @@ def main(argv: list[str] | None = None) -> None:
         write_template(REPO)
     lp = load(a.params, REPO)
     all_jobs = jobs(lp)
-    if a.write_dvc:
+    if a.dvc_commit:
+        from workflow.dvc import built, dvc_commit
+
+        if not dvc_commit(all_jobs, REPO):
+            raise MinBertError("dvc commit --force failed (its message above); is this a DVC repository (dvc init)?")
+        print(f"recorded {len(built(all_jobs, REPO)) - 1} of {len(all_jobs)} stages in dvc.lock (those whose "
+              f"outputs are there)")
+    elif a.write_dvc:
         dvc_path.write_text(render_dvc(a.params, REPO, lp, all_jobs), encoding="utf-8")
         print(f"wrote {dvc_path.relative_to(REPO)} ({len(all_jobs)} jobs)")
     elif a.check or a.resolve:
