@@ -26,7 +26,8 @@ def largest_difference(tiny_model_dir, prepared, out, precision: str, **finetune
     ft = {"epochs": 1, "max_steps_per_epoch": 3, "batch_size": 8, **finetune}
     runs = []
     for name, parts in (("whole", 1), ("accumulated", 4)):
-        exp = make_exp(tiny_model_dir, gradient_accumulation_steps=parts, **ft).model_copy(update={"precision": precision})
+        exp = make_exp(tiny_model_dir, gradient_accumulation_steps=parts, **ft)
+        exp = exp.model_copy(update={"precision": precision})
         finetune_experiment(exp, prepared, out / name)
         runs.append(state_dict(out / name / "model.pt"))
     return max(float((runs[0][k].float() - runs[1][k].float()).abs().max()) for k in runs[0])
@@ -58,28 +59,45 @@ def test_fp16_on_a_cpu_is_said_in_one_line(caplog):
     assert not caplog.records
 
 
-def test_a_snakemake_benchmark_older_than_its_jobs_last_run_is_dropped_at_planning(tmp_path, monkeypatch):
-    """A job DVC ran again after Snakemake had run it: Snakemake's benchmark, which it dates among the
-    job's outputs, is older than the job file DVC's run rewrote; planning removes it (and keeps a
-    benchmark written after the run, as Snakemake writes it)."""
+def test_a_job_file_is_dated_no_later_than_the_outputs_its_description_made(tmp_path, monkeypatch):
+    """DVC ran a job again after Snakemake had run it (Snakemake's benchmark older than the job file
+    DVC's `resolve` rewrote), or restored its outputs from its cache (hard links with the cache's old
+    dates): planning dates the job file no later than the oldest of them, Snakemake's benchmark included,
+    when its run record says they were made from that description; a job file of another description
+    keeps its date (the job runs)."""
+    import datetime as dt
+    import json
+
     from minbert.core.layout import Layout
     from workflow import dag
 
     monkeypatch.chdir(tmp_path)
-    layout = Layout()
-    stale, fresh = ("finetune", "a"), ("finetune", "b")
-    for stage, name in (stale, fresh):
-        for path in (layout.benchmark(stage, name), layout.run_record(stage, name)):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "w").close()
-    past = time.time() - 60
-    os.utime(layout.benchmark(*stale), (past, past))           # Snakemake's run, then DVC's
-    os.utime(layout.run_record(*fresh), (past, past))          # the run, then Snakemake's benchmark of it
+    monkeypatch.setattr(dag, "LAYOUT", Layout())
+    now = time.time()
 
     class Job:
-        def __init__(self, stage, name):
-            self.stage, self.name, self.run_record = stage, name, layout.run_record(stage, name)
+        def __init__(self, name, described, ran):
+            self.stage, self.name = "finetune", name
+            self.job_file, self.run_record = f"jobs/{name}.json", f"runs/{name}.json"
+            self.outputs = [f"out/{name}/model.pt", f"out/{name}/predictions"]
+            self.described = described
+            bench = Layout().benchmark("finetune", name)
+            for path in (self.job_file, self.outputs[0], f"{self.outputs[1]}/a.csv", bench):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "w").close()
+            os.makedirs(os.path.dirname(self.run_record), exist_ok=True)
+            with open(self.run_record, "w") as f:
+                started = dt.datetime.fromtimestamp(now - 300).isoformat()
+                json.dump({"description": {**ran, "runtime": {}}, "started": started}, f)
 
-    monkeypatch.setattr(dag, "LAYOUT", layout)
-    dag._drop_stale_benchmarks([Job(*stale), Job(*fresh), Job("predict", "c")])
-    assert not os.path.exists(layout.benchmark(*stale)) and os.path.exists(layout.benchmark(*fresh))
+        def description(self):
+            return self.described
+
+    made, other = Job("made", {"settings": 1}, {"settings": 1}), Job("other", {"settings": 2}, {"settings": 1})
+    for job in (made, other):
+        for path, age in ((job.job_file, 30), (job.outputs[0], 10), (f"{job.outputs[1]}/a.csv", 20),
+                          (Layout().benchmark("finetune", job.name), 200)):
+            os.utime(path, (now - age, now - age))
+    dag._date_job_files([made, other])
+    assert os.path.getmtime(made.job_file) <= now - 200              # before the benchmark, the oldest
+    assert os.path.getmtime(other.job_file) == pytest.approx(now - 30)   # another description: it runs

@@ -94,21 +94,41 @@ def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO
             write_job_file(job)
         finished.prune(LAYOUT.results, all_jobs)
         _prune_job_files(all_jobs)
-        _drop_stale_benchmarks(all_jobs)
+        _date_job_files(all_jobs)
     return all_jobs
 
 
-def _drop_stale_benchmarks(all_jobs: list[Job]) -> None:
-    """Remove Snakemake's benchmark of a job that ran again since, under DVC or by hand (its run record
-    is newer): Snakemake counts the benchmark among the job's outputs when it compares dates, so a
-    benchmark older than a job file DVC's run rewrote would make it run the job again."""
+def _date_job_files(all_jobs: list[Job]) -> None:
+    """Give a job file whose description made the job's outputs now in place (its run record says so)
+    a date no later than the oldest of them, Snakemake's benchmark included, as a rewritten one gets
+    (minbert.pipeline.plan.write_job_file): Snakemake, which compares dates, then runs nothing after a
+    run it did not make. DVC makes such runs: it runs a job again after a Snakemake run (Snakemake's
+    benchmark stays, older than the job file DVC's `resolve` rewrote), or restores a job's outputs
+    from its cache as hard links, with the dates the cache's copies have."""
+    from minbert.pipeline.plan import _made_from
+
     for job in all_jobs:
-        bench, record = Path(LAYOUT.benchmark(job.stage, job.name)), Path(job.run_record)
+        path = Path(job.job_file)
+        made = [Path(o) for o in job.outputs] + [Path(LAYOUT.benchmark(job.stage, job.name))]
         try:
-            if bench.stat().st_mtime < record.stat().st_mtime:
-                bench.unlink()
+            oldest = min((t for p in made for t in _mtimes(p)), default=None)
+            if oldest is None or path.stat().st_mtime <= oldest:
+                continue
         except OSError:
-            continue                 # no benchmark, or no record: nothing stale
+            continue
+        started = _made_from(job, job.description())
+        if started is not None:
+            os.utime(path, (min(started, oldest), min(started, oldest)))
+
+
+def _mtimes(path: Path):
+    """The dates of a file, or of a folder and everything in it; none for a path that is not there."""
+    if path.is_dir():
+        yield path.stat().st_mtime
+        for root, _, names in os.walk(path):
+            yield from (os.stat(os.path.join(root, n)).st_mtime for n in names)
+    elif path.exists():
+        yield path.stat().st_mtime
 
 
 def _prune_job_files(all_jobs: list[Job]) -> None:
