@@ -293,8 +293,8 @@ def made_now(job, target: str) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         ran = None
     if ran is None:
-        raise MinBertError(f"{job.id}: has not run (no {job.run_record}); run the pipeline first: snakemake --cores all "
-                           f"{target} (or dvc repro)")
+        raise MinBertError(f"{job.id}: has not run (no {job.run_record}); run the pipeline first: snakemake --cores "
+                           f"all {target} (or dvc repro)")
     if {k: v for k, v in ran.items() if k not in ("read_hashes", "runtime")} != job.description():
         raise MinBertError(f"{job.id}: its last run had other settings, inputs or code than the params give it now; "
                            f"run the pipeline first: snakemake --cores all {target} (or dvc repro)")

@@ -129,8 +129,8 @@ def test_a_copy_elsewhere_answers_once_trusted_and_is_refused_in_one_line_before
     other.mkdir()
 
     def predict_here(*flags):
-        return subprocess.run([sys.executable, "-m", "minbert.cli", "predict", str(copy), "--precision", "fp32", *flags],
-                              input=TEXT, capture_output=True, text=True, cwd=other, timeout=300,
+        command = [sys.executable, "-m", "minbert.cli", "predict", str(copy), "--precision", "fp32", *flags]
+        return subprocess.run(command, input=TEXT, capture_output=True, text=True, cwd=other, timeout=300,
                               env=child_env(REPO, OMP_NUM_THREADS="1"))
 
     r = predict_here()

@@ -70,8 +70,9 @@ def precision_on(setting: str, device: torch.device) -> str:
 
 def slow_precision(device: torch.device, resolved: str) -> str | None:
     """One line when the precision that runs is a slow one on this device: bf16 on a CPU that only
-    emulates it, fp16 on any CPU (CPUs have no fast float16 kernels: it ran 4x slower than bf16 on
-    one CPU with avx512_bf16 and over 10x slower than float32 on another); None otherwise."""
+    emulates it, fp16 on any CPU (CPUs have no fast float16 kernels: a MiniLM training step ran 24x
+    slower than in bf16 and 12x slower than in float32 on one thread of a CPU with avx512_bf16, and a
+    demo fine-tune 4x slower than in bf16 on another); None otherwise."""
     if device.type != "cpu":
         return None
     if resolved == "bf16" and cpu_has_native_bf16() is False:

@@ -186,8 +186,8 @@ def load_carried(folder: str | Path, manifest: dict, trust_remote_code: bool = F
         path = folder / CODE_FOLDER / rel
         got = sha256(path) if path.is_file() else "missing"
         if got != recorded:
-            raise MinBertError(f"{path}: not the file the export recorded (sha256 {got[:12]}, recorded {recorded[:12]}); "
-                               f"put back the exported file or export the model again")
+            raise MinBertError(f"{path}: not the file the export recorded (sha256 {got[:12]}, recorded "
+                               f"{recorded[:12]}); put back the exported file or export the model again")
     if code.get("files") and not trust_remote_code:
         carried = ", ".join(f"{CODE_FOLDER}/{m}" for m in code.get("modules", {}).values())
         raise MinBertError(f"{folder}: the model runs code that came with it ({carried}); read it, and load it only if "
