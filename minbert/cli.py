@@ -448,7 +448,7 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
 
 
 def estimate_command(args) -> None:
-    from minbert.core.runtime import pick_device, precision_on
+    from minbert.core.runtime import pick_device, precision_on, slow_precision
     from minbert.params.load import load_params
     from minbert.pipeline.estimate import busy_note, describe, estimate, measure, typical_length
 
@@ -463,8 +463,9 @@ def estimate_command(args) -> None:
     where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
         f", sentences of {length} word pieces)"
     print(describe(estimate(lp, cost), where))
-    if busy:
-        print(busy)
+    for note in (busy, slow_precision(dev, precision_on(base.precision, dev))):
+        if note:
+            print(note)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -59,6 +59,22 @@ def test_fp16_on_a_cpu_is_said_in_one_line(caplog):
     assert not caplog.records
 
 
+def test_the_estimate_says_it_too(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """`minbert estimate` of params that run fp16 on a CPU prints the same line after its estimate."""
+    from pathlib import Path
+
+    from minbert import cli
+
+    demo = Path(__file__).resolve().parents[1] / "data" / "demo"
+    (tmp_path / "params.yaml").write_text(f"data: {{dir: {demo}, nli_file: null}}\nbase: {{model: {tiny_model_dir}, "
+                                          f"precision: fp16, finetune: {{epochs: 1}}}}\nexperiments: {{plain: {{}}}}\n")
+    monkeypatch.chdir(tmp_path)
+    cli.main(["estimate", "--device", "cpu", "--threads", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("about ") and "on cpu (fp16, 1 threads" in lines[0]
+    assert [x for x in lines if x.startswith("precision: fp16 on a CPU: ")], lines
+
+
 def test_a_job_file_is_dated_no_later_than_the_outputs_its_description_made(tmp_path, monkeypatch):
     """DVC ran a job again after Snakemake had run it (Snakemake's benchmark older than the job file
     DVC's `resolve` rewrote), or restored its outputs from its cache (hard links with the cache's old
