@@ -20,6 +20,7 @@ from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, workflow.basedir)
 dag = importlib.import_module("workflow.dag")   # `workflow` here is Snakemake's object, so no plain import
+dvc = importlib.import_module("workflow.dvc")
 
 PARAMS = config.get("params", "params.yaml")
 try:
@@ -28,6 +29,10 @@ try:
     # where the run stands (jobs done, each training job's epoch, rate and ETA) on this terminal
     PROGRESS = dag.whole_number(config, "progress", 30 if sys.stderr.isatty() else 0,
                                 "seconds between progress lines (0: none)")
+    if PROGRESS:
+        from minbert.pipeline.progress import interval
+
+        interval(PROGRESS, "--config progress=")
     # Every job file is rewritten here when it changed: it is each job's first input, so a changed
     # setting, input list or code file re-runs exactly the jobs it concerns.
     JOBS = dag.resolve(PARAMS, workflow.basedir, dag.split_set(config.get("set")))
@@ -58,5 +63,5 @@ onstart:
 onsuccess:
     # Opt-in: record Snakemake's outputs in dvc.lock too (docs/workflow.md: the two engines' records).
     if config.get("dvc_commit", False):
-        if not dag.dvc_commit(JOBS, dag.REPO):
+        if not dvc.dvc_commit(JOBS, dag.REPO):
             print("warning: `dvc commit --force` failed; run it by hand to update dvc.lock", file=sys.stderr)

@@ -131,9 +131,9 @@ class Model:
                 raise MinBertError(f"{key} {value!r}: expected a positive integer")
         if precision is not None and precision not in PRECISIONS:
             raise MinBertError(f"precision {precision!r}: expected {', '.join(PRECISIONS)}")
+        self.device = pick_device(device)       # refused before the model is read
         set_threads(threads)
         self.model, self.tokenizer, self.source = load_multitask(path, trust_remote_code)
-        self.device = pick_device(device)
         self.model.to(self.device).eval()
         stage = predict_settings(path)
         precision = precision or ("bf16" if bf16 else "fp32" if bf16 is False else stage.get("precision", "auto"))
@@ -143,6 +143,12 @@ class Model:
     @property
     def tasks(self) -> list[str]:
         return list(self.model.tasks)
+
+    @property
+    def registry(self):
+        """The model's tasks, heads and losses (minbert.core.registry): the built-in ones and those of
+        the user's it was trained with."""
+        return self.model.registry
 
     def has(self, task: str) -> None:
         if task not in self.model.tasks:
@@ -161,6 +167,10 @@ class Model:
         input is checked as `minbert predict` checks a file (minbert.scoring.inputs), with the same
         messages, rows numbered from 0. `progress`: a tqdm bar (None: only on inputs of more than 32
         batches)."""
+        with self.registry.active():
+            return self._predict(task, frame, progress)
+
+    def _predict(self, task: str, frame, progress: bool | None) -> pd.DataFrame:
         import torch
         from tqdm.auto import tqdm
 

@@ -28,9 +28,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from minbert.api import load_model, model_sources
+from minbert.core.devices import DEVICES
 from minbert.core.errors import MinBertError
+from minbert.core.io import MAX_INPUT_BYTES, _human, read_input, write_text
+from minbert.core.layout import Layout
+from minbert.core.outputs import folders_read, refuse_over_inputs, writable_folder, writable_output
 from minbert.core.tasks import TASKS
-from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, first_repeat, tasks_for, text_columns
+from minbert.data.read import refuse_repeated_columns
+from minbert.entry import run
+from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, tasks_for, text_columns
+from minbert.share.submission import write_submission
 
 FORMATS = ("tsv", "csv", "jsonl", "txt")
 SUFFIXES = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt"}
@@ -131,9 +139,7 @@ def _read_table(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]
         if header is None:
             return pd.DataFrame(), []
         header = [h.strip() for h in header]
-        twice = first_repeat(header)
-        if twice is not None:
-            raise MinBertError(f"{name}:1: column '{twice}' appears twice in the header; keep one")
+        refuse_repeated_columns(f"{name}:1", header)
         rows, where, start = [], [], reader.line_num + 1
         for row in reader:
             if row == []:              # a blank line: a row without text, refused as in every format
@@ -169,8 +175,6 @@ def _cell(v) -> str:
 
 
 def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
-    from minbert.core.io import write_text
-
     if fmt == "jsonl":
         text = frame.to_json(orient="records", lines=True, force_ascii=False, double_precision=6)
         text = text if text.endswith("\n") or not text else text + "\n"
@@ -193,9 +197,6 @@ def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
 def check_out(out: str | None, input_name: str, model: str) -> None:
     """--out names a file that can be written, and none that the command reads (the input, the model
     or anything in its folder); checked before the model runs."""
-    from minbert.api import model_sources
-    from minbert.core.outputs import refuse_over_inputs, writable_output
-
     if out in (None, "-"):
         return
     writable_output(out, "predictions", "--out", "predictions.tsv")
@@ -207,8 +208,6 @@ def check_out(out: str | None, input_name: str, model: str) -> None:
 
 def read_stdin() -> bytes:
     """stdin, in chunks (Ctrl-C stops it at once) and no more than any input file may be."""
-    from minbert.core.io import MAX_INPUT_BYTES, _human
-
     chunks, total = [], 0
     while chunk := sys.stdin.buffer.read(1 << 20):
         total += len(chunk)
@@ -220,9 +219,6 @@ def read_stdin() -> bytes:
 
 
 def predict_command(a) -> None:
-    from minbert.api import load_model
-    from minbert.core.io import read_input
-
     for flag, value in (("--batch-size", a.batch_size), ("--threads", a.threads)):
         if value is not None and value < 1:
             raise MinBertError(f"{flag} {value}: expected a positive number (e.g. {flag} 32)")
@@ -243,38 +239,36 @@ def predict_command(a) -> None:
     frame, lines = read_rows(name, text, fmt)
     model = load_model(a.model, device=a.device, batch_size=a.batch_size, threads=a.threads,
                        precision="bf16" if a.bf16 else a.precision, trust_remote_code=a.trust_remote_code)
-    for t in a.task or []:
-        model.has(t)
-    origin = Origin(name, lines)
-    tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
-    check_texts(origin, frame, text_columns(tasks))
-    if len(frame) == 0:
-        raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
-    keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
-    parts = [frame[keep].reset_index(drop=True)]
-    for t in tasks:
-        cols = frame[PAIR if TASKS[t].pair else SINGLE]
-        cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
-        parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
+    with model.registry.active():            # the model's own tasks, heads and losses
+        for t in a.task or []:
+            model.has(t)
+        origin = Origin(name, lines)
+        tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
+        check_texts(origin, frame, text_columns(tasks))
+        if len(frame) == 0:
+            raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
+        keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
+        parts = [frame[keep].reset_index(drop=True)]
+        for t in tasks:
+            cols = frame[PAIR if TASKS[t].pair else SINGLE]
+            cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
+            parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
     out_fmt = a.out_format or (SUFFIXES.get(Path(a.out).suffix.lower()) if a.out not in (None, "-") else None) \
         or ("jsonl" if fmt == "jsonl" else "tsv")
     write_output(pd.concat(parts, axis=1), a.out, "tsv" if out_fmt == "txt" else out_fmt)
 
 
 def submission_command(a) -> None:
-    from minbert.share.submission import write_submission
-
     written = write_submission(a.source, a.out, zip_path=a.zip, results=a.results)
     for path in written:
         print(path)
 
 
 def export_command(a) -> None:
-    """The pipeline's export job for the experiment (stages.export), its model and predictions being
-    what params.yaml describes now; into its own folder, or --out."""
-    from minbert.core.layout import Layout
+    """The pipeline's export job for the experiment (as the export stage runs it), its model and
+    predictions being what params.yaml describes now; into its own folder, or --out."""
+    from minbert.pipeline.exporting import export
     from minbert.pipeline.plan import job_for
-    from stages.export import export
 
     layout = Layout(a.results)
     job = job_for(a.params, "export", a.experiment, layout)
@@ -303,7 +297,6 @@ def made_now(job, target: str) -> None:
 def check_export_out(out: str, job) -> None:
     """--out: a new folder, or an export folder to replace; never a folder the export reads or the
     pipeline owns, nor any other existing folder (it is replaced whole)."""
-    from minbert.core.outputs import folders_read, refuse_over_inputs, writable_folder
     from minbert.share.export import MANIFEST
 
     writable_folder(out, "--out")
@@ -331,17 +324,14 @@ def progress_command(a: argparse.Namespace) -> None:
     import time
 
     from minbert.core.layout import Layout
-    from minbert.pipeline.progress import job_states, summary
+    from minbert.pipeline.progress import interval, job_states, summary, watch
 
-    if a.watch is not None and a.watch <= 0:
-        raise MinBertError(f"--watch {a.watch:g}: expected a number of seconds above 0")
-    while True:
-        states = job_states(Layout(results=a.results))
-        stamp = time.strftime("%H:%M:%S")
-        print("\n".join(f"{stamp} {line}" if k == 0 else line for k, line in enumerate(summary(states))), flush=True)
-        if a.watch is None or not any(s.status != "done" for s in states):
-            return
-        time.sleep(a.watch)
+    if a.watch is not None:
+        watch(interval(a.watch, "--watch "), Layout(results=a.results))
+        return
+    stamp = time.strftime("%H:%M:%S")
+    print("\n".join(f"{stamp} {line}" if k == 0 else line
+                    for k, line in enumerate(summary(job_states(Layout(results=a.results))))), flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -364,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "else JSONL for JSONL input and TSV otherwise)")
     p.add_argument("--batch-size", type=int, help="rows per batch (default: the experiment's predict stage's, "
                                                   "else 64)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: cuda when available")
+    p.add_argument("--device", default="auto", choices=DEVICES, help="default: cuda when available")
     p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"],
                    help="default: the experiment's predict stage's setting, else auto (bf16 where it is native): "
                         "the stage's batches and precision give its numbers")
@@ -430,7 +420,8 @@ def progress_parser(sub) -> argparse.ArgumentParser:
                                    "locks, run records and each training job's progress.json; writes nothing.")
     g.add_argument("--results", default="results", help="the results folder (default: results)")
     g.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
-                   help="print again every SECONDS (default 5) until nothing is running or waiting (Ctrl-C stops)")
+                   help="print again every SECONDS (default 5) until nothing is waiting, or nothing runs and no "
+                        "engine runs in this folder (Ctrl-C stops)")
     g.set_defaults(func=progress_command)
     return g
 
@@ -441,7 +432,7 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
                                    "predictions, priced by the encoder's step time measured here now (seconds), "
                                    "one job at a time (minbert.pipeline.estimate).")
     e.add_argument("--params", default="params.yaml", help="the params file (default: params.yaml)")
-    e.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"], help="default: the params' base device")
+    e.add_argument("--device", default=None, choices=DEVICES, help="default: the params' base device")
     e.add_argument("--threads", type=int, help="CPU threads (default: the params' base threads, else torch's)")
     e.set_defaults(func=estimate_command)
     return e
@@ -458,11 +449,12 @@ def estimate_command(args) -> None:
     threads = args.threads or base.threads
     dev = pick_device(device)
     busy = busy_note(dev.type)                  # before this process adds its own load
-    length = typical_length(lp, base.model)
-    cost = measure(base.model, device, base.precision, threads, length)
-    where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
-        f", sentences of {length} word pieces)"
-    print(describe(estimate(lp, cost), where))
+    with lp.registry.active():                  # the params' own tasks
+        length = typical_length(lp, base.model)
+        cost = measure(base.model, device, base.precision, threads, length)
+        where = f"{dev.type} ({precision_on(base.precision, dev)}" + (f", {threads} threads" if threads else "") + \
+            f", sentences of {length} word pieces)"
+        print(describe(estimate(lp, cost), where))
     for note in (busy, slow_precision(dev, precision_on(base.precision, dev))):
         if note:
             print(note)
@@ -480,8 +472,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from minbert.entry import run
-
     args = parse(argv)
     run(lambda _: args.func(args))
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import errno
+import importlib.metadata
+import re
 import signal
 import sys
 from typing import Callable
@@ -19,9 +21,6 @@ PIP_NAMES = {"sklearn": "scikit-learn", "yaml": "PyYAML", "PIL": "pillow", "hugg
 def requirement(module: str) -> str:
     """What to `pip install` for a missing module: the project's own requirement for it (name and
     version bounds, from its installed metadata, i.e. pyproject.toml), else the package's name."""
-    import importlib.metadata
-    import re
-
     name = PIP_NAMES.get(module, module)
     try:
         for req in importlib.metadata.requires("minbert-pipeline") or []:

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from minbert.core.io import write_json
-from minbert.core.tasks import declare_job_tasks
 from minbert.entry import run
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import folder_of, stage_call
@@ -14,7 +13,6 @@ from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_li
 
 def main(argv: list[str] | None = None) -> None:
     call = stage_call("evaluate", __doc__, argv)
-    declare_job_tasks(call.job.settings)       # the user's tasks it scores enter the registry
     predictions = call.job.reads["predictions"]
     with running(call.job, force=call.args.force):
         # every file the job declares is scored, each checked against the split it claims

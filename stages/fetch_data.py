@@ -16,6 +16,7 @@ offline it fails with a message saying how to supply the files instead.
 """
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import hashlib
 import json
@@ -171,8 +172,6 @@ def _write_nli(name: str, frame: pd.DataFrame, path: Path) -> Path:
 
 
 def main(argv=None) -> None:
-    import argparse
-
     p = argparse.ArgumentParser(description="Download SST-5, QQP, STS-B, SNLI, MNLI into the CS224N layout.")
     p.add_argument("--out", required=True, help="output folder (then set data.dir to it)")
     p.add_argument("--datasets", default="sst,qqp,stsb,snli,mnli",

@@ -5,7 +5,9 @@ model's error analysis, how the results were produced) and reports/experiments/<
 """
 from __future__ import annotations
 
+from minbert.core.outputs import folders_read, refuse_over_inputs, refuse_replacing, writable_folder
 from minbert.entry import run
+from minbert.params.load import validate_params
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 
@@ -13,8 +15,6 @@ from minbert.pipeline.stage import stage_call
 def main(argv: list[str] | None = None) -> None:
     call = stage_call("report", __doc__, argv, reports="out", arguments=lambda p: p.add_argument(
         "--out", default="reports", help="where the HTML goes (default: reports)"))
-    from minbert.core.outputs import folders_read, refuse_over_inputs, refuse_replacing, writable_folder
-    from minbert.params.load import validate_params
     from minbert.report import render_reports  # here, so a missing plotting package is one line (run)
 
     writable_folder(call.layout.reports, "--out")
@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> None:
     refuse_replacing([call.layout.final_report, call.layout.experiment_reports], "--out")
     with running(call.job, force=call.args.force):
         # the report shows every section of the params: its settings are the params file's content
-        written = render_reports(validate_params(call.job.settings), call.layout)
+        lp = validate_params(call.job.settings)
+        with lp.registry.active():          # the params' own tasks
+            written = render_reports(lp, call.layout)
     print(f"wrote {written[-1]} and {len(written) - 1} experiment page(s) in {call.layout.experiment_reports}")
 
 

@@ -67,14 +67,14 @@ def _grid(tmp_path, n: int) -> str:
 def test_planning_a_grid_is_linear_in_its_jobs(tmp_path):
     """A 30 x 30 grid (2,700 jobs and the demo's): the jobs, the Snakefile's rules and inputs and
     dvc.yaml in seconds (the quadratic planner took about a minute for the jobs alone here)."""
-    from workflow import dag
+    from workflow import dag, dvc
 
     lp = load_params(_grid(tmp_path, 30))
     t0 = time.perf_counter()
     jobs = dag.jobs(lp)
     snake = dag.SnakemakeDag(jobs)
     inputs = sum(len(snake.inputs(j)) for j in jobs)
-    stages = dag.dvc_yaml("grid.yaml", tmp_path, lp, jobs)["stages"]
+    stages = dvc.dvc_yaml("grid.yaml", tmp_path, lp, jobs)["stages"]
     seconds = time.perf_counter() - t0
     assert len(jobs) > 2700 and len(stages) == len(jobs) + 1 and inputs > 2 * len(jobs)
     report = next(j for j in jobs if j.stage == "report")

@@ -94,7 +94,7 @@ def test_a_non_finite_loss_on_one_rank_is_seen_by_all(ranks):
 
 @pytest.mark.parametrize("loss,refused", [("mse", False), ("pearson", True), ("mse+pearson", True)])
 def test_the_correlation_loss_is_refused_under_ddp(loss, refused):
-    heads = FinetuneParams(heads={"sts_loss": loss}).heads
+    heads = FinetuneParams(heads={"losses": {"sts": loss}}).heads
     refuse_batch_statistics(heads, ["sst", "sts"], 1)            # one process: always fine
     refuse_batch_statistics(heads, ["sst", "para"], 2)           # no batch-statistic loss: fine
     if refused:

@@ -16,7 +16,7 @@ import yaml
 from test_train import restore_threads, write_prepared  # noqa: F401  (fixture)
 
 import minbert.train.objectives as objectives
-from minbert.params import HeadsParams
+from minbert.params import DistillParams, HeadsParams
 from minbert.train.losses import distill_loss, task_loss
 from stages import finetune, predict, teach
 
@@ -26,22 +26,26 @@ pytestmark = pytest.mark.numbers
 HEADS = HeadsParams(sts="cosine")
 
 
+def _distill(weight: float, temperature: float) -> DistillParams:
+    return DistillParams(teacher="t", weight=weight, temperature=temperature)
+
+
 def test_weight_zero_is_the_gold_loss_and_each_kind_matches_its_reference():
     torch.manual_seed(0)
     z, y = torch.randn(6, 5), torch.tensor([0, 1, 2, 3, 4, 0])
     p = torch.softmax(torch.randn(6, 5), -1)
-    assert torch.equal(distill_loss("sst", HEADS, z, y, p, 0.0, 2.0), task_loss("sst", HEADS, z, y))
+    assert torch.equal(distill_loss("sst", HEADS, z, y, p, _distill(0.0, 2.0)), task_loss("sst", HEADS, z, y))
     T = 2.0
     q = torch.softmax(torch.log(p) / T, -1)
     kl = (q * (torch.log(q) - torch.log_softmax(z / T, -1))).sum(-1).mean() * T * T
     expected = 0.7 * F.cross_entropy(z, y) + 0.3 * kl
-    torch.testing.assert_close(distill_loss("sst", HEADS, z, y, p, 0.3, T), expected)
+    torch.testing.assert_close(distill_loss("sst", HEADS, z, y, p, _distill(0.3, T)), expected)
     zb, yb, pb = torch.randn(6), torch.tensor([0, 1, 1, 0, 1, 0]), torch.rand(6) * 0.98 + 0.01
     qb = torch.sigmoid(torch.logit(pb) / T)
     bce = -(qb * F.logsigmoid(zb / T) + (1 - qb) * F.logsigmoid(-zb / T)).mean() * T * T
-    torch.testing.assert_close(distill_loss("para", HEADS, zb, yb, pb, 1.0, T), bce, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(distill_loss("para", HEADS, zb, yb, pb, _distill(1.0, T)), bce, rtol=1e-4, atol=1e-5)
     zs, ys, ts = torch.rand(6), torch.rand(6) * 5, torch.rand(6) * 5
-    torch.testing.assert_close(distill_loss("sts", HEADS, zs, ys, ts, 0.5, T),
+    torch.testing.assert_close(distill_loss("sts", HEADS, zs, ys, ts, _distill(0.5, T)),
                                0.5 * F.mse_loss(zs, ys / 5) + 0.5 * F.mse_loss(zs, ts / 5))
 
 
@@ -110,9 +114,9 @@ def test_the_students_batches_carry_the_teachers_outputs(project, monkeypatch):
     seen = []
     real = objectives.distill_loss
 
-    def spy(task, heads, output, labels, soft, weight, temperature, pair=None):
-        seen.append((task, soft.clone(), weight, temperature))
-        return real(task, heads, output, labels, soft, weight, temperature, pair)
+    def spy(task, heads, output, labels, soft, distill, pair=None):
+        seen.append((task, soft.clone(), distill.weight, distill.temperature))
+        return real(task, heads, output, labels, soft, distill, pair)
 
     monkeypatch.setattr(objectives, "distill_loss", spy)
     finetune.main(["--experiment", "half"])

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import child_env, error_line
 from test_train import restore_threads, write_prepared  # noqa: F401  (tests/ is on sys.path; fixture)
@@ -74,9 +75,9 @@ def project(tmp_path_factory, tiny_model_dir):
 
 
 def _in(folder):
-    from workflow.dag import _in
+    from workflow.repo import in_repo
 
-    return _in(folder)
+    return in_repo(folder)
 
 
 def minbert_here(args, capsys, cwd: Path):
@@ -103,18 +104,22 @@ def exported(project, tmp_path_factory):
     return out
 
 
-def test_the_export_carries_the_modules_code_and_its_helpers_with_their_hashes(exported):
-    import hashlib
-
+def test_the_export_carries_the_modules_code_and_its_helpers_with_the_checkpoints_record(project, exported):
+    """The checkpoint's record of the code its import ran (each file with its hash), copied: the same
+    hashes, the copies' paths in code/, nothing else carried."""
+    ckpt = torch.load(project / "results/experiments/own/finetune/model.pt", weights_only=True)
+    trained = ckpt["declared"]["code"][f"{PACKAGE}/heads.py"]
+    assert sorted(trained) == [str(project / PACKAGE / "heads.py"), str(project / PACKAGE / "helpers.py")]
     manifest = json.loads((exported / "minbert.json").read_text())
     assert manifest["declared"]["modules"] == [f"{PACKAGE}/heads.py"]
-    code = manifest["code"]
-    assert code["modules"] == {f"{PACKAGE}/heads.py": f"{PACKAGE}/heads.py"}
-    assert code["imports"] == {f"{PACKAGE}.helpers": f"{PACKAGE}/helpers.py"}
+    assert manifest["declared"]["code"] == {f"{PACKAGE}/heads.py": {
+        f"{PACKAGE}/heads.py": trained[str(project / PACKAGE / "heads.py")],
+        f"{PACKAGE}/helpers.py": trained[str(project / PACKAGE / "helpers.py")]}}
+    assert "code" not in manifest                     # one record: the declarations' own
     assert (exported / "code" / PACKAGE / "heads.py").read_text() == HEAD
     assert (exported / "code" / PACKAGE / "helpers.py").read_text() == HELPER
-    assert code["files"] == {rel: hashlib.sha256((exported / "code" / rel).read_bytes()).hexdigest()
-                             for rel in (f"{PACKAGE}/heads.py", f"{PACKAGE}/helpers.py")}
+    assert sorted(p.relative_to(exported / "code").as_posix() for p in (exported / "code").rglob("*")
+                  if p.is_file()) == [f"{PACKAGE}/heads.py", f"{PACKAGE}/helpers.py"]
     card = (exported / "README.md").read_text()
     assert 'm = load_model("path/to/this/folder", trust_remote_code=True)' in card
     assert f"carried in `code/` (`{PACKAGE}/heads.py`)" in card and "--trust-remote-code" in card
@@ -166,23 +171,53 @@ def test_the_api_loads_it_from_another_folder_and_refuses_changed_code(exported,
     assert type(m.model.heads["sst"]).__name__ == "GeluHead" and len(m.sentiment(["fine"])) == 1
     helper = copy / "code" / PACKAGE / "helpers.py"
     helper.write_text(HELPER.replace("gelu(x)", "relu(x)"))
-    with pytest.raises(MinBertError, match=rf"^{helper}: not the file the export recorded \(sha256 \w{{12}}, recorded "
-                                           r"\w{12}\); put back the exported file or export the model again$"):
+    said = f"{copy}: the model was trained with the code of module '{PACKAGE}/heads.py', and its file {helper}"
+    with pytest.raises(MinBertError) as e:
         load_model(copy, device="cpu", trust_remote_code=True)
+    assert str(e.value) == f"{said} has changed since; put back the code it came with, or export the model again"
+    helper.write_text(HELPER + "# a comment: what the code does is the same\n")
+    load_model(copy, device="cpu", trust_remote_code=True)
     helper.unlink()
-    with pytest.raises(MinBertError, match=r"sha256 missing"):
-        load_model(copy, device="cpu", trust_remote_code=True)
+    with pytest.raises(MinBertError) as e:           # refused before anything is imported, trusted or not
+        load_model(copy, device="cpu")
+    assert str(e.value).startswith(f"{said} is gone; ")
     shutil.copyfile(exported / "code" / PACKAGE / "helpers.py", helper)
     manifest = json.loads((copy / "minbert.json").read_text())
-    manifest["code"]["imports"]["os"] = "../../outside.py"          # a path out of code/: never imported
-    (copy / "minbert.json").write_text(json.dumps(manifest))
-    with pytest.raises(MinBertError, match=r"minbert.json: its 'code' section is not one this version wrote"):
-        load_model(copy, device="cpu", trust_remote_code=True)
-    del manifest["code"]                  # an export without the code its modules need
+    for outside in ("../../outside.py", str(tmp_path / "outside.py")):      # a path out of code/: never read
+        bad = json.loads(json.dumps(manifest))
+        bad["declared"]["code"][f"{PACKAGE}/heads.py"][outside] = "0" * 16
+        (copy / "minbert.json").write_text(json.dumps(bad))
+        with pytest.raises(MinBertError, match=r"minbert.json: its declared modules and code are not what this "
+                                               r"version writes; export the model again"):
+            load_model(copy, device="cpu", trust_remote_code=True)
+    del manifest["declared"]["code"]          # an export without the code its modules need
     (copy / "minbert.json").write_text(json.dumps(manifest))
     with pytest.raises(MinBertError, match=rf"needs the modules {PACKAGE}/heads.py, and the folder does not carry "
                                            r"their code .* export it again: minbert export EXPERIMENT"):
         load_model(copy, device="cpu", trust_remote_code=True)
+
+
+def test_an_export_runs_its_copies_whatever_modules_of_those_names_were_imported_before(project, exported,
+                                                                                         monkeypatch):
+    """In a process where a module of the helper's name is imported already (a project's own, here
+    one whose activation differs), the export imports its copies, and gives the name back after."""
+    import types
+
+    from minbert.api import load_model
+
+    ours = load_model(exported, device="cpu", trust_remote_code=True, precision="fp32").sentiment([TEXT.strip()])
+    other = types.ModuleType(f"{PACKAGE}.helpers")
+    other.act = torch.relu
+    monkeypatch.setitem(sys.modules, PACKAGE, types.ModuleType(PACKAGE))
+    monkeypatch.setitem(sys.modules, f"{PACKAGE}.helpers", other)
+    copy = exported.parent / "copy-for-names"
+    shutil.copytree(exported, copy)
+    theirs = load_model(copy, device="cpu", trust_remote_code=True, precision="fp32")
+    assert sys.modules[f"{PACKAGE}.helpers"] is other
+    assert {f for fs in theirs.model.registry.code.values() for f, _ in fs} == \
+        {str((copy / "code" / PACKAGE / n).resolve()) for n in ("heads.py", "helpers.py")}
+    got = theirs.sentiment([TEXT.strip()])
+    assert [got[f"prob_{k}"][0] for k in range(5)] == pytest.approx([ours[f"prob_{k}"][0] for k in range(5)], abs=1e-6)
 
 
 # ---------------------------------------------------------------- the command
@@ -219,3 +254,24 @@ def test_the_command_refuses_a_stale_model_an_unknown_name_and_a_folder_it_would
         code, _, err = minbert_here(["export", "own", "--out", out], capsys, project)
         assert code == 2 and error_line(err).startswith(f"error: {says}"), err
     assert (mine / "notes.txt").read_text() == "mine" and (project / "results/data/sst-train.tsv").is_file()
+
+
+def test_an_export_elsewhere_runs_in_the_jobs_registry(tmp_path, monkeypatch):
+    """Into --out (no run record, so not under `running`), the export still works from its job's
+    registry: a task the params declare is one the card can name (it was the built-in tasks alone)."""
+    from minbert.core.tasks import TASKS
+    from minbert.pipeline import exporting
+    from minbert.pipeline.plan import job_for
+
+    demo = REPO / "data" / "demo"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({
+        "tasks": {"sst_score": {"range": [0, 4], "files": {
+            "format": "tsv", "train": str(demo / "ids-sst-train.csv"), "dev": str(demo / "ids-sst-dev.csv"),
+            "texts": ["sentence"], "label": "sentiment", "id": "id"}}},
+        "base": {"model": "models/tiny"},
+        "experiments": {"e": {"finetune": {"tasks": ["sst", "sst_score"]}}}}))
+    seen = []
+    monkeypatch.setattr(exporting, "export_experiment", lambda s, *a, **k: seen.append(sorted(set(TASKS))) or [])
+    with _in(tmp_path):
+        exporting.export(job_for("params.yaml", "export", "e"), out=str(tmp_path / "out"))
+    assert seen and "sst_score" in seen[0]

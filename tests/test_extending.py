@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from minbert.core.errors import MinBertError
-from minbert.core.losses import LOSSES
+from minbert.core.registry import Registry, builtin
 from minbert.core.tasks import BUILTIN_TASKS, TASKS
 from minbert.params import validate_params
 from minbert.params.tasks import TaskParams
@@ -60,9 +60,17 @@ SNLI = {"title": "inference (SNLI)", "classes": ["entailment", "neutral", "contr
     (lambda t: t.update(range=[0, 5]), "give either 'classes' (their names) or 'range'"),
     (lambda t: t["files"].pop("dev_fraction"), "give either a 'dev' file or 'dev_fraction'"),
     (lambda t: t["files"].update(texts=["a", "b", "c"]), "key 'tasks.mine.files.texts'"),
-    (lambda t: t.update(metric="pearson"), "metric pearson is for a regression task"),
+    (lambda t: t.update(metric="pearson"), "key 'tasks.mine.metric': pearson is for a regression task"),
+    # a regression scored by accuracy would end in scikit-learn at the first dev evaluation
+    (lambda t: (t.pop("classes"), t.update(range=[0, 5], metric="acc")),
+     "key 'tasks.mine.metric': acc is for a task with classes; a regression task's ('range') is pearson"),
+    # labels are float32: a range wider than it holds overflowed in fine-tuning
+    (lambda t: (t.pop("classes"), t.update(range=[-1e308, 1e308])),
+     "key 'tasks.mine.range': [-1e+308, 1e+308] is beyond what a float32 label holds"),
+    (lambda t: (t.pop("classes"), t.update(range=[-3e38, 3e38])), "is beyond what a float32 label holds"),
+    (lambda t: (t.pop("classes"), t.update(range=[1e10, 1e10 + 1])), "the low end must be below the high end"),
     (lambda t: t["files"].update(format="cs224n"), "format cs224n reads <prefix>"),
-    (lambda t: t.update(head="nope"), "key 'experiments.a.finetune.heads': mine's head 'nope' is no pair head"),
+    (lambda t: t.update(head="nope"), "key 'tasks.mine.head': 'nope' is no head"),
 ])
 def test_a_bad_task_declaration_is_one_line_naming_its_key(change, message):
     task = copy.deepcopy(SNLI)
@@ -81,10 +89,10 @@ def test_a_declared_task_may_not_take_a_builtin_name_and_an_undeclared_one_is_un
 
 
 def test_a_params_file_declares_exactly_its_own_tasks():
-    validate_params(demo_params(tasks={"mine": SNLI}))
-    assert "mine" in TASKS
-    validate_params(demo_params())
-    assert "mine" not in TASKS and set(TASKS) == set(BUILTIN_TASKS)
+    mine = validate_params(demo_params(tasks={"mine": SNLI}))
+    assert "mine" in mine.registry.tasks and set(TASKS) == set(BUILTIN_TASKS)      # nothing else learns of it
+    plain = validate_params(demo_params())
+    assert "mine" not in plain.registry.tasks and "mine" in mine.registry.tasks
 
 
 # ---------------------------------------------------------------- losses
@@ -96,7 +104,7 @@ def test_the_ranking_loss_against_an_independent_computation():
     gen = torch.Generator().manual_seed(0)
     u, v = torch.randn(6, 8, generator=gen, dtype=torch.float64), torch.randn(6, 8, generator=gen, dtype=torch.float64)
     labels = torch.tensor([1, 0, 1, 1, 0, 1])
-    loss = LOSSES["ranking"]()(torch.zeros(6), labels, (u, v))
+    loss = builtin().loss("ranking")(torch.zeros(6), labels, (u, v))
     a, b = u.numpy(), v.numpy()
     a, b = a / np.linalg.norm(a, axis=1, keepdims=True), b / np.linalg.norm(b, axis=1, keepdims=True)
     terms = []
@@ -105,18 +113,20 @@ def test_the_ranking_loss_against_an_independent_computation():
         terms.append(np.log(np.exp(scores - scores.max()).sum()) + scores.max() - scores[i])
     assert float(loss) == pytest.approx(float(np.mean(terms)), rel=1e-5)
     # no positive pair: nothing to rank, a zero that still carries a graph
-    none = LOSSES["ranking"]()(torch.zeros(3), torch.zeros(3), (u[:3].requires_grad_(), v[:3]))
+    none = builtin().loss("ranking")(torch.zeros(3), torch.zeros(3), (u[:3].requires_grad_(), v[:3]))
     assert float(none) == 0.0 and none.requires_grad
 
 
 def test_every_loss_declares_what_the_guards_read():
-    assert {n for n, c in LOSSES.items() if c.batch_statistic} >= {"pearson", "mse+pearson", "ranking"}
-    assert {n for n, c in LOSSES.items() if c.calibrate} >= {"pearson", "ranking"}
-    assert LOSSES["ranking"].reads == "pairs" and LOSSES["ranking"].kinds == ("binary",)
+    losses = builtin().losses
+    assert {n for n, c in losses.items() if c.batch_statistic} == {"pearson", "mse+pearson", "ranking"}
+    assert {n for n, c in losses.items() if c.calibrate} == {"pearson", "ranking"}
+    assert losses["ranking"].reads == "pairs" and losses["ranking"].kinds == ("binary",)
     msg = error_of(demo_params(experiments={"a": {"finetune": {"heads": {"losses": {"para": "ranking"}}}}}))
     assert "para's loss 'ranking' ranks the pair's sentence embeddings: give para a bi-encoder head" in msg
     msg = error_of(demo_params(experiments={"a": {"finetune": {"heads": {"losses": {"sst": "mse"}}}}}))
-    assert "sst's loss 'mse' trains regression tasks, and sst is classification" in msg
+    assert "key 'experiments.a.finetune.heads.losses.sst': sst's loss 'mse' trains regression tasks, and sst is " \
+           "classification" in msg
 
 
 BATCH_LOSS = '''
@@ -150,21 +160,23 @@ def test_the_three_guards_read_a_losses_declaration(tmp_path, monkeypatch):
     assert msg.startswith("params.yaml: key 'experiments.a.finetune.batch_size': sst's loss 'batch_centred' is a "
                           "statistic of the whole batch, and a batch of 1 sst row carries none"), msg
     raw["experiments"]["a"]["finetune"]["batch_size"] = 2
-    exp = validate_params(raw).experiments["a"]
-    with pytest.raises(MinBertError, match=r"sst's loss 'batch_centred' is a statistic of the whole batch, which 2 "
-                                           r"processes would each compute on their slice"):
+    lp = validate_params(raw)
+    exp = lp.experiments["a"]
+    with lp.registry.active(), pytest.raises(MinBertError, match=r"sst's loss 'batch_centred' is a statistic of the "
+                                                                 r"whole batch, which 2 processes would each compute"):
         refuse_batch_statistics(exp.finetune.heads, ["sst"], 2)
-    with pytest.raises(MinBertError, match=r"^a: sst's loss 'batch_centred' is a statistic of the whole batch, and "
-                                           r"the sst training data has 1 row"):
+    with lp.registry.active(), pytest.raises(MinBertError, match=r"^a: sst's loss 'batch_centred' is a statistic of "
+                                                                 r"the whole batch, and the sst training data has 1 row"):
         refuse_one_row_batches(exp.finetune, {"sst": [0]}, "a")
     # the same loss declared row by row: none of them refuses
     (tmp_path / "row_loss.py").write_text(BATCH_LOSS.replace("batch_centred", "row_centred")
                                           .replace(", True\n", ", False\n"))
     raw = demo_params(modules=["row_loss.py"], experiments={"a": {"finetune": {
         "tasks": ["sst"], "batch_size": 1, "heads": {"losses": {"sst": "row_centred"}}}}})
-    exp = validate_params(raw).experiments["a"]
-    refuse_batch_statistics(exp.finetune.heads, ["sst"], 2)
-    refuse_one_row_batches(exp.finetune, {"sst": [0]}, "a")
+    lp = validate_params(raw)
+    with lp.registry.active():
+        refuse_batch_statistics(lp.experiments["a"].finetune.heads, ["sst"], 2)
+        refuse_one_row_batches(lp.experiments["a"].finetune, {"sst": [0]}, "a")
 
 
 # ---------------------------------------------------------------- the user's modules
@@ -186,7 +198,7 @@ def test_a_missing_or_broken_module_or_an_undefined_name_is_one_line(tmp_path, m
     assert "sts's loss 'hubber' is no loss (did you mean 'huber'?): neither built in nor registered by the modules " \
            "named (" in msg and losses in msg, msg
     msg = error_of(demo_params(modules=[losses], experiments={"a": {"finetune": {"heads": {"sts": "trilinear"}}}}))
-    assert "key 'experiments.a.finetune.heads.sts': 'trilinear' is no pair head" in msg, msg
+    assert "key 'experiments.a.finetune.heads.sts': sts's head 'trilinear' is no pair head" in msg, msg
 
 
 def test_a_modules_head_and_loss_are_used_by_name(tiny_model_dir):
@@ -196,12 +208,16 @@ def test_a_modules_head_and_loss_are_used_by_name(tiny_model_dir):
 
     raw = demo_params(modules=[str(REPO / "examples/extending/heads.py"), str(REPO / "examples/extending/losses.py")],
                       experiments={"a": {"finetune": {"heads": {"sts": "bilinear", "losses": {"sts": "huber"}}}}})
-    heads = validate_params(raw).experiments["a"].finetune.heads
-    model = MultitaskModel(load_encoder(tiny_model_dir)[0], heads, ["sts"])
+    lp = validate_params(raw)
+    heads = lp.experiments["a"].finetune.heads
+    model = MultitaskModel(load_encoder(tiny_model_dir)[0], heads, ["sts"], lp.registry)
     assert type(model.heads["sts"]).__name__ == "Bilinear" and model.views["sts"].name == "bi"
-    out = torch.tensor([0.1, 0.9]), torch.tensor([0.0, 5.0])
+    out = torch.tensor([0.1, 0.9], requires_grad=True), torch.tensor([0.0, 5.0])
     expected = torch.nn.functional.huber_loss(out[0], out[1] / 5.0, delta=0.1)     # labels scaled to [0, 1]
-    assert float(task_loss("sts", heads, *out)) == pytest.approx(float(expected))
+    with lp.registry.active():
+        assert float(task_loss("sts", heads, *out)) == pytest.approx(float(expected))
+    with pytest.raises(KeyError):                  # another params file's registry knows no huber
+        task_loss("sts", heads, *out)
 
 
 # ---------------------------------------------------------------- reading a declared task's files
@@ -215,14 +231,11 @@ def test_a_declared_tasks_csv_is_read_with_the_bad_row_rules(tmp_path):
     spec = TaskParams.model_validate({"range": [0, 5], "files": {"train": str(path), "dev_fraction": 0.5,
                                                                  "texts": ["text"], "label": "score", "id": "id"}})
     task = spec.task("mine")
-    TASKS["mine"] = task
-    try:
+    with Registry.of(tasks={"mine": spec.declaration()}).active():
         with pytest.raises(MinBertError, match=rf"^{path} line 5: column 'text' is empty \(id 3\); fix the file or set "
                                                r"data.on_bad_rows: drop"):
             read_declared(task, "train")
         frame, report, _ = read_declared(task, "train", on_bad_rows="drop")
-    finally:
-        del TASKS["mine"]
     assert list(frame["sentence"]) == ["a quoted text, with a comma", "two lines", "fine"]
     assert list(frame["label"]) == [3.5, 1.0, 2.0] and list(frame["id"]) == ["1", "2", "4"]
     assert report.dropped == {"empty_text": 1, "duplicate_id": 1, "missing_label": 1, "bad_label": 1}
@@ -250,7 +263,7 @@ def test_the_dev_loss_is_computed_batch_by_batch(tiny_model_dir):
     frame = pd.DataFrame({"id": [str(i) for i in range(10)], "label": [i % 5 for i in range(10)],
                           "sentence": [f"a sentence of {i} words" for i in range(10)]})
     torch.manual_seed(0)
-    for heads, task in ((HeadsParams(), "sst"), (HeadsParams(sts_loss="pearson"), "sts")):
+    for heads, task in ((HeadsParams(), "sst"), (HeadsParams(losses={"sts": "pearson"}), "sts")):
         data_frame = frame if task == "sst" else frame.rename(columns={"sentence": "sentence1"}).assign(
             sentence2=frame["sentence"].str.upper(), label=frame["label"] * 1.0)
         model = MultitaskModel(load_encoder(tiny_model_dir)[0], heads, [task]).eval()
@@ -275,8 +288,8 @@ def test_a_ranking_trained_heads_logit_is_calibrated_by_a_logistic_fit():
 
     heads = HeadsParams(para="cosine", losses={"para": "ranking"})
     out = torch.tensor([-1.0, 0.0, 2.0])
-    plain = predictions("para", HeadsParams(para="cosine"), out, [2.0, -1.0])["probs"]
-    assert np.allclose(plain, torch.sigmoid(out).numpy())            # bce: no calibration applies
+    plain = predictions("para", HeadsParams(para="cosine"), out, None)["probs"]
+    assert np.allclose(plain, torch.sigmoid(out).numpy())            # a head on the labels' scale
     fitted = predictions("para", heads, out, [2.0, -1.0])["probs"]
     assert np.allclose(fitted, torch.sigmoid(2.0 * out - 1.0).numpy())
     rng = np.random.default_rng(0)

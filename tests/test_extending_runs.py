@@ -6,6 +6,7 @@ by name, and an edit to the module that defines them re-runs the jobs that use i
 under each engine. And the page's examples are the catalogue's and the modules' own text."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -17,10 +18,25 @@ import yaml
 from conftest import child_env, shared_data_dir
 from test_workflow import DVC, SNAKEMAKE, commands_run, job_ids, make_copy, needs_dvc, needs_snakemake, run
 
-from workflow import dag
+from workflow import dag, dvc
 
 REPO = Path(__file__).resolve().parents[1]
 HEADS, LOSSES = "examples/extending/heads.py", "examples/extending/losses.py"
+# a module of the test's whose loss takes the place of the built-in `mse`, said so: `mine` trains sts with it
+TWICE = "ext/mse_twice.py"
+TWICE_TEXT = '''"""The built-in mse, twice over: a loss of the user's used in place of a built-in one."""
+import torch.nn.functional as F
+
+from minbert.core.losses import Loss, register_loss
+
+
+@register_loss(replace=True)
+class MseTwice(Loss):
+    name, kinds = "mse", ("regression",)
+
+    def __call__(self, output, target, pair=None):
+        return 2 * F.mse_loss(output.float(), target.float())
+'''
 
 
 def snli_sample() -> str:
@@ -39,12 +55,37 @@ def extending_params(model: str) -> dict:
     p["base"]["finetune"].update(epochs=1, batch_size=8, max_steps_per_epoch=2,
                                  downsample={"mode": "fixed", "size": 40})
     p["tasks"]["snli"]["files"]["train"] = snli_sample()
+    p["modules"] = [*p["modules"], TWICE]
     p["experiments"] = {"mine": {"finetune": {"tasks": ["sts", "snli", "sst_score"],
                                               "heads": {"sts": "bilinear", "losses": {"sst_score": "huber"}}}},
                         "plain": {"finetune": {"tasks": ["sst", "snli"]}}}
     p["studies"] = [{"name": "yours", "title": "Your tasks", "experiments": ["plain", "mine"]}]
     p["export"] = {"experiments": ["mine"]}
     return p
+
+
+def with_twice(folder: Path) -> Path:
+    (folder / TWICE).parent.mkdir(parents=True)
+    (folder / TWICE).write_text(TWICE_TEXT)
+    return folder
+
+
+def trained_by_hand_as_by_the_engine(folder: Path) -> None:
+    """`finetune@mine` run by hand from the params (its own results folder) trains the very model the
+    engine trained from the job file: the same settings name the same modules, so both processes
+    work from the same registry (a module that replaces a built-in loss included)."""
+    import torch
+
+    hand = ["--params", "params.yaml", "--results", "hand"]
+    run([sys.executable, "-m", "stages.prepare", *hand], folder)
+    run([sys.executable, "-m", "stages.finetune", "--experiment", "mine", *hand], folder)
+    job = json.loads((folder / "results/jobs/finetune/mine.json").read_text())["description"]
+    assert TWICE in job["settings"]["modules"]          # the engine's process imported it too
+    engine, by_hand = (torch.load(folder / r / "experiments/mine/finetune/model.pt", weights_only=True)
+                       for r in ("results", "hand"))
+    assert engine["state_dict"].keys() == by_hand["state_dict"].keys()
+    for key, value in engine["state_dict"].items():
+        assert torch.equal(value, by_hand["state_dict"][key]), key
 
 
 TARGETS = ["all", "results/exports/mine"]
@@ -65,7 +106,7 @@ def test_the_documented_catalogue_plans_each_extension_where_it_is_used(tmp_path
     p = yaml.safe_load((REPO / "params" / "extending.yaml").read_text())
     p["tasks"]["snli"]["files"]["train"] = snli_sample()
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    with dag._in(REPO):
+    with dag.in_repo(REPO):
         jobs = planner.pipeline(load_params(tmp_path / "params.yaml"))
         closures = {j.id: set(code.code_closure(*(j.code_roots or [j.module]))) for j in jobs}
     assert {j for j, files in closures.items() if HEADS in files} == {"finetune@own_head", "predict@own_head"}
@@ -80,7 +121,7 @@ def test_the_documented_catalogue_plans_each_extension_where_it_is_used(tmp_path
 def snake_repo(repo_root, tmp_path_factory, tiny_model_dir):
     if SNAKEMAKE is None:
         pytest.skip("snakemake is not installed")
-    folder = make_copy(repo_root, tmp_path_factory.mktemp("extending") / "repo", tiny_model_dir,
+    folder = make_copy(repo_root, with_twice(tmp_path_factory.mktemp("extending") / "repo"), tiny_model_dir,
                        extending_params("models/tiny"))
     log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds", *TARGETS], folder)
     assert job_ids(folder, commands_run(log)) == {j.id for j in dag.jobs("params.yaml", repo=folder)}
@@ -126,18 +167,25 @@ def test_minbert_predict_the_api_and_the_export_answer_for_the_declared_tasks(sn
     manifest = json.loads((export / "minbert.json").read_text())
     assert manifest["tasks"] == ["sts", "snli", "sst_score"]
     assert set(manifest["declared"]["tasks"]) == {"snli", "sst_score"} and manifest["declared"]["modules"] == \
-        [HEADS, LOSSES]
+        [HEADS, TWICE, LOSSES]
     from safetensors import safe_open
 
     with safe_open(str(export / "heads.safetensors"), "pt") as f:
         assert any(k.startswith("heads.snli.") for k in f.keys()) and "heads.sts.bilinear.weight" in f.keys()
     from minbert.api import load_model
 
-    # the export carries the modules' code (code/): it loads from any folder once that code is trusted
-    assert set(manifest["code"]["modules"]) == {HEADS, LOSSES}
+    # the export carries the modules' code (code/) and its record: it loads from any folder once trusted
+    assert set(manifest["declared"]["code"]) == {HEADS, TWICE, LOSSES}
+    assert all((export / "code" / rel).is_file() for files in manifest["declared"]["code"].values() for rel in files)
     model = load_model(export, device="cpu", trust_remote_code=True)
     answer = model.predict("snli", [("A man plays.", "A person plays.")])
     assert list(answer.columns) == ["prediction", "class", "prob_0", "prob_1", "prob_2"]
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_a_hand_run_trains_what_snakemake_trains(snake_repo):
+    trained_by_hand_as_by_the_engine(snake_repo)
 
 
 @pytest.mark.slow
@@ -158,13 +206,53 @@ def test_an_edit_to_a_module_reruns_the_jobs_that_use_it_under_snakemake(snake_r
 
 
 EDITS = {"code": lambda text: text + "\nEDITED_FOR_A_TEST = True\n", "comment": lambda text: text + "\n# a comment\n"}
+HELPER = "examples/extending/huber_delta.py"
+
+
+@contextlib.contextmanager
+def loss_split_in_two(folder: Path):
+    """The loss module with its constant in a helper file of its own, which it imports (issue 49: a
+    module's helpers were no code of any job); the module as it was afterwards."""
+    before = (folder / LOSSES).read_text()
+    split = before.replace("from minbert.core.losses import", "from examples.extending.huber_delta import DELTA\n"
+                           "from minbert.core.losses import", 1).replace("delta=0.1", "delta=DELTA")
+    assert split.count("DELTA") == 2
+    (folder / HELPER).write_text('"""Where the Huber loss turns linear."""\nDELTA = 0.1\n')
+    (folder / LOSSES).write_text(split)
+    try:
+        yield
+    finally:
+        (folder / LOSSES).write_text(before)
+        (folder / HELPER).unlink()
+
+
+@contextlib.contextmanager
+def edited(path: Path, edit: str):
+    before = path.read_text()
+    path.write_text(EDITS[edit](before))
+    try:
+        yield
+    finally:
+        path.write_text(before)
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_an_edit_to_a_modules_helper_reruns_the_jobs_that_use_it_under_snakemake(snake_repo):
+    """The split taken as done (`--touch`: nothing trains), an edit to the helper alone plans what
+    an edit to the module does (a comment in a module plans nothing: the test above)."""
+    with loss_split_in_two(snake_repo):
+        run([SNAKEMAKE, "--touch", "--cores", "2", *TARGETS], snake_repo)
+        assert plan(snake_repo) == set()
+        with edited(snake_repo / HELPER, "code"):
+            assert plan(snake_repo) == USING_THE_MODULES | {"evaluate@mine", "report"}
 
 
 @pytest.fixture(scope="module")
 def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
     if DVC is None:
         pytest.skip("dvc is not installed")
-    folder = make_copy(repo_root, tmp_path_factory.mktemp("extending-dvc") / "repo", tiny_model_dir,
+    folder = make_copy(repo_root, with_twice(tmp_path_factory.mktemp("extending-dvc") / "repo"), tiny_model_dir,
                        extending_params("models/tiny"))
     run(["git", "init", "-q"], folder)
     if not (folder / ".dvc").is_dir():
@@ -173,7 +261,7 @@ def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
     run(["git", "commit", "-q", "-m", "copy"], folder)
     log = run([DVC, "repro"], folder)
     ran = set(re.findall(r"Running stage '([^']+)'", log)) - {"resolve"}
-    assert ran == {dag._dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
+    assert ran == {dvc.dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
     return folder
 
 
@@ -181,6 +269,12 @@ def dvc_status(folder: Path) -> set[str]:
     run([DVC, "repro", "resolve"], folder)
     out = run([DVC, "status", "--json"], folder)
     return set(json.loads(out[out.index("{"):])) - {"resolve"}
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_a_hand_run_trains_what_dvc_trains(dvc_repo):
+    trained_by_hand_as_by_the_engine(dvc_repo)
 
 
 @pytest.mark.slow
@@ -197,6 +291,22 @@ def test_the_declared_tasks_and_a_modules_edit_under_dvc(dvc_repo):
     finally:
         (dvc_repo / HEADS).write_text(before)
     assert dvc_status(dvc_repo) == set()
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_an_edit_to_a_modules_helper_reruns_the_jobs_that_use_it_under_dvc(dvc_repo):
+    """The resolve stage depends on each module's helpers (dvc.yaml lists them), so an edit to the
+    helper alone rewrites the job files of the jobs that use the module."""
+    with loss_split_in_two(dvc_repo):
+        run([sys.executable, "-m", "workflow.dag", "--write-dvc"], dvc_repo)
+        assert HELPER in yaml.safe_load((dvc_repo / "dvc.yaml").read_text())["stages"]["resolve"]["deps"]
+        run([DVC, "repro", "resolve"], dvc_repo)
+        stale = sorted(j.replace("@", "-") for j in USING_THE_MODULES)
+        run([DVC, "commit", "--force", "resolve", *stale], dvc_repo)      # the split taken as done: nothing trains
+        assert dvc_status(dvc_repo) == set()
+        with edited(dvc_repo / HELPER, "code"):
+            assert dvc_status(dvc_repo) == set(stale)
 
 
 # ---------------------------------------------------------------- the page's examples

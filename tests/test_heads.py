@@ -12,28 +12,44 @@ import torch.nn.functional as F
 from scipy import stats
 
 from minbert.core.errors import MinBertError
+from minbert.core.registry import builtin
 from minbert.core.runtime import autocast
 from minbert.data.batches import build_task_data, collate
 from minbert.data.views import VIEWS, view_of
 from minbert.model.checkpoint import load_checkpoint, save_checkpoint
-from minbert.model.heads import BiPairHead, ClassifierHead, CrossPairHead, SharedBlock
+from minbert.model.blocks import SharedBlock
+from minbert.model.heads.classifier import ClassifierHead
+from minbert.model.heads.cosine import CosineHead
+from minbert.model.heads.cosine_linear import CosineLinearHead
+from minbert.model.heads.cross import CrossPairHead
 from minbert.model.multitask import MultitaskModel, predict_task
 from minbert.model.outputs import predictions, regression_prediction, regression_target
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
 from minbert.params import HeadsParams
-from minbert.params.finetune import BI_ENCODER_HEADS
 from minbert.train.losses import task_loss
 
 H = 8
+BI_ENCODER_HEADS = tuple(n for n, h in builtin().heads.items() if h.view == "bi")
 PAIR_KINDS = ("cross",) + BI_ENCODER_HEADS
+STS_TASK = builtin().tasks["sts"]
+
+
+def bi_head(kind: str, hidden_layers: int = 0):
+    """A built-in bi-encoder head of `kind` for sts on H-wide vectors, as the model builds it."""
+    return builtin().implementation("head", kind).build(H, STS_TASK, HeadsParams(hidden_layers=hidden_layers,
+                                                                                   dropout=0.0))
+
+
+def test_the_bi_encoder_heads_are_the_builtin_ones():
+    assert set(BI_ENCODER_HEADS) == {"concat_uv", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear"}
 
 
 @pytest.mark.parametrize("kind", BI_ENCODER_HEADS)
 @pytest.mark.parametrize("hidden_layers", [0, 2])
 def test_bi_pair_head_shapes_and_gradients(kind, hidden_layers):
     torch.manual_seed(0)
-    head = BiPairHead(kind, H, hidden_layers, dropout=0.0)
+    head = bi_head(kind, hidden_layers)
     u, v = torch.randn(5, H, requires_grad=True), torch.randn(5, H, requires_grad=True)
     out = head(u, v)
     assert out.shape == (5,)
@@ -48,7 +64,7 @@ def test_sentiment_and_cross_heads_shapes():
     sst = ClassifierHead(H, 5, 1, 0.0)
     assert sst(emb).shape == (4, 5)
     assert ClassifierHead(H, 1, 0, 0.0)(emb).shape == (4,)          # a binary one-sentence task
-    cross = CrossPairHead(H, 0, 0.0)
+    cross = CrossPairHead(H, 1, 0, 0.0)
     out = cross(emb)
     assert out.shape == (4,)
     (out.sum() + sst(emb).sum()).backward()
@@ -58,16 +74,16 @@ def test_sentiment_and_cross_heads_shapes():
 
 
 def test_cosine_head_gives_cosine_on_known_vectors():
-    head = BiPairHead("cosine", 2, 0, 0.0)   # scale 1, bias 0: the plain cosine
+    head = CosineHead()   # scale 1, bias 0: the plain cosine
     u = torch.tensor([[1.0, 0.0], [1.0, 0.0], [3.0, 4.0], [1.0, 2.0]])
     v = torch.tensor([[1.0, 1.0], [0.0, 2.0], [-3.0, -4.0], [2.0, 4.0]])
     expected = torch.tensor([1 / math.sqrt(2), 0.0, -1.0, 1.0])
     torch.testing.assert_close(head(u, v), expected)
     # the affine map: para starts as 10 cos - 7.5 (cos 0.75 -> logit 0)
-    para = BiPairHead("cosine", 2, 0, 0.0, init_scale=10.0, init_bias=-7.5)
+    para = CosineHead(init_scale=10.0, init_bias=-7.5)
     torch.testing.assert_close(para(u, v), 10 * expected - 7.5)
     # cosine_linear: the cosine plus a linear term on [u, v, |u-v|]; zero that term to see the cosine
-    cl = BiPairHead("cosine_linear", 2, 0, 0.0)
+    cl = CosineLinearHead(2, 0, 0.0)
     with torch.no_grad():
         for p in cl.net.parameters():
             p.zero_()
@@ -79,7 +95,7 @@ def test_concat_heads_read_the_documented_features():
     u, v = torch.randn(3, H), torch.randn(3, H)
     for kind, feats in (("concat", [u, v, (u - v).abs()]), ("concat_mult", [u, v, (u - v).abs(), u * v]),
                         ("concat_cos", [u, v, F.cosine_similarity(u, v)[:, None]])):
-        head = BiPairHead(kind, H, 0, 0.0)
+        head = bi_head(kind)
         linear = head.net[-1]
         expected = torch.cat(feats, -1) @ linear.weight.T + linear.bias
         torch.testing.assert_close(head(u, v), expected.squeeze(-1))
@@ -103,7 +119,7 @@ def test_sts_target_prediction_round_trip(sts_head, target):
 
 
 def test_task_losses_match_torch_references():
-    heads = HeadsParams(sts="cosine", cosine_target="-1_1", sts_loss="mse")
+    heads = HeadsParams(sts="cosine", cosine_target="-1_1", losses={"sts": "mse"})
     logits = torch.randn(4, 5)
     y = torch.tensor([0, 4, 2, 1])
     assert float(task_loss("sst", heads, logits, y)) == pytest.approx(float(F.cross_entropy(logits, y)))
@@ -135,8 +151,8 @@ def test_similarity_scores_are_clipped_to_the_label_range_everywhere_they_are_wr
     assert regression_prediction("sts", HeadsParams(), raw).tolist() == pytest.approx([-1.15, 2.0, 5.01])
     signed = HeadsParams(sts="cosine", cosine_target="-1_1")
     assert predictions("sts", signed, torch.tensor([-1.2, 1.3]))["prediction"].tolist() == [0.0, 5.0]
-    corr = HeadsParams(sts_loss="pearson")
-    assert predictions("sts", corr, raw)["prediction"].tolist() == pytest.approx([-1.15, 2.0, 5.01])
+    corr = HeadsParams(losses={"sts": "pearson"})      # its head is on a scale of its own: [] until fitted
+    assert predictions("sts", corr, raw, [])["prediction"].tolist() == pytest.approx([-1.15, 2.0, 5.01])
     assert predictions("sts", corr, raw, [2.0, 0.0])["prediction"].tolist() == pytest.approx([0.0, 4.0, 5.0])
 
 
@@ -373,7 +389,7 @@ def test_hybrid_symmetric_pairs_swap_all_three_views(tiny):
 def test_hybrid_needs_a_bi_encoder_head():
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="hybrid lists sts, whose head is already `cross`"):
+    with pytest.raises(ValidationError, match="hybrid lists sts, whose head 'cross' is no bi-encoder head"):
         HeadsParams(sts="cross", hybrid=["sts"])
     with pytest.raises(ValidationError, match="twice"):
         HeadsParams(sts="cosine", hybrid=["sts", "sts"])

@@ -37,7 +37,7 @@ def prepared(tmp_path_factory):
 @pytest.mark.parametrize("finetune", [
     {},                                                                    # round robin, one task per update
     {"schedule": "simultaneous", "pcgrad": True, "smart": {"enabled": True},
-     "heads": {"sts_loss": "mse+pearson", "para": "concat", "sts": "cosine", "symmetric_pairs": True}},
+     "heads": {"losses": {"sts": "mse+pearson"}, "para": "concat", "sts": "cosine", "symmetric_pairs": True}},
 ], ids=["round_robin", "simultaneous_pcgrad_smart"])
 def test_no_host_sync_in_the_training_step(tiny_model_dir, prepared, tmp_path, monkeypatch, finetune):
     counts, copies, steps = collections.Counter(), collections.Counter(), []

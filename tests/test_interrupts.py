@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import default_signals
+from conftest import child_env, default_signals
 from test_workflow import DVC, SNAKEMAKE, make_copy, run
 
 MODEL = "results/experiments/a/finetune/model.pt"
@@ -95,3 +96,45 @@ def test_dvc_interrupted_repro_resumes_bit_identical(repo_root, tmp_path, tiny_m
     assert "resuming from results/state/finetune/a/last.pt" in out, out[-3000:]
     got = weights(folder)
     assert all(torch.equal(got[k], reference[k]) for k in got)
+
+
+@pytest.mark.slow
+def test_a_run_killed_in_another_folder_resumes_under_snakemake_and_a_hand_run_elsewhere_keeps_it(
+        repo_root, tmp_path, tiny_model_dir, reference):
+    """Issue 51: the working folder was part of a job's identity (its code named relative to it from
+    inside the project, absolute from elsewhere), so a killed hand run resumed in the project started
+    afresh ("saved for another configuration (code .../minbert/core/__init__.py added ...)") and a
+    finished one ran again from another folder. The fine-tune started by hand from one folder and
+    killed resumes under Snakemake in the project, bit-identical to an uninterrupted run; the same
+    hand command from a third folder then finds it done."""
+    folder = tmp_path / "repo"
+    params = slow_params(str(folder / "models" / "tiny"))
+    params["data"]["dir"] = str(folder / "data" / "demo")
+    make_copy(repo_root, folder, tiny_model_dir, params)
+    env = {**child_env(folder), "PYTHONDONTWRITEBYTECODE": "1"}
+    by_hand = ["--params", str(folder / "params.yaml"), "--results", str(folder / "results")]
+    elsewhere, third = tmp_path / "elsewhere", tmp_path / "third"
+    elsewhere.mkdir()
+    third.mkdir()
+    r = subprocess.run([sys.executable, "-m", "stages.prepare", *by_hand], cwd=elsewhere, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    finetune = [sys.executable, "-m", "stages.finetune", "--experiment", "a", *by_hand]
+    proc = subprocess.Popen(finetune, cwd=elsewhere, env=env, start_new_session=True, preexec_fn=default_signals,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not (folder / STATE).is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, "the fine-tune saved no state"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=120)
+    assert not (folder / MODEL).exists() and (folder / STATE).is_file()
+    out = run([SNAKEMAKE, "--profile", "profiles/default", "--cores", "1", MODEL], folder)
+    log = (folder / "results/logs/finetune/a.log").read_text()
+    assert resumed(folder) and "another configuration" not in log, (log + out)[-3000:]
+    got = weights(folder)
+    assert got.keys() == reference.keys() and all(torch.equal(got[k], reference[k]) for k in got)
+    made = (folder / MODEL).stat().st_mtime_ns
+    r = subprocess.run(finetune, cwd=third, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "finetune@a: up to date" in r.stderr, r.stderr[-3000:]
+    assert (folder / MODEL).stat().st_mtime_ns == made

@@ -168,3 +168,127 @@ def test_a_hub_model_is_the_snapshot_in_the_local_cache(tmp_path, monkeypatch):
     first = model_hash("org/tiny-bert")
     snapshot("b" * 40, '{"hidden_size": 64}')
     assert model_hash("org/tiny-bert") != first
+
+
+# ---------------------------------------------------------------- identity: the working folder is no part of it
+
+LOSS = '''"""A loss of the user's, split into files: a test module."""
+from ext.scale import HALF
+
+from minbert.core.losses import Loss, register_loss
+
+
+@register_loss
+class HalfSquare(Loss):
+    name = "half_square"
+    kinds = ("regression",)
+    batch_statistic = False
+    calibrate = False
+
+    def __call__(self, output, target, pair=None):
+        import numpy  # noqa: F401  (an installed package: not the user's code)
+
+        return ((output.float() - target.float()) ** 2).mean() * HALF
+'''
+
+
+def _user_module(root: Path) -> Path:
+    """ext/loss.py importing its helper ext/scale.py, which imports ext/numbers.py (no __init__:
+    a namespace package, found on the path as Python finds it)."""
+    (root / "ext").mkdir(parents=True)
+    (root / "ext" / "loss.py").write_text(LOSS)
+    (root / "ext" / "scale.py").write_text('"""The scale."""\nfrom ext.numbers import TWO\n\nHALF = 1 / TWO\n')
+    (root / "ext" / "numbers.py").write_text("TWO = 2.0\n")
+    return root / "ext" / "loss.py"
+
+
+def _finetune_job(results: str, module: str) -> Job:
+    return Job.build("finetune", "a", {"model": "all-MiniLM-L6-v2", "seed": 1, "max_length": 32,
+                                       "finetune": {"tasks": ["sst"]}, "modules": [module]}, Layout(results))
+
+
+def test_a_jobs_description_is_the_same_from_any_folder(tmp_path, monkeypatch):
+    """Issue 51: the code closure was keyed by paths relative to the working folder from inside the
+    project and absolute from elsewhere, so the same job run from another folder was another job
+    (a finished fine-tune trained again, a killed one started afresh). Every file is now named
+    relative to the project's folder (a user's module elsewhere: its resolved path)."""
+    module = _user_module(tmp_path / "user")
+    monkeypatch.syspath_prepend(str(tmp_path / "user"))
+    described = {}
+    for where in (REPO, tmp_path, tmp_path / "user" / "ext"):
+        monkeypatch.chdir(where)
+        described[where] = _finetune_job(str(tmp_path / "results"), str(module)).description()
+    first = described[REPO]
+    assert all(d == first for d in described.values())
+    code = first["code"]
+    assert "stages/finetune.py" in code and "minbert/pipeline/runinfo.py" in code
+    assert all(not k.startswith("/") for k in code if "/user/" not in k)
+    assert first["modules"] == {str(module): sorted(str(tmp_path / "user/ext" / f) for f in
+                                                    ("loss.py", "numbers.py", "scale.py"))}
+
+
+def test_a_user_modules_helpers_are_its_code(tmp_path, monkeypatch):
+    """Issue 49: a user's module is its own file and the files of the user's it imports (here a
+    helper importing another), found as Python finds them, not an installed package; an edit to
+    a helper re-describes the jobs that use the module, a docstring does not."""
+    from minbert.pipeline.code import code_closure, module_files
+
+    module = _user_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert module_files("ext/loss.py") == [str(tmp_path / "ext" / f) for f in ("loss.py", "numbers.py", "scale.py")]
+    closure = code_closure("ext/loss.py")
+    assert "minbert/core/losses.py" in closure and not any("numpy" in f for f in closure)
+    before = _finetune_job("results", "ext/loss.py").description()
+    (tmp_path / "ext" / "numbers.py").write_text('"""Two, said."""\nTWO = 2.0\n')
+    assert _finetune_job("results", "ext/loss.py").description() == before
+    (tmp_path / "ext" / "numbers.py").write_text("TWO = 4.0\n")
+    after = _finetune_job("results", "ext/loss.py").description()
+    assert {k for k in after["code"] if after["code"][k] != before["code"][k]} == {str(tmp_path / "ext/numbers.py")}
+    assert module.is_file()
+
+
+def test_an_importable_user_module_holds_its_packages_and_relative_imports(tmp_path, monkeypatch):
+    from minbert.pipeline.code import module_files
+
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("VERSION = 1\n")
+    (pkg / "losses.py").write_text("from . import helpers\nfrom .sub import deep\n")
+    (pkg / "helpers.py").write_text("import os\n")
+    (pkg / "sub").mkdir()
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "deep.py").write_text("from ..helpers import os\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert module_files("mypkg.losses") == [str(pkg / f) for f in ("__init__.py", "helpers.py", "losses.py",
+                                                                   "sub/__init__.py", "sub/deep.py")]
+
+
+def test_a_hand_run_from_another_folder_is_the_same_job(tmp_path):
+    """The same command, with absolute --params and --results, run in the project and then from
+    another folder: the second run finds the job's outputs in place (issue 51: it ran again)."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"data": {"dir": str(REPO / "data/demo"), "nli_file": None},
+                                      "experiments": {"a": {}}}))
+    cmd = [sys.executable, "-m", "stages.prepare", "--params", str(params), "--results", str(tmp_path / "results")]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    outs = []
+    for cwd in (REPO, elsewhere, tmp_path):
+        r = subprocess.run(cmd, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(r.stdout + r.stderr)
+    assert all("prepare: up to date" in out for out in outs[1:]), outs[1][-2000:]
+
+
+def test_a_job_file_run_from_another_folder_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A job file's paths (its results folder, its inputs) are the folder it was planned in's: from
+    another folder the stage says where to run it, rather than "not this file"."""
+    path = _written(tmp_path, monkeypatch).resolve()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(MinBertError) as e:
+        Job.read(path, "evaluate", "a")
+    assert str(e.value) == f"{path}: its paths are relative to the folder it was planned in, " \
+                           f"{tmp_path.resolve()}, not to this one; run the stage from there (cd {tmp_path.resolve()})"

@@ -65,7 +65,7 @@ def test_stages_and_engines_import_only_minbert_and_themselves():
 
 @pytest.fixture(scope="module")
 def demo_jobs(repo_root):
-    with dag._in(repo_root):
+    with dag.in_repo(repo_root):
         jobs = plan.pipeline("params.yaml")
         return {j.id: set(code.code_closure(*(j.code_roots or [j.module]))) for j in jobs}
 
@@ -127,7 +127,7 @@ def test_reading_and_checking_the_params_is_in_no_job_but_the_report(demo_jobs):
 def _descriptions(folder: Path) -> dict[str, str]:
     """Every demo job's description as the planner computes it, over the code in `folder`."""
     code._CLOSURES.clear()
-    with dag._in(folder):
+    with dag.in_repo(folder):
         return {j.id: canonical(j.description()) for j in plan.pipeline("params.yaml")}
 
 
@@ -160,6 +160,16 @@ REAL_EDITS = {
     # a paper claim's check is the report's alone
     "claim check": ("minbert/params/studies.py",
                     lambda text: text.replace("names two different rows", "names 2 rows", 1), {"report"}),
+    # a built-in loss's code is the trainings' that run it (every demo fine-tune trains sts with mse);
+    # not prepare's, the pretraining's, the predictions', the scores' or the report's
+    "loss code": ("minbert/model/losses/mse.py",
+                  lambda text: text.replace("F.mse_loss(output.float(), target.float())",
+                                            "F.mse_loss(output.float(), target.float(), reduction='sum') / len(output)"),
+                  lambda jobs: _of(jobs, "finetune", "retrain_heads")),
+    # a built-in head's code: the trainings that use it, and every job that loads a model
+    "head code": ("minbert/model/heads/cross.py",
+                  lambda text: text + "\n    def forward(self, emb):\n        return super().forward(emb) * 1.0\n",
+                  lambda jobs: {"finetune@cross_encoder"} | _of(jobs, "predict", "teach", "export")),
 }
 
 
@@ -173,4 +183,15 @@ def test_a_real_edit_redescribes_only_the_jobs_that_run_it(code_copy):
         after = _descriptions(code_copy)
         (code_copy / path).write_text(text)
         assert set(after) == set(before)
+        expected = expected(before) if callable(expected) else expected
         assert {job for job in before if after[job] != before[job]} == expected, edit
+
+
+def test_a_new_builtin_loss_or_head_redescribes_no_job(code_copy):
+    """A loss or head added to the library is one file, which no job runs until its settings name it."""
+    before = _descriptions(code_copy)
+    for folder, source in (("losses", "mse.py"), ("heads", "cross.py")):
+        text = (code_copy / "minbert/model" / folder / source).read_text()
+        added = code_copy / "minbert/model" / folder / f"new_{source}"
+        added.write_text(text.replace('"mse"', '"new_mse"').replace('"cross", "cross"', '"new_cross", "cross"'))
+        assert _descriptions(code_copy) == before, folder

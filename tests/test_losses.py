@@ -7,7 +7,7 @@ import scipy.special
 import scipy.stats
 import torch
 
-from minbert.core.losses import pearson_loss
+from minbert.model.losses.pearson import pearson_loss
 from minbert.train.losses import divergence, symmetric_kl
 
 # ---------------------------------------------------------------- pearson_loss

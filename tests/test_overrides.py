@@ -104,7 +104,7 @@ def test_the_shipped_demo_sets_nothing_that_is_never_read(repo_root, monkeypatch
     ({"finetune": {"downsample": {"mode": "none", "size": 5}}}, "experiments.x.finetune.downsample.size",
      "`downsample.mode: fixed`"),
     ({"finetune": {"heads": {"para": "cross", "sts": "cross", "cosine_affine": False}}},
-     "experiments.x.finetune.heads.cosine_affine", "no pair head is `cosine`"),
+     "experiments.x.finetune.heads.cosine_affine", "no head of the run reads it (only cosine, cosine_linear)"),
     ({"retrain_heads": {"lr": 1e-2}}, "experiments.x.retrain_heads.lr", "head retraining is off"),
     ({"pretrain": "p", "model": "bert-base-uncased"}, "experiments.x.model", "starts from pretraining `p`"),
 ], ids=["frozen_lr", "smart_off", "schedule", "downsample", "heads", "retrain_off", "model_with_pretrain"])

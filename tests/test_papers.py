@@ -21,14 +21,14 @@ def _num(x) -> str:
 
 def _heads(exp: ExperimentParams) -> str:
     h, tasks = exp.finetune.heads, set(exp.finetune.tasks) | set(exp.retrain_heads.tasks or [])
-    parts = [f"{t} {getattr(h, t)}" for t in ("para", "sts") if t in tasks]
-    uses_cosine = any(getattr(h, t) in ("cosine", "cosine_linear") for t in ("para", "sts") if t in tasks)
+    parts = [f"{t} {h.head_of(t)}" for t in ("para", "sts") if t in tasks]
+    uses_cosine = any(h.head_of(t) in ("cosine", "cosine_linear") for t in ("para", "sts") if t in tasks)
     if uses_cosine and not h.cosine_affine:
         parts.append("plain cosine")
-    if "sts" in tasks and h.sts == "cosine" and h.cosine_target == "-1_1":
+    if "sts" in tasks and h.head_of("sts") == "cosine" and h.cosine_target == "-1_1":
         parts.append("STS scaled -1..1")
-    if "sts" in tasks and h.sts_loss != "mse":
-        parts.append(f"STS loss {h.sts_loss}")
+    if "sts" in tasks and h.loss_of("sts") != "mse":
+        parts.append(f"STS loss {h.loss_of('sts')}")
     for t in ("sst", "para", "sts", "cfimdb"):
         if t in tasks and h.depth(t):
             parts.append(f"{t} +{h.depth(t)} hidden")
@@ -36,7 +36,7 @@ def _heads(exp: ExperimentParams) -> str:
         parts.append(f"shared {h.shared.sizes or ['H']} {h.shared.activation} over {', '.join(h.shared.tasks)}")
     for t, n in h.extra_layers.items():
         parts.append(f"{t} +{n} BERT layers")
-    if "sst" in tasks and h.sst == "prototypes":
+    if "sst" in tasks and h.head_of("sst") == "prototypes":
         parts.append(f"sst prototypes {h.prototypes_per_label}/label")
     return ", ".join(parts) or "-"
 
@@ -76,7 +76,7 @@ def row_settings(lp: LoadedParams, name: str) -> dict[str, str]:
                      "regression": ""}[nli.objective]
         if pre.kind == "para_first":
             pft = FinetuneParams.model_validate(deep_merge(lp.base.finetune.model_dump(), pre.finetune))
-            first = (f"paraphrase first (para {pft.heads.para}, +{pft.heads.depth('para')} hidden, dropout hidden "
+            first = (f"paraphrase first (para {pft.heads.head_of('para')}, +{pft.heads.depth('para')} hidden, dropout hidden "
                      f"{_num(pft.hidden_dropout)}, heads {_num(pft.heads.dropout)})")
         what = {"mlm": f"MLM on {', '.join(pre.mlm.tasks)} ({rows}, batch {pre.batch_size})",
                 "nli": f"NLI {nli.objective} ({nli.pooling}{nli_extra})",
@@ -159,7 +159,7 @@ def test_the_reports_key_choices_hold(catalogue):
     assert get("p002_baseline").finetune.schedule == "sequential"
     assert get("p002_baseline").finetune.tasks == ["para", "sts", "sst"]
     assert get("p002_concat_smart_sim").finetune.walk_through == ["para"]
-    assert get("p002_cos_sim").finetune.heads.para == "concat" and get("p002_cos_sim").finetune.heads.sts == "cosine"
+    assert get("p002_cos_sim").finetune.heads.head_of("para") == "concat" and get("p002_cos_sim").finetune.heads.head_of("sts") == "cosine"
     assert get("p004_r5_cos_para_first").pretrain == "para_first_004"
     assert catalogue.pretraining("mlm_all").mlm.tasks == ["sst", "para", "sts"]
     assert catalogue.pretraining("mlm_all").mlm.downsample.size == 6040
@@ -227,8 +227,8 @@ def test_the_audited_fidelity_choices_hold(catalogue):
     pre = {n: FinetuneParams.model_validate(deep_merge(catalogue.base.finetune.model_dump(),
                                                        catalogue.pretraining(n).finetune))
            for n in ("para_first", "para_first_004")}
-    assert (pre["para_first"].heads.para, pre["para_first"].hidden_dropout) == ("cross", 0.3)
-    assert (pre["para_first_004"].heads.para, pre["para_first_004"].heads.depth("para"),
+    assert (pre["para_first"].heads.head_of("para"), pre["para_first"].hidden_dropout) == ("cross", 0.3)
+    assert (pre["para_first_004"].heads.head_of("para"), pre["para_first_004"].heads.depth("para"),
             pre["para_first_004"].heads.dropout, catalogue.pretraining("para_first_004").batch_size) == \
         ("concat_uv", 1, 0.3, 16)
     # MLM budgets (000 §5.3): 20 epochs, batch 8, lr 1e-5, each source cut to 6,040 rows

@@ -84,9 +84,9 @@ def test_impossible_combinations():
     assert error_of(raw) == ("params.yaml: key 'experiments.a.finetune.smart.tasks': 'sts' is not trained by "
                              "this experiment (finetune.tasks: ['sst', 'para'])")
     raw = with_(experiments__a={"finetune": {"heads": {"para": "cross", "hybrid": ["para"]}}})
-    assert error_of(raw) == ("params.yaml: key 'experiments.a.finetune.heads': hybrid lists para, whose head is "
-                             "already `cross`: give para a bi-encoder head (concat_uv, concat, concat_mult, concat_cos, "
-                             "cosine, cosine_linear)")
+    assert error_of(raw) == ("params.yaml: key 'experiments.a.finetune.heads': hybrid lists para, whose head "
+                             "'cross' is no bi-encoder head: give para a bi-encoder head (concat, concat_cos, "
+                             "concat_mult, concat_uv, cosine, cosine_linear)")
     raw = with_(experiments__a={"finetune": {"freeze_encoder": True}, "retrain_heads": {"enabled": True}})
     assert "key 'experiments.a.retrain_heads.enabled'" in error_of(raw)
     raw = with_(experiments__a={"finetune": {"tasks": ["sst"]}}, experiments__b={"finetune": {"tasks": ["sts"]}})
@@ -112,7 +112,8 @@ def test_settings_that_would_do_nothing_or_disagree_are_refused():
             "sentence embeddings but sts reads 'cls'") in error_of(raw)
     # a prototypes head needs the encoder frozen while it trains
     raw = with_(experiments__a={"finetune": {"heads": {"sst": "prototypes"}}})
-    assert "key 'experiments.a.finetune.heads.sst': a prototypes head" in error_of(raw)
+    assert "key 'experiments.a.finetune.heads.sst': sst's head 'prototypes' trains over a frozen encoder only" \
+        in error_of(raw)
     validate_params(with_(experiments__a={"finetune": {"tasks": ["para", "sts"], "heads": {"sst": "prototypes"}},
                                           "retrain_heads": {"enabled": True, "tasks": ["sst"]}}))
     # the frozen encoder's dropout is a setting of a frozen encoder only
@@ -208,7 +209,7 @@ def test_booleans_are_not_numbers_and_seeds_are_distinct():
 @pytest.mark.parametrize("loss", ["pearson", "mse+pearson"])
 def test_a_pearson_loss_needs_batches_of_two_sts_pairs(loss):
     """A correlation over one pair is undefined: the loss would be constant (issue 33, case 6)."""
-    ft = {"heads": {"sts_loss": loss}, "tasks": ["sts"]}
+    ft = {"heads": {"losses": {"sts": loss}}, "tasks": ["sts"]}
     msg = error_of(with_(experiments__a={"finetune": {**ft, "batch_size": 1}}))
     assert msg.startswith(f"params.yaml: key 'experiments.a.finetune.batch_size': sts's loss '{loss}' is a "
                           f"statistic of the whole batch") and "another loss" in msg
@@ -216,11 +217,11 @@ def test_a_pearson_loss_needs_batches_of_two_sts_pairs(loss):
     assert "key 'experiments.a.finetune.downsample'" in msg
     msg = error_of(with_(experiments__a={"finetune": {**ft, "downsample": {"caps": {"sts": 1}}}}))
     assert "key 'experiments.a.finetune.downsample'" in msg
-    msg = error_of(with_(experiments__a={"finetune": {"heads": {"sts_loss": loss}}, "retrain_heads": {
+    msg = error_of(with_(experiments__a={"finetune": {"heads": {"losses": {"sts": loss}}}, "retrain_heads": {
         "enabled": True, "batch_size": 1, "tasks": ["sts"]}}))
     assert "key 'experiments.a.retrain_heads.batch_size'" in msg
     validate_params(with_(experiments__a={"finetune": {**ft, "batch_size": 2}}))
-    validate_params(with_(experiments__a={"finetune": {"heads": {"sts_loss": "mse"}, "batch_size": 1}}))
+    validate_params(with_(experiments__a={"finetune": {"heads": {"losses": {"sts": "mse"}}, "batch_size": 1}}))
 
 
 @pytest.mark.parametrize("nested", ["[" * 600 + "]" * 600, "{a: " * 600 + "1" + "}" * 600], ids=["lists", "mappings"])
@@ -252,7 +253,7 @@ def test_a_correlation_loss_over_one_sts_row_is_refused_when_training_starts():
     from minbert.params.finetune import FinetuneParams
     from minbert.train.experiment import refuse_one_row_batches
 
-    cfg = FinetuneParams(heads={"sts_loss": "pearson"})
+    cfg = FinetuneParams(heads={"losses": {"sts": "pearson"}})
     with pytest.raises(MinBertError, match=r"^a: sts's loss 'pearson' is a statistic of the whole batch, and the sts "
                                            r"training data has 1 row"):
         refuse_one_row_batches(cfg, {"sst": [0] * 5, "sts": [0]}, "a")

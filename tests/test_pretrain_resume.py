@@ -109,7 +109,8 @@ def pretrain_in_process(tiny_model_dir, lr: float, state_dir) -> tuple[list, dic
     objective = MlmObjective(encoder, head, tok, texts, texts[:8], 0.15, 1)
     pp = PretrainParams(kind="mlm", epochs=2, batch_size=8, lr=lr, warmup_ratio=0.0)
     s = PretrainSettings(model=str(tiny_model_dir), seed=1, max_length=32, pretraining=pp, device="cpu")
-    history, _ = pretrain.train(objective, pp, s, Runtime(torch.device("cpu"), bf16=False), "mlm", state_dir=state_dir)
+    history, _ = pretrain.train(objective, pp, s, Runtime(torch.device("cpu"), bf16=False), "mlm",
+                                pretrain.ResumeAt(state_dir))
     return history, encoder.state_dict()
 
 

@@ -152,7 +152,8 @@ def test_para_first_trains_the_paraphrase_task_and_saves_the_encoder(params_file
     assert moved, "the saved encoder is the starting one"
     # paraphrase-first reads base.finetune (its heads, dropout, clipping): its description says so
     run = json.loads((tmp_path / "runs" / "pretrain" / "para.json").read_text())
-    assert run["description"]["settings"]["finetune"]["heads"]["para"] == "cross"
+    heads = run["description"]["settings"]["finetune"]["heads"]
+    assert heads["pooling"] == "cls" and heads.get("para", "cross") == "cross"     # para's declared head
 
 
 def test_bad_input_is_one_line_with_exit_2(params_file, prepared, tmp_path, repo_root):

@@ -99,8 +99,8 @@ with job_lock({L.lock('finetune', 'b')!r}, "finetune@b"):
     try:
         assert holder.stdout.readline().strip() == "held"
         lines = progress.summary(progress.job_states(L))
-        assert lines[0] == "2 of 4 jobs done, 1 running, 1 waiting; about 0:00:14 left (and 1 job(s) with no " \
-                           "earlier run to go by)"
+        # b's 14 s, then the waiting evaluation's start-up (it runs no network): 6 s
+        assert lines[0] == "2 of 4 jobs done, 1 running, 1 waiting; about 0:00:20 left"
         assert lines[1].startswith(f"  finetune b: hand pid {holder.pid}, 0:00:0")
         assert lines[1].endswith("epoch 2/3 update 5/20 (25/60 in all), 2.50 upd/s, ETA 0:00:14")
     finally:
@@ -116,16 +116,147 @@ def test_the_command_prints_the_run_and_watches_until_nothing_is_left(tmp_path, 
     monkeypatch.chdir(tmp_path)
     desc = _job_file(tmp_path, _plan(tmp_path, tiny_model_dir)["prepare"])
     cli.main(["progress"])
-    assert capsys.readouterr().out.strip().endswith("0 of 1 jobs done, 0 running, 1 waiting; about 0:00:00 left "
-                                                    "(and 1 job(s) with no earlier run to go by)")
+    assert capsys.readouterr().out.strip().endswith("0 of 1 jobs done, 0 running, 1 waiting; about 0:00:06 left")
     _record(tmp_path, "prepare", None, desc)
     cli.main(["progress", "--watch", "0.1"])        # nothing left: one print, then it ends
     assert capsys.readouterr().out.strip().endswith("1 of 1 jobs done, 0 running, 0 waiting")
-    with pytest.raises(SystemExit):
-        cli.main(["progress", "--watch", "0"])
-    assert "--watch 0: expected a number of seconds above 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "NaN", "inf", "-inf", "1e300", "86401"])
+def test_the_watch_refuses_an_interval_that_is_no_finite_positive_number(tmp_path, monkeypatch, capsys, value):
+    """`--watch nan` passed the check `<= 0` and ended in a traceback in time.sleep (issue 51)."""
+    from conftest import error_line
+
+    from minbert import cli
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["progress", f"--watch={value}"])
+    shown = format(float(value), "g")
+    assert e.value.code == 2
+    assert error_line(capsys.readouterr().err) == f"error: --watch {shown}: expected a number of seconds above 0 " \
+                                                  f"and at most 86400"
+
+
+def _sleeps(monkeypatch, limit: int, at=None):
+    """time.sleep in the watch, counted: the `at`-th call runs `at[1]`; past `limit` calls, the
+    watch never ends (a test of its end fails instead of hanging)."""
+    calls = []
+
+    def sleep(seconds):
+        calls.append(seconds)
+        if at is not None and len(calls) == at[0]:
+            at[1]()
+        assert len(calls) <= limit, "the watch goes on while nothing runs and no engine runs in the folder"
+
+    monkeypatch.setattr(progress.time, "sleep", sleep)
+    return calls
+
+
+def test_the_watch_ends_when_nothing_runs_and_no_engine_drives_the_folder(tmp_path, monkeypatch, capsys,
+                                                                          tiny_model_dir):
+    """Jobs wait (a targeted run finished, or no engine was started): the watch printed "0 running,
+    7 waiting" forever (issue 51); it now prints once and says why it ends."""
+    from minbert import cli
+
+    monkeypatch.chdir(tmp_path)
+    jobs = _plan(tmp_path, tiny_model_dir)
+    for job in jobs.values():
+        _job_file(tmp_path, job)
+    calls = _sleeps(monkeypatch, limit=3)
+    cli.main(["progress", "--watch", "0.01"])
+    out = capsys.readouterr().out.splitlines()
+    assert calls == [] and f"0 of {len(jobs)} jobs done, 0 running, {len(jobs)} waiting" in out[0]
+    assert out[-1] == f"nothing is running and no engine (Snakemake, DVC) runs in this folder: {len(jobs)} job(s) " \
+                      f"wait for the next run"
+
+
+def test_the_watch_goes_on_while_an_engine_runs_in_the_folder(tmp_path, monkeypatch, capsys, tiny_model_dir):
+    """An engine between two jobs holds no job's lock: the watch goes on while a Snakemake (or DVC)
+    process runs in the folder, and ends once it has gone."""
+    from minbert import cli
+    from minbert.pipeline.lock import engines_in
+
+    if engines_in(tmp_path) is None:
+        pytest.skip("processes cannot be listed here (no /proc)")
+    monkeypatch.chdir(tmp_path)
+    _job_file(tmp_path, _plan(tmp_path, tiny_model_dir)["prepare"])
+    fake = tmp_path / "bin" / "snakemake"         # what the process list shows: python .../bin/snakemake
+    fake.parent.mkdir()
+    fake.write_text("import time\ntime.sleep(120)\n")
+    engine = subprocess.Popen([sys.executable, str(fake), "--cores", "1"], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not engines_in(tmp_path / "results"):
+            assert time.monotonic() < deadline and engine.poll() is None
+            time.sleep(0.05)
+        assert engines_in(tmp_path / "results") == [{"engine": "snakemake", "pid": engine.pid}]
+        assert engines_in(tmp_path.parent / "elsewhere") == []
+
+        def stop():
+            engine.kill()
+            engine.wait()
+
+        calls = _sleeps(monkeypatch, limit=10, at=(3, stop))
+        cli.main(["progress", "--watch", "0.01"])
+    finally:
+        engine.kill()
+        engine.wait()
+    out = capsys.readouterr().out
+    assert len(calls) == 3 and out.count("0 of 1 jobs done, 0 running, 1 waiting") == 4
+    assert out.splitlines()[-1].startswith("nothing is running and no engine (Snakemake, DVC) runs in this folder")
+
+
+def test_the_time_left_prices_the_waiting_jobs_from_their_planned_work(tmp_path, monkeypatch, tiny_model_dir):
+    """Five to twelve jobs waiting with "about 0:00:02 left" (issue 50): a waiting job with no run of
+    its own is priced from its planned work (minbert.pipeline.estimate's price of its updates,
+    evaluations and predictions over the prepared rows) at the speed the run's finished training
+    showed; a job that runs no network at its start-up."""
+    from minbert.pipeline.estimate import STARTUP
+
+    monkeypatch.chdir(tmp_path)
+    L = Layout("results")
+    jobs = _plan(tmp_path, tiny_model_dir)
+    wanted = ("prepare", "finetune@a", "finetune@b", "predict@a", "evaluate@a")
+    desc = {j: _job_file(tmp_path, jobs[j]) for j in wanted}
+    summary = tmp_path / L.data_summary
+    summary.parent.mkdir(parents=True)
+    rows = {"train": 240, "dev": 80, "test": 80}
+    summary.write_text(json.dumps({"files": {f"{t}-{s}.tsv": {"rows_kept": n} for t in ("sst", "para", "sts")
+                                             for s, n in rows.items()}}))
+    _record(tmp_path, "prepare", None, desc["prepare"], seconds=3.0)
+    time.sleep(0.05)
+    _record(tmp_path, "finetune", "a", desc["finetune@a"], seconds=60.0)
+    states = {s.id: s for s in progress.job_states(L)}
+    assert {i for i, s in states.items() if s.status == "waiting"} == {"finetune b", "predict a", "evaluate a"}
+    # b plans the very work a did (the same settings): a's time
+    assert states["finetune b"].price == pytest.approx(60.0)
+    scale = (60.0 - STARTUP) / states["finetune a"].work
+    assert states["predict a"].price == pytest.approx(STARTUP + states["predict a"].work * scale)
+    assert 0 < states["predict a"].work < states["finetune a"].work
+    assert states["evaluate a"].price == STARTUP
+    line = progress.summary(list(states.values()))[0]
+    left = 60.0 + states["predict a"].price + STARTUP
+    assert line == f"2 of 5 jobs done, 0 running, 3 waiting; about {progress._clock(left)} left"
+    # no training seen yet: said, not counted as nothing
+    (tmp_path / L.run_record("finetune", "a")).unlink()
+    line = progress.summary(progress.job_states(L))[0]
+    assert line.endswith("waiting; about 0:00:06 left (and 3 job(s) not priced: no training job has shown its "
+                         "speed yet)")
 
 
 def test_no_job_files_is_said(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert progress.summary(progress.job_states(Layout("results")))[0].startswith("no jobs")
+
+
+def test_snakemakes_progress_lines_refuse_an_interval_they_cannot_sleep():
+    """`--config progress=N` is a whole number; one too large to sleep killed the printing thread
+    with a traceback on Snakemake's terminal: refused in one line before any thread starts (the
+    Snakefile checks it with the same function while it reads its config)."""
+    from minbert.core.errors import MinBertError
+
+    with pytest.raises(MinBertError, match=r"^progress every 1000000000000000000000: expected a number of seconds "
+                                           r"above 0 and at most 86400$"):
+        progress.print_every(10**21)
+    assert progress.interval(30, "--config progress=") == 30.0

@@ -16,7 +16,7 @@ REPORT = REPO / "minbert" / "report"
 
 @pytest.fixture(scope="module")
 def demo_closures(repo_root):
-    with dag._in(repo_root):
+    with dag.in_repo(repo_root):
         return {j.id: set(code.code_closure(*(j.code_roots or [j.module]))) for j in plan.pipeline("params.yaml")}
 
 

@@ -20,6 +20,7 @@ from test_workflow import (
     SNAKEMAKE,
     commands_run,
     dag,
+    dvc,
     job_ids,
     make_copy,
     needs_dvc,
@@ -292,7 +293,7 @@ def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
     run(["git", "add", "-A"], folder)
     run(["git", "commit", "-q", "-m", "copy"], folder)
     log = run([DVC, "repro"], folder)
-    assert stages_run(log) == {"resolve"} | {dag._dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
+    assert stages_run(log) == {"resolve"} | {dvc.dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
     return folder
 
 

@@ -175,7 +175,7 @@ def test_a_walked_task_continues_across_epochs_instead_of_restarting(tiny_model_
 # ---------------------------------------------------------------- the correlation-trained STS head
 
 def test_a_correlation_trained_head_is_calibrated_not_clipped(tiny_model_dir, prepared, tmp_path):
-    exp = make_exp(tiny_model_dir, epochs=1, tasks=["sts"], heads={"sts": "concat", "sts_loss": "pearson"})
+    exp = make_exp(tiny_model_dir, epochs=1, tasks=["sts"], heads={"sts": "concat", "losses": {"sts": "pearson"}})
     finetune_experiment(finetune_settings(exp), prepared, tmp_path / "run")
     model, tok, ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
     scale, shift = ckpt["calibration"]["sts"]

@@ -412,7 +412,7 @@ def test_sequential_phases_restart_the_momentum_copy_from_the_reloaded_best(tiny
 
 def test_smart_and_pcgrad_runs_complete_and_change_the_weights(tiny_model_dir, prepared, tmp_path):
     base = {"schedule": "simultaneous", "epochs": 1, "max_steps_per_epoch": 3, "hidden_dropout": 0.0,
-            "heads": {"dropout": 0.0, "sts": "cosine", "sts_loss": "mse+pearson"}}
+            "heads": {"dropout": 0.0, "sts": "cosine", "losses": {"sts": "mse+pearson"}}}
     plain_exp = make_exp(tiny_model_dir, **base)
     before = initial_weights(plain_exp)
     finetune_experiment(plain_exp, prepared, tmp_path / "plain")

@@ -66,7 +66,7 @@ def test_accumulated_micro_batches_make_the_update_of_the_whole_batch(tiny_model
 @pytest.mark.parametrize("finetune,why", [
     ({"schedule": "simultaneous", "pcgrad": True}, "PCGrad"),
     ({"smart": {"enabled": True}}, "SMART"),
-    ({"heads": {"sts_loss": "mse+pearson"}}, "correlates over the whole batch"),
+    ({"heads": {"losses": {"sts": "mse+pearson"}}}, "is a statistic of the whole batch"),
     ({"batch_size": 2}, "more than batch_size"),
 ])
 def test_accumulation_that_would_change_the_update_is_refused(tiny_model_dir, finetune, why):

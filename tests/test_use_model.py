@@ -348,7 +348,7 @@ def test_a_cards_data_comes_from_each_tasks_declaration(tmp_path):
     """The demo's built-in tasks are named as synthetic; a task of the user's read from real files
     (the CS224N CFIMDB files, declared with their paths) is named by those files, and only its scores
     go to the Hub's metadata; a task of the user's read from the demo folder is synthetic too."""
-    from minbert.core.tasks import TASKS, declare
+    from minbert.core.tasks import TASKS
     from minbert.params.settings import ExportSettings
     from minbert.share.export import model_card
 
@@ -361,15 +361,12 @@ def test_a_cards_data_comes_from_each_tasks_declaration(tmp_path):
              "sst_score": {"range": [0, 4], "files": {
                  "format": "tsv", "train": f"{demo}/ids-sst-train.csv", "dev": f"{demo}/ids-sst-dev.csv",
                  "texts": ["sentence"], "label": "sentiment", "id": "id"}}}
-    try:
-        s = ExportSettings(model_stage="finetune", predicts=["sst", "imdb", "sst_score"], license="mit", language="en",
-                           data="data/demo", demo_data=True, tasks=tasks)
-        score = {"dev": {"sst": (0.5, 0.45, 0.55, 200), "imdb": (0.9, 0.87, 0.93, 245),
-                         "sst_score": (0.6, 0.5, 0.7, 200)}}
+    s = ExportSettings(model_stage="finetune", predicts=["sst", "imdb", "sst_score"], license="mit", language="en",
+                       data="data/demo", demo_data=True, tasks=tasks)
+    score = {"dev": {"sst": (0.5, 0.45, 0.55, 200), "imdb": (0.9, 0.87, 0.93, 245), "sst_score": (0.6, 0.5, 0.7, 200)}}
+    with s.registry.active():            # the export job's registry: its settings' declared tasks
         text = model_card(s, "e", {"pooling": "mean of the token vectors", "cross": {}}, score, {},
                           {"sst": 600, "imdb": 1707}, {})
-    finally:
-        declare({}, only=True)
     assert set(TASKS) == {"sst", "para", "sts", "cfimdb"}
     meta = yaml.safe_load(text.split("---\n")[1])
     assert "synthetic-data" in meta["tags"]                  # the SST rows are the demo's
@@ -639,3 +636,49 @@ def test_a_50_mb_line_is_refused_quickly_in_little_memory(trained, tmp_path, whe
     assert seconds < 30
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     assert peak_mib < 2000 or peak_mib <= before / 1024, peak_mib
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:9", "CPU", "", None, 0])
+def test_the_api_refuses_a_device_it_cannot_honour_as_the_command_does(lone_model, capsys, device):
+    """`load_model(path, device="tpu")` gave a model on the CPU with no word (issue 51); the API and
+    `minbert predict --device` now accept the same devices (minbert.core.devices.DEVICES), and refuse
+    the others in one line before the model is read."""
+    from minbert.api import load_model
+    from minbert.core.devices import DEVICES
+    from minbert.core.errors import MinBertError
+
+    with pytest.raises(MinBertError) as e:
+        load_model(lone_model, device=device)
+    assert str(e.value) == f"device {device!r}: expected one of auto, cpu, cuda (auto: cuda when there is a GPU, " \
+                           f"else cpu)"
+    if isinstance(device, str):
+        code, out, err = minbert_here(["predict", lone_model, "--device", device], capsys)
+        assert code == 2 and "argument --device: invalid choice" in error_line(err)
+    from minbert.cli import parse
+
+    assert [parse(["predict", str(lone_model), "--device", d]).device for d in DEVICES] == list(DEVICES)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here")
+def test_the_api_refuses_cuda_without_a_gpu_in_one_line(lone_model):
+    from minbert.api import load_model
+    from minbert.core.errors import MinBertError
+
+    with pytest.raises(MinBertError, match=r"^device 'cuda' was asked for but no CUDA GPU is available; use auto or "
+                                           r"cpu$"):
+        load_model(lone_model, device="cuda")
+
+
+@pytest.mark.parametrize("threads", [-1, 0, 5000])
+def test_a_thread_count_torch_cannot_take_is_one_line(lone_model, threads):
+    """`minbert estimate --threads -1` ended in torch's traceback; every caller of set_threads (the
+    stages, `minbert estimate`, the API) now gets one line."""
+    from minbert.api import load_model
+    from minbert.core.errors import MinBertError
+    from minbert.core.runtime import set_threads
+
+    with pytest.raises(MinBertError, match=rf"^threads {threads}: expected a whole number of CPU threads from 1 to "
+                                           r"1024$"):
+        set_threads(threads)
+    with pytest.raises(MinBertError, match=rf"^threads {threads}: expected a"):
+        load_model(lone_model, device="cpu", threads=threads)

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workflow import dag  # noqa: E402
+from minbert.params import load_params  # noqa: E402
+from workflow import dag, dvc  # noqa: E402
 
 SNAKEMAKE = shutil.which("snakemake")
 DVC = shutil.which("dvc")
@@ -91,13 +92,13 @@ def job_ids(folder: Path, commands: set[str]) -> set[str]:
 # ---------------------------------------------------------------- the DAG
 
 def test_committed_dvc_yaml_is_the_generated_one(repo_root):
-    assert (repo_root / "dvc.yaml").read_text() == dag.render_dvc("params.yaml"), \
+    assert (repo_root / "dvc.yaml").read_text() == dvc.render_dvc("params.yaml"), \
         "dvc.yaml is out of date: run `python -m workflow.dag --write-dvc`"
 
 
 def test_jobs_of_the_shipped_params(repo_root):
     jobs = {j.id: j for j in dag.jobs("params.yaml")}
-    lp = dag.load_params(repo_root / "params.yaml")
+    lp = load_params(repo_root / "params.yaml")
     for name, exp in lp.experiments.items():
         ft = jobs[f"finetune@{name}"]
         assert ("results/pretrain/" + str(exp.pretrain) + "/model" in ft.deps) == bool(exp.pretrain)
@@ -118,7 +119,7 @@ def test_jobs_of_the_shipped_params(repo_root):
 
 def test_code_a_job_depends_on_is_its_import_closure(repo_root):
     jobs = {j.id: j for j in dag.jobs("params.yaml")}
-    with dag._in(repo_root):
+    with dag.in_repo(repo_root):
         finetune = jobs["finetune@cross_encoder"].description()["code"]
         report = jobs["report"].description()["code"]
     assert "stages/finetune.py" in finetune and "minbert/train/loop.py" in finetune and "minbert/train/losses.py" in finetune
@@ -134,7 +135,7 @@ def test_dvc_stages_track_the_description_files_and_the_whole_params_files(repo_
     shutil.copytree(repo_root / "data", tmp_path / "data")
     text = (repo_root / "params.yaml").read_text().replace("catalogue: demo", "catalogue: full")
     (tmp_path / "params.yaml").write_text(text)
-    stages = dag.dvc_yaml("params.yaml", repo=tmp_path)["stages"]
+    stages = dvc.dvc_yaml("params.yaml", repo=tmp_path)["stages"]
     assert stages["resolve"]["params"] == [{"params.yaml": None}, {"params/full.yaml": None}]
     assert stages["resolve"]["outs"] == [{"results/jobs": {"persist": True, "cache": False}}]
     ft = stages["finetune-p000_sft"]
@@ -150,7 +151,7 @@ def test_the_head_of_the_longest_chain_has_the_highest_priority(repo_root):
     tests/test_shipped_demo.py sees Snakemake run it first."""
     jobs = dag.jobs("params.yaml")
     heights = dag.SnakemakeDag(jobs).heights
-    lp = dag.load_params(repo_root / "params.yaml")
+    lp = load_params(repo_root / "params.yaml")
     pretrained = {n: e.pretrain for n, e in lp.experiments.items() if e.pretrain}
     assert pretrained
     for name, exp in lp.experiments.items():

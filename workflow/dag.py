@@ -18,64 +18,43 @@ number of jobs (a grid of 10,000 experiments plans in seconds).
     python -m workflow.dag --check               # exit 1 when dvc.yaml is out of date
     python -m workflow.dag --resolve             # rewrite the changed description files (DVC's first stage)
     python -m workflow.dag --params params/minilm.yaml --write-dvc   # dvc.yaml for another params file
+
+The repository, its params and its jobs as both engines take them are workflow/repo.py; dvc.yaml is
+rendered by workflow/dvc.py.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
+import importlib
+import logging
 import os
 import re
+import shlex
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from workflow.repo import LAYOUT, REPO, in_repo, jobs, load  # the repository's folder first on sys.path
 
 from minbert.core.errors import MinBertError  # noqa: E402
-from minbert.core.layout import Layout  # noqa: E402
 from minbert.core.provenance import one_pass  # noqa: E402
-from minbert.params import CATALOGUE_SECTIONS, LoadedParams, load_params  # noqa: E402
-from minbert.params.overrides import dvc_rewrite_problems, load_with_overrides, split_set  # noqa: E402
+from minbert.params import CATALOGUE_SECTIONS, LoadedParams  # noqa: E402
+from minbert.params.overrides import dvc_rewrite_problems, split_set  # noqa: E402
 from minbert.params.unread import unread_settings  # noqa: E402
 from minbert.pipeline import finished  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
-from minbert.pipeline.plan import pipeline, write_job_file  # noqa: E402
+from minbert.pipeline.plan import _made_from, write_job_file  # noqa: E402
 from minbert.pipeline.registry import STAGES  # noqa: E402
+from minbert.pipeline.runinfo import UpToDate  # noqa: E402
+from workflow.dvc import built, dvc_commit, render_dvc  # noqa: E402
+from workflow.dvc_plots import write_template  # noqa: E402
+from workflow.gpu_slot import visible_gpus  # noqa: E402
 
-LAYOUT = Layout()
 # What each stage asks of the machine is the stage registry's (minbert.pipeline.registry): Snakemake
 # caps `threads` at --cores on one machine; on a cluster they become the job's CPUs (capped by
 # --max-threads). The stages that run the network ask for `gpu` GPUs each (`--config gpu=0` on a
 # CPU-only cluster); mem_mb in MB, runtime in minutes.
 STAGE_RESOURCES = {name: spec.resources for name, spec in STAGES.items()}
-RESOLVE_STAGE = "resolve"
-
-
-@contextlib.contextmanager
-def _in(repo: Path):
-    old = Path.cwd()
-    os.chdir(repo)
-    try:
-        yield
-    finally:
-        os.chdir(old)
-
-
-def load(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=()) -> LoadedParams:
-    """The params (and catalogue) as this run takes them: with the command line's settings
-    (`--config set=...`: minbert.params.overrides) applied."""
-    if isinstance(params, LoadedParams):
-        return params
-    with _in(repo):
-        return load_with_overrides(params, list(overrides))
-
-
-def jobs(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=()) -> list[Job]:
-    """Every job of the pipeline, each after the jobs whose outputs it reads (paths relative to repo)."""
-    lp = load(params, repo, overrides)
-    with _in(repo):
-        return pipeline(lp, LAYOUT)
 
 
 def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=()) -> list[Job]:
@@ -84,12 +63,12 @@ def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO
     setting no job reads (minbert.params.unread), and what would break `dvc exp run -S` in the
     params files, are said on stderr, once per load."""
     lp = load(params, repo, overrides)
-    with _in(repo):
+    with in_repo(repo):
         problems = [p for f in dict.fromkeys([lp.path, lp.source]) if f is not None for p in dvc_rewrite_problems(f)]
     for line in problems + unread_settings(lp):
         print(f"warning: {line}", file=sys.stderr)
     all_jobs = jobs(lp, repo)
-    with _in(repo), one_pass():
+    with in_repo(repo), one_pass():
         for job in all_jobs:
             write_job_file(job)
         finished.prune(LAYOUT.results, all_jobs)
@@ -105,8 +84,6 @@ def _date_job_files(all_jobs: list[Job]) -> None:
     run it did not make. DVC makes such runs: it runs a job again after a Snakemake run (Snakemake's
     benchmark stays, older than the job file DVC's `resolve` rewrote), or restores a job's outputs
     from its cache as hard links, with the dates the cache's copies have."""
-    from minbert.pipeline.plan import _made_from
-
     for job in all_jobs:
         path = Path(job.job_file)
         made = [Path(o) for o in job.outputs] + [Path(LAYOUT.benchmark(job.stage, job.name))]
@@ -146,7 +123,7 @@ def check_sources(all_jobs: list[Job], params_path: str | Path, repo: Path = REP
     a one-line error naming the first missing one otherwise. Snakemake would silently skip a job
     whose inputs are missing while its outputs exist (prepare's, from another data folder), and run
     what follows on them."""
-    with _in(repo):
+    with in_repo(repo):
         for job in all_jobs:
             missing = [s for s in job.sources if not os.path.exists(s)]
             if missing:
@@ -176,7 +153,6 @@ def stage_threads(stage: str, gpus: int, jobs_per_gpu: int, cores: int | None, l
     threads = STAGES[stage].resources["threads"]
     if not local or "gpu" not in stage_resources(stage, gpus):
         return threads
-    from workflow.gpu_slot import visible_gpus
 
     visible = len(visible_gpus())
     if not visible:
@@ -379,15 +355,9 @@ def snakemake_benchmark(sample: Job) -> str:
 def run_in_process(job: Job, log: str) -> None:
     """Run a job's stage in this process (its `main` with the job's arguments), its log to `log`:
     how `--config in_process=true` runs many tiny jobs without a Python start-up each."""
-    import importlib
-    import logging
-    import shlex
-    from contextlib import redirect_stderr, redirect_stdout
-
     argv = shlex.split(job.cmd)[3:]                 # python -m stages.X <args>
     module = importlib.import_module(job.module)
     Path(log).parent.mkdir(parents=True, exist_ok=True)
-    from minbert.pipeline.runinfo import UpToDate
 
     with open(log, "w", encoding="utf-8") as out, redirect_stdout(out), redirect_stderr(out):
         try:
@@ -402,8 +372,6 @@ def run_in_process(job: Job, log: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from workflow.dvc import render_dvc
-
     ap = argparse.ArgumentParser(description="List the pipeline's jobs; generate dvc.yaml; write job descriptions")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--write-dvc", action="store_true", help="write dvc.yaml")
@@ -415,14 +383,10 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     dvc_path = REPO / "dvc.yaml"
     if a.write_dvc or a.resolve:          # `dvc plots show` offline: its page template, scripts inlined
-        from workflow.dvc_plots import write_template
-
         write_template(REPO)
     lp = load(a.params, REPO)
     all_jobs = jobs(lp)
     if a.dvc_commit:
-        from workflow.dvc import built, dvc_commit
-
         if not dvc_commit(all_jobs, REPO):
             raise MinBertError("dvc commit --force failed (its message above); is this a DVC repository (dvc init)?")
         print(f"recorded {len(built(all_jobs, REPO)) - 1} of {len(all_jobs)} stages in dvc.lock (those whose "
@@ -443,22 +407,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{job.id:40s} {job.cmd}")
 
 
-_DVC = ("dvc_yaml", "render_dvc", "dvc_commit", "params_source", "_dvc_stage_name")
-
-
-def __getattr__(name: str):
-    """dvc.yaml's functions (workflow/dvc.py, which imports this module), as the Snakefile and the
-    tests name them: `dag.render_dvc`, `dag.dvc_commit`."""
-    if name in _DVC:
-        import workflow.dvc
-
-        return getattr(workflow.dvc, name)
-    raise AttributeError(name)
-
-
 if __name__ == "__main__":
     from minbert.entry import run
 
     run(main)
 
-__all__ = ["CATALOGUE_SECTIONS", "split_set"]
+__all__ = ["CATALOGUE_SECTIONS", "LAYOUT", "REPO", "in_repo", "jobs", "load", "split_set"]

@@ -1,22 +1,26 @@
 """dvc.yaml, generated from the pipeline's jobs (workflow/dag.py) for DVC: the `resolve` stage that
 rewrites the job files, then one stage per job with the same command, inputs and outputs as the
 Snakemake job; a job's dependencies listed as the folders it reads whole; DVC's plots. A test keeps
-the committed dvc.yaml equal to the generated one (`python -m workflow.dag --write-dvc`)."""
+the committed dvc.yaml equal to the generated one (`python -m workflow.dag --write-dvc`). The tasks
+it names are looked up in the params' own registry (minbert.core.registry)."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import yaml
 
 from minbert.core.tasks import TASKS
 from minbert.params import LoadedParams
-from minbert.pipeline.code import PROJECT_PACKAGES, user_module_file
+from minbert.pipeline.code import PROJECT_PACKAGES, module_files, project_root, user_roots
 from minbert.pipeline.job import Job
-from workflow.dag import LAYOUT, REPO, RESOLVE_STAGE, _in, jobs, load
+from workflow.repo import LAYOUT, REPO, in_repo, jobs, load
+
+RESOLVE_STAGE = "resolve"      # dvc.yaml's first stage: it rewrites the job files that changed
 
 
-def _dvc_stage_name(job: Job) -> str:
+def dvc_stage_name(job: Job) -> str:
     return job.id.replace("@", "-")
 
 
@@ -31,14 +35,16 @@ def params_source(lp: LoadedParams, params_path: str | Path = "params.yaml", rep
 
 
 def user_modules(all_jobs: list[Job], repo: Path) -> list[str]:
-    """The files of the user's modules (params' `modules:`) some job runs, those inside the project:
-    the resolve stage depends on them as on the project's folders."""
+    """The files of the user's modules (params' `modules:`) some job runs, each module's helpers
+    included (minbert.pipeline.code.module_files), those inside the project: the resolve stage
+    depends on them as on the project's folders."""
     out = set()
-    with _in(repo):
-        for module in {m for j in all_jobs for m in j.code_roots if not m.startswith(PROJECT_PACKAGES)}:
-            path = user_module_file(module)
-            if path is not None and path.resolve().is_relative_to(repo.resolve()):
-                out.add(path.resolve().relative_to(repo.resolve()).as_posix())
+    with in_repo(repo):
+        for module in {m for j in all_jobs for m in user_roots(j.code_roots)}:
+            for name in module_files(module):
+                path = Path(name) if Path(name).is_absolute() else project_root() / name
+                if path.resolve().is_relative_to(repo.resolve()):
+                    out.add(path.resolve().relative_to(repo.resolve()).as_posix())
     return sorted(out)
 
 
@@ -74,8 +80,9 @@ def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: Loa
             st["metrics"] = metrics
         if job.plots:
             st["plots"] = job.plots
-        stages[_dvc_stage_name(job)] = st
-    return {"stages": stages, "plots": _dvc_plot_views(all_jobs)}
+        stages[dvc_stage_name(job)] = st
+    with lp.registry.active():
+        return {"stages": stages, "plots": _dvc_plot_views(all_jobs)}
 
 
 def _ancestors(path: str, itself: bool = True) -> list[str]:
@@ -176,8 +183,6 @@ def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
     DVC re-links committed files into the workspace, which would make them look newer to
     Snakemake than the jobs that read them; restoring the times keeps a later Snakemake run a no-op.
     """
-    import subprocess
-
     times = {}
     for job in all_jobs:
         for out in job.outputs + [job.job_file]:

@@ -1,4 +1,8 @@
-"""User-facing errors: one line that names the file or key and says what to do."""
+"""User-facing errors: one line that names the file or key and says what to do, with the nearest
+valid name for a typo (`close`)."""
+from __future__ import annotations
+
+import difflib
 
 MAX_MESSAGE = 2000        # characters: a message quoting a long value keeps its head and its advice
 
@@ -23,3 +27,9 @@ class MinBertError(Exception):
 
     def __init__(self, message: object = "", *args):
         super().__init__(one_line(str(message)), *args)
+
+
+def close(word, choices) -> str:
+    """' (did you mean ...?)' with the nearest of `choices`, or '' when none is near."""
+    m = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f" (did you mean '{m[0]}'?)" if m else ""

@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from minbert.core.errors import MinBertError
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
@@ -74,8 +76,6 @@ def output_target(path: str | os.PathLike) -> tuple[str, Path]:
     written, as a shell's `>` does; (STDOUT | STDERR, path): a link to this process's own stdout or
     stderr (/dev/stdout, /proc/self/fd/1) is written there. A block device, a socket or a symlink
     loop is a one-line MinBertError."""
-    from minbert.core.errors import MinBertError
-
     path = Path(path)
     try:
         st = os.lstat(path)
@@ -106,8 +106,6 @@ def output_target(path: str | os.PathLike) -> tuple[str, Path]:
 def _write_into(path: Path, how: str, tmp: Path) -> None:
     """Write the finished temporary `tmp` into a FIFO, a character device or a standard stream; a
     folder cannot go there."""
-    from minbert.core.errors import MinBertError
-
     if tmp.is_dir():
         raise MinBertError(f"{path}: is not a folder (a {'FIFO or character device' if how == STREAM else how}); "
                            f"give a folder")
@@ -211,8 +209,6 @@ def refuse_links(path: str | os.PathLike, root: str | os.PathLike) -> None:
     """A one-line MinBertError when `path`, or a folder between `root` and it, is a symlink: what a
     stage writes, removes or resumes from under the results folder stays inside it. (`root`
     itself may be a link: a results folder on another disk.) Paths outside `root` pass."""
-    from minbert.core.errors import MinBertError
-
     path, root = Path(path), Path(root)
     try:
         rel = path.relative_to(root)
@@ -295,8 +291,6 @@ def _human(n: int) -> str:
 
 
 def _open_error(e: OSError, path: Path, what: str):
-    from minbert.core.errors import MinBertError
-
     if isinstance(e, FileNotFoundError):
         if path.is_symlink():
             return MinBertError(f"{path}: is a symlink to a missing file ({os.readlink(path)}); point it at the "
@@ -320,8 +314,6 @@ def open_input(path: str | os.PathLike, what: str = "file", limit: int = MAX_INP
     """An input file opened for reading, checked first: a regular file (never a FIFO, which would
     block, nor a device such as /dev/zero, which never ends) of at most `limit` bytes; else a
     one-line MinBertError saying what it is and what to do. Yields (binary file, size)."""
-    from minbert.core.errors import MinBertError
-
     path = Path(path)
     try:   # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -352,8 +344,6 @@ def read_input(path: str | os.PathLike, what: str = "file", limit: int = MAX_INP
     a folder, not a regular file, larger than `limit`, permission denied, a symlink loop, an I/O
     error) and what to do. Read in chunks, so a signal (Ctrl-C, SIGTERM) stops it at once, and never
     past `limit` (a file that grows while read included)."""
-    from minbert.core.errors import MinBertError
-
     path = Path(path)
     with open_input(path, what, limit) as (f, size):
         chunks, total = [], 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import numbers
 import os
 import random
 import sys
@@ -12,13 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minbert.core.devices import PRECISIONS
+from minbert.core.devices import PRECISIONS, check_device
 from minbert.core.errors import MinBertError
 
 
 def pick_device(setting: str = "auto") -> torch.device:
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise MinBertError("params: device 'cuda' was asked for but no CUDA GPU is available; use device: auto or cpu")
+    """The device a setting names, here: a setting the project does not know, or `cuda` without a
+    GPU, is a one-line error (minbert.core.devices.check_device), never a quiet CPU."""
+    if check_device(setting) == "cuda" and not torch.cuda.is_available():
+        raise MinBertError("device 'cuda' was asked for but no CUDA GPU is available; use auto or cpu")
     if setting in ("auto", "cuda") and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
@@ -171,9 +174,17 @@ def seed_everything(seed: int) -> torch.Generator:
     return g
 
 
+MAX_THREADS = 1024           # as the params' `threads` allows
+
+
 def set_threads(n: int | None) -> None:
-    if n:
-        torch.set_num_threads(n)
+    """torch's CPU threads (None: its default); a number it cannot take is one line (`--threads -1`
+    was a traceback in torch)."""
+    if n is None:
+        return
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= MAX_THREADS:
+        raise MinBertError(f"threads {n!r}: expected a whole number of CPU threads from 1 to {MAX_THREADS}")
+    torch.set_num_threads(int(n))
 
 
 def setup_logging(log_file: str | os.PathLike | None = None, level=logging.INFO) -> logging.Logger:

@@ -10,16 +10,22 @@
 The built-in tasks are declared in tasks.yaml beside this module, with the keys a params file
 declares its own tasks with (its `tasks:` section, minbert.params.tasks; docs/extending.md): one
 text or a pair, classes (with their names) or a label range, the files and their columns, the
-metric, the default head and loss. `declare` adds a params file's tasks to the registry; the
-readers, heads, losses, predictions files, metrics, ensembles and the report look every task up in
-`TASKS`. The course leaderboard's overall score uses sst, para and sts.
+metric, the default head and loss. A params file's own tasks join them in its registry
+(minbert.core.registry: a value each loaded params file, job or checkpoint carries); `TASKS` is the
+tasks of the registry in use (`ACTIVE`, which the code working from one set of settings makes
+active: a stage, the planner, a loaded model), the built-in ones where none is. The readers, heads,
+predictions files, metrics, ensembles and the report look every task up there. The course
+leaderboard's overall score uses sst, para and sts.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 CODE_DATA = ("tasks.yaml",)             # the built-in tasks' declarations are part of this module's code
 KINDS = ("classification", "binary", "regression")
@@ -125,38 +131,43 @@ class Task:
 
 
 def _builtins() -> dict[str, Task]:
-    import yaml
-
     declared = yaml.safe_load((Path(__file__).with_name("tasks.yaml")).read_text(encoding="utf-8"))
     return {name: Task.declared(name, decl, builtin=True) for name, decl in declared.items()}
 
 
 BUILTIN_TASKS: dict[str, Task] = _builtins()
-TASKS: dict[str, Task] = dict(BUILTIN_TASKS)     # the registry: the built-in tasks and those declared
 TASK_NAMES = tuple(BUILTIN_TASKS)                # the built-in tasks
 LEADERBOARD_TASKS = ("sst", "para", "sts")       # the course's overall score
 DEFAULT_TASKS = LEADERBOARD_TASKS                # what an experiment trains unless it says otherwise
 PAIR_TASKS = tuple(n for n, t in BUILTIN_TASKS.items() if t.pair)   # the built-in pair tasks
+# the registry in use (a minbert.core.registry.Registry; None: the built-in things alone): set only
+# by `Registry.active()`, around the work of one set of settings, never by reading them
+ACTIVE: ContextVar = ContextVar("minbert_registry", default=None)
 
 
-def declare(tasks: dict[str, Task], *, only: bool = False) -> None:
-    """Add tasks of a params file's to the registry, replacing a task of the same name declared
-    before; `only`: they become the only declared tasks (a whole params file's, read anew). A
-    built-in task is never replaced (a params file's declaration is checked against that first:
-    minbert.params.tasks)."""
-    if only:
-        for name in [n for n in TASKS if n not in BUILTIN_TASKS]:
-            del TASKS[name]
-    for name, task in tasks.items():
-        if name in BUILTIN_TASKS:
-            raise ValueError(f"task '{name}' is built in; declare your own task under another name")
-        TASKS[name] = task
+class ActiveTasks(Mapping):
+    """The tasks of the registry in use, by name (the built-in ones first, then the declared ones in
+    their order)."""
+
+    @staticmethod
+    def _tasks() -> Mapping[str, Task]:
+        registry = ACTIVE.get()
+        return BUILTIN_TASKS if registry is None else registry.tasks
+
+    def __getitem__(self, name: str) -> Task:
+        return self._tasks()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tasks())
+
+    def __len__(self) -> int:
+        return len(self._tasks())
+
+    def __contains__(self, name) -> bool:
+        return name in self._tasks()
 
 
-def declare_job_tasks(settings: dict) -> None:
-    """Declare the tasks a job's settings carry (checked when the job was planned), for a stage that
-    reads no other setting (evaluate: it needs no params model to score)."""
-    declare({name: Task.declared(name, decl) for name, decl in (settings.get("tasks") or {}).items()})
+TASKS: Mapping[str, Task] = ActiveTasks()
 
 
 def declarations(tasks) -> dict[str, dict]:

@@ -22,7 +22,7 @@ from minbert.core.errors import MinBertError
 from minbert.core.io import read_input
 from minbert.core.tasks import Task
 from minbert.data.raw import BadRows, FileReport, Rows, decoded_lines, json_object
-from minbert.data.read import LINE_BREAKS, MAX_FIELD_CHARS, output_columns
+from minbert.data.read import LINE_BREAKS, MAX_FIELD_CHARS, output_columns, refuse_repeated_columns
 
 
 def _text(value) -> str | None:
@@ -48,6 +48,7 @@ def _records_csv(path: Path, delimiter: str, bad: BadRows, columns: list[str]):
         header = [h.strip() for h in next(reader)]
     except StopIteration:
         raise MinBertError(f"{path}: the file is empty; expected a header row and data rows") from None
+    refuse_repeated_columns(f"{path} line 1", header)
     missing = [c for c in columns if c not in header]
     if missing:
         raise MinBertError(f"{path}: no column '{missing[0]}' (the header has {', '.join(map(repr, header[:12]))}); "

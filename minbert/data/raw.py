@@ -29,8 +29,17 @@ import pandas as pd
 from minbert.core.datasets import RAW_SPLITS, raw_path  # noqa: F401  (the prepare stage's, named there)
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
+from minbert.core.layout import NLI_SOURCE
 from minbert.core.tasks import TASKS, Task
-from minbert.data.read import LINE_BREAKS, MAX_FIELD_CHARS, NLI_LABELS, label_rule, output_columns, parse_label
+from minbert.data.read import (
+    LINE_BREAKS,
+    MAX_FIELD_CHARS,
+    NLI_LABELS,
+    label_rule,
+    output_columns,
+    parse_label,
+    refuse_repeated_columns,
+)
 
 
 def class_label(spec: Task, value: str):
@@ -142,9 +151,7 @@ def _header(path: Path, line: str, required: list[str]) -> dict[str, int]:
         raise MinBertError(f"{path}: missing column '{missing[0]}' (header has: "
                            f"{', '.join(repr(h) for h in header)}){hint}; expected the CS224N layout "
                            f"with columns {', '.join(required)}")
-    twice = [c for c in required if header.count(c) > 1]
-    if twice:
-        raise MinBertError(f"{path} line 1: column '{twice[0]}' appears twice in the header; keep one")
+    refuse_repeated_columns(f"{path} line 1", header)
     return {c: header.index(c) for c in required}
 
 
@@ -274,11 +281,28 @@ def _nli_key(value) -> str | None:
     return value or None
 
 
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique(pairs: list) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _RepeatedKey(k)
+        out[k] = v
+    return out
+
+
 def json_object(text: str, line_no: int, bad: BadRows) -> dict | None:
     """One line of a JSON-lines file as its object; a line that is not valid JSON or not an object is
-    a bad row (`invalid_json`) and gives None."""
+    a bad row (`invalid_json`), and so is an object that gives a key twice (JSON would keep the last,
+    silently): None."""
     try:
-        record = json.loads(text)
+        record = json.loads(text, object_pairs_hook=_unique)
+    except _RepeatedKey as e:
+        bad(line_no, "invalid_json", f"key '{e.args[0]}' is given twice in one object")
+        return None
     except (json.JSONDecodeError, RecursionError) as e:
         bad(line_no, "invalid_json", f"not valid JSON ({getattr(e, 'msg', 'nested too deeply')})")
         return None
@@ -340,7 +364,7 @@ def read_nli(path: str | Path, on_bad_rows: str = "error") -> tuple[pd.DataFrame
             continue
         seen_ids[rid] = line_no
         rows.append((rid, group, s1, s2, label))
-    frame = pd.DataFrame(rows, columns=output_columns("nli"))
+    frame = pd.DataFrame(rows, columns=output_columns(NLI_SOURCE))
     dropped = dict(bad.reasons) | dict(reasons_extra)
     return frame, FileReport(str(path), read=n_read, kept=len(frame), dropped=dropped)
 

@@ -20,6 +20,7 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
+from minbert.core.layout import NLI_SOURCE, NLI_SPLITS
 from minbert.core.tasks import TASKS, Task
 
 # ---------------------------------------------------------------- the tasks' prepared columns
@@ -43,12 +44,23 @@ class Prepared:
 
 # NLI: a pretraining source (minbert.train.nli), registered here and nowhere else
 NLI = Prepared(("id", "group", "sentence1", "sentence2", "label"), lambda v: v if v in NLI_LABELS else None,
-               "one of " + ", ".join(NLI_LABELS), splits=("train", "dev"))
+               "one of " + ", ".join(NLI_LABELS), splits=NLI_SPLITS)
+
+
+def refuse_repeated_columns(where: str, header) -> None:
+    """A header that names a column twice is refused in one line (`where`: the file and line): which
+    of the two a reader would take is a guess. The one check of every header the pipeline reads: the
+    CS224N files, a declared task's files, `minbert predict`'s input."""
+    seen = set()
+    for name in header:
+        if name in seen:
+            raise MinBertError(f"{where}: column '{name}' appears twice in the header; keep one")
+        seen.add(name)
 
 
 def prepared(source: str) -> Prepared:
     """What results/data holds for a task of the registry (built in or declared) or for NLI."""
-    if source == "nli":
+    if source == NLI_SOURCE:
         return NLI
     spec = TASKS[source]
     return Prepared(("id", *spec.text_columns, "label"), partial(parse_label, spec), label_rule(spec),
@@ -56,7 +68,7 @@ def prepared(source: str) -> Prepared:
 
 
 def prepared_sources() -> list[str]:
-    return [*TASKS, "nli"]
+    return [*TASKS, NLI_SOURCE]
 
 
 def output_columns(task: str) -> list[str]:

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minbert.core.extensions import HEADS
-from minbert.core.tasks import TASKS
+from minbert.core.registry import Registry, active
 
 Encoded = list[tuple[list[int], list[int]]]   # (input_ids, token_type_ids) per example
 SWAPPED = {"a": "b", "b": "a", "ab": "ba", "ba": "ab"}   # the parts of a pair read as (b, a)
@@ -52,17 +51,15 @@ VIEWS = {v.name: v for v in (View("single", ("text",)), View("cross", ("ab",)), 
                              View("hybrid", ("a", "b", "ab")))}
 
 
-def view_of(task: str, heads) -> View:
-    """The view of `task` under the heads settings (minbert.params.HeadsParams): a head of the user's
-    says its own (minbert.core.extensions)."""
-    if not TASKS[task].pair:
+def view_of(task: str, heads, registry: Registry | None = None) -> View:
+    """The view of `task` under the heads settings (minbert.params.HeadsParams): the one its head's
+    declaration reads (minbert.core.registry; default: the registry in use), a bi-encoder head's
+    with the cross-encoded pair too when the task is `hybrid`."""
+    registry = registry or active()
+    if not registry.tasks[task].pair:
         return VIEWS["single"]
-    head = heads.head_of(task)
-    if head in HEADS:
-        return VIEWS[HEADS[head].view]
-    if head == "cross":
-        return VIEWS["cross"]
-    return VIEWS["hybrid" if task in heads.hybrid else "bi"]
+    view = registry.heads[heads.head_of(task)].view
+    return VIEWS["hybrid" if view == "bi" and task in heads.hybrid else view]
 
 
 def encode(tokenizer, frame, view: View, symmetric: bool, cache_dir=None) -> dict[str, Encoded]:

@@ -1,43 +1,76 @@
 """A trained multi-task model as a file (model.pt): a plain dict of tensors and settings, loaded
-with `weights_only=True` (no pickle runs), checked, and rebuilt into a model and its tokenizer."""
+with `weights_only=True` (no pickle runs), checked, and rebuilt into a model and its tokenizer.
+
+A model trained with the user's code (a head or loss of a module the params name) records it under
+`declared`: its tasks of the user's, the modules, and the files of the user's code they ran with the
+hash of each (minbert.core.extensions.content_hash). Loading it imports the modules again and
+refuses, in one line, a file that is gone or whose code has changed since: the model would answer
+with code that did not train it. An export carries copies of those files and the same record, its
+paths in its code/ folder (minbert.share.code), and is checked by the same `check_code`.
+"""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
+from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
-from minbert.core.extensions import module_of
+from minbert.core.extensions import content_hash
+from minbert.core.io import torch_save
+from minbert.core.registry import Registry, RegistryProblem
 from minbert.core.tasks import declarations
 from minbert.model.bert import BertConfig, BertModel
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.finetune import HeadsParams
+from minbert.params.heads import HeadsParams
+from minbert.params.messages import raise_validation
 
 CHECKPOINT_FORMAT = "minbert-multitask-1"
 
 
 def declared(model: MultitaskModel) -> dict:
     """What rebuilding the model needs beyond the built-ins: the declarations of its tasks of the
-    user's and the user's modules its heads and losses come from (empty: none)."""
-    cfg = model.heads_cfg
-    used = [module_of(kind, name) for t in model.tasks for kind, name in (("head", cfg.head_of(t)),
-                                                                           ("loss", cfg.loss_of(t)))]
-    out = {"tasks": declarations(model.tasks), "modules": list(dict.fromkeys(m for m in used if m))}
+    user's, the user's modules its heads and losses come from, and the files of their code, each with
+    its content hash (empty: none)."""
+    cfg, registry = model.heads_cfg, model.registry
+    with registry.active():
+        modules = registry.user_modules([cfg.head_of(t) for t in model.tasks], [cfg.loss_of(t) for t in model.tasks])
+        out = {"tasks": declarations(model.tasks), "modules": modules,
+               "code": {m: dict(registry.code.get(m, ())) for m in modules}}
     return {k: v for k, v in out.items() if v}
 
 
-def declare(found: dict, source: str) -> None:
-    """Put a model's declared tasks and modules into the registries (a one-line error naming `source`)."""
-    from pydantic import ValidationError
-
-    from minbert.params.messages import raise_validation
-    from minbert.params.tasks import Declarations
-
+def registry_of(found: dict, source: str, home: str | None = None) -> Registry:
+    """The registry of a model's declared tasks and modules, its user code checked against the files
+    it was trained with (a one-line error naming `source`); `home`: the folder the code is imported
+    from and its record's paths start in (an export's code/ folder; a checkpoint's paths are absolute)."""
     try:
-        Declarations(**found)
-    except ValidationError as err:
-        raise_validation(err, Declarations, source)
+        registry = Registry.of(found.get("modules") or [], found.get("tasks") or {}, home)
+    except RegistryProblem as e:
+        raise MinBertError(f"{source}: the model's {e.key.split('.')[0]}: {e}") from None
+    except (TypeError, ValueError, KeyError) as e:
+        raise MinBertError(f"{source}: its declared tasks or modules are not readable ({type(e).__name__}); re-run "
+                           f"the stage that writes it") from None
+    check_code(found, source, home)
+    return registry
+
+
+def check_code(found: dict, source: str, home: str | Path | None = None) -> None:
+    """The one check of a model's user code, for a checkpoint and an export alike: every file its
+    record (`declared.code`: {module: {path: hash}}) names is there, with the hash recorded
+    (minbert.core.extensions.content_hash); a path starts in `home` when one is given (an export's
+    code/ folder, which holds copies of the files that trained it)."""
+    redo = "put back the code that trained it, or train the model again" if home is None else \
+        "put back the code it came with, or export the model again"
+    for module, files in (found.get("code") or {}).items():
+        for path, digest in files.items():
+            where = Path(home, path) if home is not None else Path(path)
+            problem = "is gone" if not where.is_file() else "has changed since" if content_hash(where) != digest else None
+            if problem:
+                raise MinBertError(f"{source}: the model was trained with the code of module '{module}', and its file "
+                                   f"{where} {problem}; {redo}")
 
 
 def checkpoint_dict(model: MultitaskModel, tokenizer: Tokenizer, **extra) -> dict:
@@ -58,8 +91,6 @@ def checkpoint_dict(model: MultitaskModel, tokenizer: Tokenizer, **extra) -> dic
 
 
 def save_checkpoint(path, model: MultitaskModel, tokenizer: Tokenizer, **extra) -> None:
-    from minbert.core.io import torch_save
-
     torch_save(checkpoint_dict(model, tokenizer, **extra), path)
 
 
@@ -80,14 +111,29 @@ def read_checkpoint(path, map_location="cpu") -> dict:
     return ckpt
 
 
+def stored_heads(heads: dict) -> dict:
+    """A checkpoint's heads settings as this version reads them: an earlier version's `sts_loss` is
+    `losses.sts` and its `task_heads` are `heads.<task>` now."""
+    heads = dict(heads)
+    sts_loss = heads.pop("sts_loss", "mse")
+    if sts_loss != "mse":
+        heads["losses"] = {"sts": sts_loss, **(heads.get("losses") or {})}
+    return {**(heads.pop("task_heads", None) or {}), **heads}
+
+
 def model_from_checkpoint(ckpt: dict, source: str = "checkpoint") -> tuple[MultitaskModel, Tokenizer]:
-    if ckpt.get("declared"):
-        declare(ckpt["declared"], source)
+    """The model a checkpoint dict describes, in the registry of its own declarations (`declared`;
+    an export's dict says where its code is, `code_home`: minbert.share.export.read_export)."""
+    registry = registry_of(ckpt.get("declared") or {}, source, ckpt.get("code_home"))
     try:
+        with registry.active():
+            heads = HeadsParams(**stored_heads(ckpt["heads"]))
         encoder = BertModel(BertConfig(**ckpt["encoder_config"]))
-        model = MultitaskModel(encoder, HeadsParams(**ckpt["heads"]), ckpt["tasks"])
+        model = MultitaskModel(encoder, heads, ckpt["tasks"], registry)
         model.load_state_dict(ckpt["state_dict"])
         model.calibration = {t: list(v) for t, v in (ckpt.get("calibration") or {}).items()}
+    except ValidationError as err:
+        raise_validation(err, HeadsParams, source, "heads.")
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise MinBertError(f"{source}: the checkpoint does not describe a model this version can build "
                            f"({type(e).__name__}); re-run the stage that writes it") from None
@@ -99,8 +145,6 @@ def check_origin(ckpt: dict, path, experiment: str, stage: str, record_path=None
     them), and the fingerprint of the training run whose record is at `record_path` (when both say
     one). A model.pt copied or moved from another experiment, or from another run (other settings,
     data or code), is refused before any stage reads it."""
-    import json
-
     redo = f"re-run its {stage} stage (or put back the experiment's own model)"
     for key, want in (("experiment", experiment), ("stage", stage)):
         got = ckpt.get(key)

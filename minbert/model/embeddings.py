@@ -6,21 +6,18 @@ split needs once, in length-sorted batches, and the heads then run on the stored
 prediction (minbert.model.multitask.predict_task: the predict stage, dev evaluation during training,
 the Python API), so a symmetric pair's two orders share one encoder pass per sentence, and by the
 training loop for a frozen encoder (minbert.train.frozen). The stored embeddings equal the ones the
-encoder gives batch by batch up to float rounding (tests/test_frozen.py).
+encoder gives batch by batch up to float rounding (tests/test_frozen.py). `model` is the multi-task
+model (minbert.model.multitask.MultitaskModel, which uses this module): what is read of it is its
+`embed` and `head_forward`, its heads settings and its calibration.
 """
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from minbert.data.batches import PAD_MULTIPLE, TaskData, padding_layout, to_device
 from minbert.data.views import SWAPPED
-from minbert.model.outputs import predictions
-
-if TYPE_CHECKING:
-    from minbert.model.multitask import MultitaskModel
+from minbert.model.outputs import empty_outputs, predictions
 
 ENCODE_BATCH = 128
 
@@ -29,7 +26,7 @@ class FrozenFeatures:
     """Sentence embeddings of every encoding a task's split needs (its view's parts, and the swapped
     cross-encoding of a symmetric pair task), computed at once with the encoder in eval mode."""
 
-    def __init__(self, model: MultitaskModel, data: TaskData, tokenizer, device, amp, batch_size: int = ENCODE_BATCH,
+    def __init__(self, model, data: TaskData, tokenizer, device, amp, batch_size: int = ENCODE_BATCH,
                  progress=None):
         """`batch_size`: rows of one encoding embedded at a time; `progress(n)`: called as rows are done
         (a row counts once all its encodings are)."""
@@ -89,7 +86,7 @@ class FrozenFeatures:
         return batch
 
     @torch.no_grad()
-    def predict(self, model: MultitaskModel, amp, batch_size: int = 1024, loss=None, labels=None, order=None) -> dict:
+    def predict(self, model, amp, batch_size: int = 1024, loss=None, labels=None, order=None) -> dict:
         """What minbert.model.multitask.predict_task gives (outputs, predictions, probabilities and,
         with `loss` and the split's `labels`, its loss batch by batch), from the stored embeddings;
         a symmetric pair task's output is the mean over both orders. `order`: the rows in the order
@@ -110,8 +107,6 @@ class FrozenFeatures:
             if loss is not None and labels is not None:
                 target = torch.as_tensor(np.asarray(labels)[idx])
                 total += float(loss(outputs[-1], target, tuple(x.float().cpu() for x in pair))) * len(idx)
-        from minbert.model.multitask import empty_outputs
-
         out = torch.cat(outputs) if outputs else empty_outputs(self.task)
         inverse = np.empty(n, dtype=np.int64)
         inverse[order] = np.arange(n)

@@ -11,30 +11,29 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from minbert.core.extensions import HEADS
-from minbert.core.tasks import TASKS
+from minbert.core.errors import MinBertError
+from minbert.core.registry import Registry, active
 from minbert.data.batches import TaskData
 from minbert.data.views import View, view_of
 from minbert.model.bert import BertModel, mean_pool
-from minbert.model.heads import (
-    BiPairHead,
-    Branch,
-    ClassifierHead,
-    CrossPairHead,
-    HybridPairHead,
-    PrototypeHead,
-    SharedBlock,
-)
-from minbert.model.outputs import predictions
+from minbert.model.blocks import Branch, HybridPairHead, SharedBlock, make_head
+from minbert.model.embeddings import FrozenFeatures
+from minbert.model.outputs import empty_outputs, predictions
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.finetune import HeadsParams
+from minbert.params.heads import HeadsParams
+
+HYBRID_TERM = "cross"      # the head whose output a hybrid pair task adds to its bi-encoder head's
 
 
 class MultitaskModel(nn.Module):
-    def __init__(self, encoder: BertModel, heads: HeadsParams, tasks: list[str]):
+    """One encoder and a head per task, each head the registry's class of the name the heads settings
+    give it (`registry`: the one the settings were read with; default: the one in use)."""
+
+    def __init__(self, encoder: BertModel, heads: HeadsParams, tasks: list[str], registry: Registry | None = None):
         super().__init__()
         self.encoder = encoder
         self.heads_cfg = heads
+        self.registry = registry or active()
         self.tasks: list[str] = []
         self.views: dict[str, View] = {}
         sh = heads.shared
@@ -42,7 +41,10 @@ class MultitaskModel(nn.Module):
         self.shared = SharedBlock(H, sh.sizes or [H], sh.activation, heads.dropout) if sh else None
         self.branches = nn.ModuleDict()
         self.heads = nn.ModuleDict()
-        self.calibration: dict[str, list[float]] = {}   # regression task -> [scale, shift] (correlation loss)
+        # task -> [scale, shift] fitted when training ended; [] while a head trained with a loss that
+        # fixes no scale (its declaration: `calibrate`) has none yet (minbert.model.outputs)
+        self.calibration: dict[str, list[float]] = {}
+        self._checked: set[str] = set()      # tasks whose head's output has been checked (its first call)
         self.add_tasks(tasks)
 
     def _in_dim(self, task: str) -> int:
@@ -51,31 +53,29 @@ class MultitaskModel(nn.Module):
         return self.encoder.config.hidden_size
 
     def _new_head(self, task: str) -> nn.Module:
-        cfg, view, D = self.heads_cfg, self.views[task].name, self._in_dim(task)
-        hl, dp, name, outputs = cfg.depth(task), cfg.dropout, cfg.head_of(task), TASKS[task].outputs
-        if name in HEADS:            # a head of the user's (minbert.core.extensions)
-            return HEADS[name](D, outputs, hl, dp)
-        if view == "single":
-            if name == "prototypes":
-                return PrototypeHead(D, outputs, cfg.prototypes_per_label, dp)
-            return ClassifierHead(D, outputs, hl, dp)
-        if view == "cross":
-            return CrossPairHead(D, hl, dp, outputs)
-        # a binary task's cosine head starts with a cosine of 0.75 as p = 0.5
-        scale, bias = (10.0, -7.5) if TASKS[task].kind == "binary" else (1.0, 0.0)
-        bi = BiPairHead(name, D, hl, dp, init_scale=scale, init_bias=bias, affine=cfg.cosine_affine, outputs=outputs)
-        return HybridPairHead(bi, CrossPairHead(D, hl, dp, outputs)) if view == "hybrid" else bi
+        cfg, spec, registry = self.heads_cfg, self.registry.tasks[task], self.registry
+        head = make_head(registry.implementation("head", cfg.head_of(task)), self._in_dim(task), spec, cfg)
+        if self.views[task].name == "hybrid":
+            head = HybridPairHead(head, make_head(registry.implementation("head", HYBRID_TERM), self._in_dim(task),
+                                                  spec, cfg))
+        if registry.losses[cfg.loss_of(task)].calibrate:
+            self.calibration[task] = []
+        else:
+            self.calibration.pop(task, None)
+        self._checked.discard(task)
+        return head
 
     def add_tasks(self, tasks: list[str]) -> None:
         """Give the model heads (and branches) for `tasks` it does not have yet."""
-        for task in tasks:
-            if task in self.heads:
-                continue
-            self.tasks.append(task)
-            self.views[task] = view_of(task, self.heads_cfg)
-            if task in self.heads_cfg.extra_layers and isinstance(self.encoder, BertModel):
-                self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
-            self.heads[task] = self._new_head(task)
+        with self.registry.active():
+            for task in tasks:
+                if task in self.heads:
+                    continue
+                self.tasks.append(task)
+                self.views[task] = view_of(task, self.heads_cfg, self.registry)
+                if task in self.heads_cfg.extra_layers and isinstance(self.encoder, BertModel):
+                    self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
+                self.heads[task] = self._new_head(task)
 
     def reset_heads(self, tasks: list[str] | None = None) -> None:
         """Re-initialise the heads of `tasks` (default: all), their branches, and the shared block
@@ -86,11 +86,12 @@ class MultitaskModel(nn.Module):
             sh = self.heads_cfg.shared
             H = self.encoder.config.hidden_size
             self.shared = SharedBlock(H, sh.sizes or [H], sh.activation, self.heads_cfg.dropout).to(self._device())
-        for task in self.tasks:
-            if task in reset:
-                if task in self.branches:
-                    self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
-                self.heads[task] = self._new_head(task).to(self._device())
+        with self.registry.active():
+            for task in self.tasks:
+                if task in reset:
+                    if task in self.branches:
+                        self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
+                    self.heads[task] = self._new_head(task).to(self._device())
 
     def _device(self):
         return next(self.encoder.parameters()).device
@@ -127,7 +128,23 @@ class MultitaskModel(nn.Module):
                 emb = self.shared(emb)
             parts = self.views[task].split(emb)
             out = self.heads[task](*parts)
+            if task not in self._checked:       # the head's first call: its output as the contract says
+                self._check_output(task, out, len(parts[0]))
             return (out, parts[:2]) if return_pair else out
+
+    def _check_output(self, task: str, out, rows: int) -> None:
+        """A head gives (B, C) for a task of C classes, else (B,), in float32 or float64; a one-line
+        error naming its module and class otherwise (a user's head that breaks the contract would
+        otherwise fail deep in a loss, or train nothing). Its shape and type only: no host sync."""
+        spec, name = self.registry.tasks[task], self.heads_cfg.head_of(task)
+        want = (rows, spec.outputs) if spec.kind == "classification" else (rows,)
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+        if got != want or out.dtype not in (torch.float32, torch.float64):
+            what = f"{type(out).__name__}" if got is None else f"shape {got}, {str(out.dtype).removeprefix('torch.')}"
+            raise MinBertError(f"{self.registry.heads[name].where}: head '{name}' returned {what} for {rows} rows of "
+                               f"{task}, which has {spec.outputs} output{'s' if spec.outputs > 1 else ''}; forward "
+                               f"must return a float tensor of shape {_shape(want)} (docs/extending.md)")
+        self._checked.add(task)
 
     def forward(self, task: str, batch: dict, inputs_embeds=None, return_embeddings=False, return_pair=False):
         """The head's output; with `return_embeddings` also the word embeddings (SMART), with
@@ -151,8 +168,6 @@ def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, ba
     the loss of a labelled split, computed batch by batch (as training computes it: a loss over the
     batch stays one over batches, and a ranking loss costs a batch's square, not the split's), their
     mean by rows as `loss`."""
-    from minbert.model.embeddings import FrozenFeatures
-
     model.eval()
     if len(data) == 0:
         out = empty_outputs(data.task)
@@ -162,9 +177,8 @@ def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, ba
     return features.predict(model, amp_context, batch_size, loss, labels, order=np.argsort(data.lengths(), kind="stable"))
 
 
-def empty_outputs(task: str) -> torch.Tensor:
-    """A head's outputs for no rows (an empty split: a declared task without a test file)."""
-    return torch.empty((0, TASKS[task].outputs) if TASKS[task].kind == "classification" else (0,))
+def _shape(shape: tuple) -> str:
+    return "(B, " + ", ".join(map(str, shape[1:])) + ")" if len(shape) > 1 else "(B,)"
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -9,19 +9,26 @@ What `MultitaskModel.forward(task, batch)` returns depends on the task's kind (m
   every file the pipeline writes (predictions, submission files, `minbert predict`) and every score
   it computes reads these clipped values.
 The training losses (minbert.train.losses) train the heads towards these same targets.
+
+A head's `calibration` (what the model keeps per task: minbert.model.multitask) says which scale its
+outputs are on: none (None), the labels'; `[scale, shift]`, a map fitted to the training labels when
+training ended (a loss that fixes no scale: its declaration's `calibrate`); `[]`, a scale of its own
+with no map yet (while such a head trains). Nothing here reads a loss.
 """
 from __future__ import annotations
 
 import numpy as np
+import torch
 from torch import Tensor
 
-from minbert.core.losses import LOSSES
+from minbert.core.registry import active
 from minbert.core.tasks import TASKS
 
 
 def _signed_cosine_target(heads, task: str) -> bool:
-    """A cosine head may predict the labels scaled to [-1, 1] (`cosine_target: -1_1`)."""
-    return heads.head_of(task) == "cosine" and heads.cosine_target == "-1_1"
+    """A head that reads `cosine_target` (its declaration says so: `cosine`) may predict the labels
+    scaled to [-1, 1] (`cosine_target: -1_1`)."""
+    return heads.cosine_target == "-1_1" and "cosine_target" in active().heads[heads.head_of(task)].settings
 
 
 def regression_target(task: str, heads, label: Tensor) -> Tensor:
@@ -31,10 +38,9 @@ def regression_target(task: str, heads, label: Tensor) -> Tensor:
     return unit * 2.0 - 1.0 if _signed_cosine_target(heads, task) else unit
 
 
-def calibrated(heads, task: str) -> bool:
-    """A head trained with a loss that leaves its outputs on no fixed scale (the loss's declaration:
-    minbert.core.losses), whose predictions go through the calibration fitted when training ends."""
-    return LOSSES[heads.loss_of(task)].calibrate
+def empty_outputs(task: str) -> Tensor:
+    """A head's outputs for no rows (an empty split: a declared task without a test file)."""
+    return torch.empty((0, TASKS[task].outputs) if TASKS[task].kind == "classification" else (0,))
 
 
 def regression_prediction(task: str, heads, output: Tensor, calibration=None) -> Tensor:
@@ -48,7 +54,7 @@ def regression_prediction(task: str, heads, output: Tensor, calibration=None) ->
     lo, hi = TASKS[task].label_range
     unit = (output + 1.0) / 2.0 if _signed_cosine_target(heads, task) else output
     out = unit * (hi - lo) + lo
-    if calibrated(heads, task) and calibration is not None:
+    if calibration:
         return out * calibration[0] + calibration[1]
     return out
 
@@ -62,12 +68,12 @@ def predictions(task: str, heads, output: Tensor, calibration=None) -> dict[str,
         probs = output.softmax(-1)
         return {"prediction": probs.argmax(-1).numpy(), "probs": probs.numpy()}
     if kind == "binary":
-        if calibrated(heads, task) and calibration is not None:   # the logit mapped as fitted (Platt scaling)
+        if calibration:     # the logit mapped as fitted (Platt scaling)
             output = output * calibration[0] + calibration[1]
         p1 = output.sigmoid()
         return {"prediction": (p1 > 0.5).long().numpy(), "probs": p1.numpy()}
     score = regression_prediction(task, heads, output, calibration)
-    if not (calibrated(heads, task) and calibration is None):
+    if calibration != []:
         # A score outside the label range is no score a label can have (-1.15, 5.01 on ordinary pairs):
         # clipped here, where the model's scores are made, so the predictions files, the submission
         # files, `minbert predict` and the evaluation all read the same values. Pearson r moves by

@@ -11,6 +11,7 @@ import torch
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import read_input
+from minbert.model.weights import read_config
 
 
 class Tokenizer:
@@ -98,7 +99,6 @@ class Tokenizer:
         embedding matrix, and max_length must fit the position embeddings."""
         if not (folder / "config.json").is_file():
             return
-        from minbert.model.weights import read_config
 
         cfg = read_config(folder)
         if id_limit > cfg.vocab_size:

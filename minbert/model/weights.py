@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from pathlib import Path
 
 import torch
@@ -252,8 +253,6 @@ def save_hf_folder(folder: Path, model: BertModel, tokenizer_folder: Path | None
 
     The caller makes this atomic (see `minbert.core.io.atomic_path`).
     """
-    import shutil
-
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """params.yaml and its catalogues, in one direction: the schema with every key's help text
-(minbert.params.fields, minbert.params.finetune, minbert.params.schema; one-line messages in
+(minbert.params.fields, minbert.params.heads, minbert.params.finetune, minbert.params.schema; one-line messages in
 minbert.params.messages), then catalogue expansion
 (grids, seeds: minbert.params.catalogue) and pure cross-section checks (minbert.params.validate),
 then reading the files (minbert.params.load); on top, the settings each stage reads
@@ -22,13 +22,10 @@ from minbert.params.finetune import (
     MULTI_TASK_UPDATES,
     DistillParams,
     FinetuneParams,
-    HeadsParams,
-    PairHead,
-    Pooling,
     RetrainHeadsParams,
-    SharedParams,
     SmartParams,
 )
+from minbert.params.heads import HeadsParams, Pooling, SharedParams
 from minbert.params.load import (
     catalogue_file,
     load_params,
@@ -74,7 +71,6 @@ __all__ = [
     'LoadedParams',
     'MlmParams',
     'NliParams',
-    'PairHead',
     'Pooling',
     'PretrainParams',
     'RetrainHeadsParams',

@@ -177,6 +177,12 @@ class LoadedParams:
         self.path: Path | None = None     # params.yaml as given to load_params
         self.source: Path | None = None   # the file the sections come from (params.yaml or a catalogue)
 
+    @property
+    def registry(self):
+        """The tasks, losses and heads these params know (minbert.core.registry): the built-in ones and
+        those of their `tasks` and `modules`; what works from these params makes it active."""
+        return self.params.registry
+
     def experiment(self, name: str) -> ExperimentParams:
         if name in self.groups:
             raise MinBertError(f"params.yaml: experiment '{name}' runs as {len(self.groups[name])} seeds; name one "

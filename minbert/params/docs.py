@@ -19,7 +19,8 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from minbert.core.errors import MinBertError
-from minbert.params.finetune import DistillParams, EarlyStopping, FinetuneParams, HeadsParams, RetrainHeadsParams
+from minbert.params.finetune import DistillParams, EarlyStopping, FinetuneParams, RetrainHeadsParams
+from minbert.params.heads import HeadsParams
 from minbert.params.schema import ExperimentParams, PretrainParams
 from minbert.params.studies import Params
 from minbert.params.tasks import TaskParams
@@ -67,8 +68,10 @@ def default_text(field) -> str:
 
 
 def rows(model: type[BaseModel], flatten: tuple[str, ...] = (), prefix: str = "") -> list[tuple[str, str, str]]:
-    """(key, default, meaning) of each field of `model`; a section in `flatten` as its own keys."""
-    out = []
+    """(key, default, meaning) of each field of `model`, first the keys a model takes beside its fields
+    (`extra_key`: the heads' task names); a section in `flatten` as its own keys."""
+    extra = getattr(model, "extra_key", None)
+    out = [(f"{prefix}{extra[0]}", extra[1], extra[2])] if extra else []
     for name, field in model.model_fields.items():
         if name in flatten:
             out += rows(field.annotation, (), f"{prefix}{name}.")

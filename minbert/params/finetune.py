@@ -1,229 +1,22 @@
-"""The fine-tuning sections of the params schema: the heads and their losses, SMART, distillation,
-the fine-tuning itself (`FinetuneParams`, with what its settings must agree on) and head retraining.
-Every key's help text is its field's `description` (minbert.params.docs generates the docs' key
-tables from them)."""
+"""The fine-tuning sections of the params schema: SMART, distillation, the fine-tuning itself
+(`FinetuneParams`, with what its settings must agree on) and head retraining; the heads and their
+losses are minbert.params.heads. Every key's help text is its field's `description`
+(minbert.params.docs generates the docs' key tables from them)."""
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from minbert.core.extensions import ADDED, HEADS
-from minbert.core.losses import LOSSES
-from minbert.core.tasks import DEFAULT_TASKS, PAIR_TASKS, TASKS
+from minbert.core.registry import active
+from minbert.core.tasks import DEFAULT_TASKS
 from minbert.params.fields import LR_SCHEDULE, Downsample, Strict, TaskName, refuse
-from minbert.params.messages import close
+from minbert.params.heads import HeadsParams, batch_statistic_problem, batch_statistic_tasks, head_problem
 
 # the multi-task schedules (minbert.train.schedules implements each)
 SCHEDULES = ("round_robin", "drop_round_robin", "simultaneous", "task_by_task", "sequential",
              "proportional", "temperature")
 MULTI_TASK_UPDATES = ("simultaneous",)          # the schedules whose updates sum several tasks' losses
-# pair heads: `cross` reads the cross-encoded pair; the others embed each sentence (minbert.model.heads)
-BI_ENCODER_HEADS = ("concat_uv", "concat", "concat_mult", "concat_cos", "cosine", "cosine_linear")
-PAIR_HEADS = ("cross",) + BI_ENCODER_HEADS
-SINGLE_HEADS = ("classifier", "prototypes")     # one-text heads; prototypes: a classification task's
-SCALAR_HEADS = ("cosine", "cosine_linear")      # pair heads of one output (an affine map of the cosine)
-NAMED_HEADS = ("sst", "para", "sts")            # the built-in tasks whose head has a key of its own
-
-# pair heads: cross = cross-encoder "[CLS] a [SEP] b [SEP]"; the others embed each sentence
-PairHead = Literal[PAIR_HEADS]
-Pooling = Literal["cls", "mean", "pooler"]
-
-
-def batch_statistic_problem(heads: HeadsParams, tasks, batch_size: int, downsample: Downsample
-                            ) -> tuple[str, str] | None:
-    """A loss that is a statistic of the whole batch (its declaration says so: minbert.core.losses),
-    over batches of one row: the statistic of one row is undefined or constant, so the task never
-    learns from it (nothing else would say so). (the key at fault: `batch_size` or `downsample`, the
-    message), or None."""
-    for task in tasks:
-        name = heads.loss_of(task)
-        if not LOSSES[name].batch_statistic:
-            continue
-        rows = [n for n in (downsample.size if downsample.mode == "fixed" else None, downsample.caps.get(task))
-                if n is not None]
-        per_batch = min([batch_size, *rows])
-        if per_batch < 2:
-            return ("batch_size" if per_batch == batch_size else "downsample",
-                    f"{task}'s loss '{name}' is a statistic of the whole batch, and a batch of {per_batch} {task} row "
-                    f"carries none (the loss would be constant and {task} would not train); use batches of at least "
-                    f"2 {task} rows or another loss")
-    return None
-
-
-def _named_modules() -> str:
-    named = list(ADDED)
-    return f"the modules named ({', '.join(named)})" if named else "a module named in `modules:` (none is)"
-
-
-def head_problem(heads: HeadsParams, task: str) -> str | None:
-    """Why `task` cannot have its head or its loss (unknown, or not for its shape or kind), or None."""
-    spec, head, loss = TASKS[task], heads.head_of(task), heads.loss_of(task)
-    user = HEADS.get(head)
-    shapes = PAIR_HEADS if spec.pair else SINGLE_HEADS
-    views = ("cross", "bi") if spec.pair else ("single",)
-    if user is None and head not in shapes:
-        known = list(shapes) + [n for n, h in HEADS.items() if h.view in views]
-        return (f"{task}'s head '{head}' is no {'pair' if spec.pair else 'one-text'} head{close(head, known)}: "
-                f"neither built in nor registered by {_named_modules()} (heads: {', '.join(known)})")
-    if user is not None and user.view not in views:
-        return (f"{task}'s head '{head}' reads the {user.view} view, and {task} is "
-                f"{'a pair' if spec.pair else 'one text'}")
-    if head in SCALAR_HEADS and spec.outputs != 1:
-        return f"{task}'s head '{head}' gives one number, and {task} has {spec.outputs} classes"
-    if head == "prototypes" and spec.kind != "classification":
-        return f"{task}'s head 'prototypes' compares with each class's sentences: a classification task's head"
-    if loss not in LOSSES:
-        return (f"{task}'s loss '{loss}' is no loss{close(loss, LOSSES)}: neither built in nor registered by "
-                f"{_named_modules()} (losses: {', '.join(LOSSES)})")
-    if spec.kind not in LOSSES[loss].kinds:
-        return f"{task}'s loss '{loss}' trains {' or '.join(LOSSES[loss].kinds)} tasks, and {task} is {spec.kind}"
-    bi = head in BI_ENCODER_HEADS or (user is not None and user.view == "bi")
-    if LOSSES[loss].reads == "pairs" and not bi:
-        return (f"{task}'s loss '{loss}' ranks the pair's sentence embeddings: give {task} a bi-encoder head "
-                f"({', '.join(BI_ENCODER_HEADS)})")
-    return None
-
-
-# ---------------------------------------------------------------- model heads
-
-class SharedParams(Strict):
-    """Dense layers shared by some tasks between the encoder and their heads (000: all tasks,
-    768 -> 384, leaky ReLU; 003: Para and STS, two ReLU layers)."""
-    tasks: list[TaskName] = Field(list(PAIR_TASKS), description="the tasks whose heads read the shared layers, "
-                                                            "each once")
-    sizes: list[Annotated[int, Field(ge=1)]] = Field(
-        [], description="the layers' widths; `[]`: one layer of the encoder's width")
-    activation: Literal["leaky_relu", "relu", "gelu", "tanh"] = Field(
-        "leaky_relu", description="each layer is Linear, this activation, dropout")
-
-    @field_validator("tasks")
-    @classmethod
-    def _some_tasks(cls, v):
-        if not v or len(set(v)) != len(v):
-            raise ValueError("needs at least one task, each once")
-        return v
-
-
-Depth = Annotated[int, Field(ge=0, le=4)]
-
-
-class HeadsParams(Strict):
-    """The heads on the encoder and their losses (docs/finetuning.md, Heads and losses)."""
-    pooling: Pooling = Field("cls", description="sentence vector: `cls` (final [CLS] state), `mean` (mean over "
-                                                "non-padding tokens) or `pooler` (BERT's tanh pooler on [CLS])")
-    task_pooling: dict[TaskName, Pooling] = Field({}, description="another pooling for some tasks, e.g. `{sts: mean}` "
-                                                              "(004: STS mean-pooled)")
-    para: str = Field("cross", description="the paraphrase pair head, one of the kinds below (or one a module of yours "
-                                           "registers)")
-    sts: str = Field("cross", description="the similarity pair head, one of the kinds below (or one a module of yours "
-                                          "registers)")
-    sst: str = Field(
-        "classifier", description="`classifier` (an MLP on the sentence vector) or `prototypes` (003's SST_TO_STS: "
-                                  "the cosines of the sentence to `prototypes_per_label` training sentences of "
-                                  "each label, with their labels, through a linear layer; the prototypes are "
-                                  "embedded once, so the encoder must be frozen while this head trains)")
-    prototypes_per_label: int = Field(100, ge=1, le=1000, description="`sst: prototypes`: training sentences per "
-                                                                      "label it compares with (1-1000)")
-    sts_loss: Literal["mse", "pearson", "mse+pearson"] = Field(
-        "mse", description="`mse`, `pearson` (1 - Pearson r over the batch) or `mse+pearson` (their sum)")
-    losses: dict[TaskName, str] = Field(
-        {}, description="a task's loss by name, e.g. `{para: ranking}`: cross_entropy, bce, mse, pearson, mse+pearson, "
-                        "ranking (in-batch negatives for pairs: sentence-transformers' MultipleNegativesRankingLoss) "
-                        "or one a module of yours registers (docs/extending.md); unnamed tasks: their declared loss "
-                        "(sts: `sts_loss`)")
-    task_heads: dict[TaskName, str] = Field(
-        {}, description="the head of a task other than sst, para and sts (theirs are the keys above), e.g. "
-                        "`{cfimdb: classifier}`: a kind above or one a module of yours registers; unnamed: the "
-                        "task's declared head")
-    cosine_target: Literal["0_1", "-1_1"] = Field(
-        "0_1", description="how STS labels are scaled for a `cosine` head: [0, 1] or `-1_1` for [-1, 1] (every "
-                           "other head, `cosine_linear` included: [0, 1])")
-    cosine_affine: bool = Field(
-        True, description="`cosine` and `cosine_linear` heads learn a scale `a` and shift `b` of the cosine (para "
-                          "starts at `a = 10, b = -7.5`, so a cosine of 0.75 is p 0.5; sts at 1 and 0); false: the "
-                          "plain cosine (`a = 1, b = 0`, fixed; a para logit is then the cosine itself)")
-    shared: SharedParams | None = Field(
-        None, description="dense layers shared by some tasks between the encoder and their heads: "
-                          "`{tasks, sizes, activation}` (below); null: none")
-    hidden_layers: Depth | dict[TaskName, Depth] = Field(
-        0, description="GELU layers (each Linear, GELU, dropout) before each head's output layer, as wide as the "
-                       "head's input vector (the encoder's hidden size, or the shared layers' output): one number "
-                       "(0-4) for every head, or per task, e.g. `{para: 1}` (unnamed tasks 0)")
-    extra_layers: dict[TaskName, Annotated[int, Field(ge=1, le=12)]] = Field(
-        {}, description="transformer layers a one-sentence task (`sst`, `cfimdb`) adds over the encoder's last "
-                        "hidden states, e.g. `{sst: 4}` (1-12, at most the encoder's depth): copies of the "
-                        "encoder's top layers, trained with the task's head at `head_lr`, also over a frozen "
-                        "encoder (003's FREEZE_SST)")
-    dropout: float = Field(0.1, ge=0, lt=1, description="dropout before each head's first layer and after each "
-                                                        "hidden and shared layer")
-    symmetric_pairs: bool = Field(
-        False, description="pair tasks read both sentence orders: each training pair is fed as `(a, b)` or "
-                           "`(b, a)`, drawn per pair and batch from the seed (so a re-run and a resumed run swap "
-                           "the same pairs); at evaluation and prediction the output is the mean of the outputs "
-                           "for `(a, b)` and `(b, a)` (twice the pair tasks' prediction cost). Paraphrase and "
-                           "similarity are symmetric relations; a cross-encoder and the `concat*` heads are not "
-                           "symmetric functions of the pair, so this is both augmentation and test-time averaging")
-    hybrid: list[TaskName] = Field(
-        [], description="pair tasks (`para`, `sts`, each once; the head must be a bi-encoder kind) that also get "
-                        "a cross-encoder term: the encoder reads each sentence alone and the pair as `[CLS] a "
-                        "[SEP] b [SEP]` (3 rows per pair in one batch; padding costs only attention), and the "
-                        "output is the bi-encoder head's plus a linear map of the cross-encoded pooled vector. One "
-                        "model with both views of the pair; with all-MiniLM-L6-v2 on the CS224N data it trained at "
-                        "half the bi-encoder's speed and scored below both the cross-encoder and the bi-encoder "
-                        "models (docs/results.md)")
-
-    @model_validator(mode="after")
-    def _known_heads(self):
-        for task in NAMED_HEADS:
-            head = getattr(self, task)
-            kinds = PAIR_HEADS if TASKS[task].pair else SINGLE_HEADS
-            if head not in kinds and head not in HEADS:
-                shape = "pair" if TASKS[task].pair else "one-text"
-                raise refuse(task, f"'{head}' is no {shape} head{close(head, kinds)}: one of {', '.join(kinds)}, or "
-                                   f"one a module of yours registers")
-        return self
-
-    @model_validator(mode="after")
-    def _hybrid_needs_bi_head(self):
-        for task in self.hybrid:
-            if self.head_of(task) not in BI_ENCODER_HEADS:
-                bi_heads = ", ".join(BI_ENCODER_HEADS)
-                head = "already `cross`" if self.head_of(task) == "cross" else f"'{self.head_of(task)}'"
-                raise ValueError(f"hybrid lists {task}, whose head is {head}: give {task} a bi-encoder head "
-                                 f"({bi_heads})")
-        if len(set(self.hybrid)) != len(self.hybrid):
-            raise ValueError("hybrid lists a task twice")
-        paired = [t for t in self.extra_layers if TASKS[t].pair]
-        if paired:
-            raise ValueError(f"extra_layers lists {paired[0]}: extra transformer layers are for one-sentence tasks "
-                             f"({', '.join(t for t, spec in TASKS.items() if not spec.pair)})")
-        named = [t for t in self.task_heads if t in NAMED_HEADS]
-        if named:
-            raise ValueError(f"task_heads names {named[0]}, whose head is the key `{named[0]}`; set that instead")
-        if "sts" in self.losses and self.sts_loss != "mse" and self.losses["sts"] != self.sts_loss:
-            raise ValueError(f"sts's loss is given twice (sts_loss '{self.sts_loss}', losses.sts "
-                             f"'{self.losses['sts']}'); give one")
-        return self
-
-    def head_of(self, task: str) -> str:
-        """The name of `task`'s head: its own key (sst, para, sts), `task_heads`, or its declared head."""
-        if task in self.task_heads:
-            return self.task_heads[task]
-        return getattr(self, task) if task in NAMED_HEADS else TASKS[task].head
-
-    def loss_of(self, task: str) -> str:
-        """The name of `task`'s loss: `losses`, sts's `sts_loss`, or its declared loss."""
-        if task in self.losses:
-            return self.losses[task]
-        return self.sts_loss if task == "sts" else TASKS[task].loss
-
-    def pooling_of(self, task: str) -> str:
-        return self.task_pooling.get(task, self.pooling)
-
-    def depth(self, task: str) -> int:
-        """Hidden layers of `task`'s head."""
-        return self.hidden_layers.get(task, 0) if isinstance(self.hidden_layers, dict) else self.hidden_layers
 
 
 class SmartParams(Strict):
@@ -349,7 +142,9 @@ class FinetuneParams(Strict):
                                     "(the same examples; in float32 without dropout the same numbers up to float "
                                     "rounding, with dropout or in bf16 an equally valid run with other numbers) in "
                                     "about 1/N of the activation memory, at the cost of N smaller passes. Not with "
-                                    "PCGrad, SMART or a correlation STS loss, which need the whole batch at once")
+                                    "PCGrad, SMART or a loss that is a statistic of the whole batch (`pearson`, "
+                                    "`mse+pearson`, `ranking`, or one of yours that declares it), which need the "
+                                    "whole batch at once")
     tracking: list[Literal["dvclive", "tensorboard"]] = Field(
         [], description="experiment trackers the run also logs to, offline: `dvclive` (DVC's: `dvc exp show` and "
                         "`dvc plots` read it) and `tensorboard`; each gets every history row and, between "
@@ -387,10 +182,9 @@ class FinetuneParams(Strict):
         k = self.gradient_accumulation_steps
         if k > 1:
             whole = [what for on, what in ((self.pcgrad, "PCGrad (`pcgrad`) projects whole per-task gradients"),
-                                           (self.smart.enabled, "SMART perturbs the whole batch"),
-                                           ("pearson" in self.heads.sts_loss and "sts" in self.tasks,
-                                            f"the STS loss `{self.heads.sts_loss}` correlates over the whole batch"))
-                     if on]
+                                           (self.smart.enabled, "SMART perturbs the whole batch")) if on]
+            whole += [f"{task}'s loss '{loss}' is a statistic of the whole batch, and each micro-batch would compute "
+                      f"its own" for task, loss in batch_statistic_tasks(self.heads, self.tasks)]
             if whole:
                 raise ValueError(f"gradient_accumulation_steps {k}: {whole[0]}; set gradient_accumulation_steps: 1")
             if k > self.batch_size:
@@ -436,10 +230,12 @@ class FinetuneParams(Strict):
         if self.frozen_encoder_dropout and not self.freeze_encoder:
             raise refuse("frozen_encoder_dropout", "applies to a frozen encoder only and would do nothing here; drop "
                                                    "it or set finetune.freeze_encoder: true")
-        if any(self.heads.head_of(t) == "prototypes" for t in self.tasks) and not self.freeze_encoder:
-            raise refuse("heads.sst", "a prototypes head compares sentences with prototypes embedded once, so it "
-                                      "trains over a frozen encoder: train sst in retrain_heads (retrain_heads.tasks: "
-                                      "[sst]) or set finetune.freeze_encoder")
+        frozen = [t for t in self.tasks if active().heads[self.heads.head_of(t)].frozen_encoder]
+        if frozen and not self.freeze_encoder:
+            task, head = frozen[0], self.heads.head_of(frozen[0])
+            raise refuse(f"heads.{task}", f"{task}'s head '{head}' trains over a frozen encoder only (what it compares "
+                                          f"with is embedded once): train {task} in retrain_heads (retrain_heads.tasks: "
+                                          f"[{task}]) or set finetune.freeze_encoder")
         return self
 
 

@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
+from minbert.core.io import read_input
 from minbert.params.catalogue import LoadedParams, expand
 from minbert.params.fields import NAME_RE
 from minbert.params.messages import close, raise_validation
@@ -45,8 +46,6 @@ class _DuplicateKey(Exception):
 def read_yaml(path: str | Path):
     """A YAML file's content; a one-line error for a missing or unreadable file, a syntax error
     (with its line) or a duplicate key (with both lines)."""
-    from minbert.core.io import read_input
-
     path = Path(path)
     data = read_input(path, "parameter file", limit=16 << 20)
     try:
@@ -154,8 +153,10 @@ def validate_params(raw: Any, where: str = "params.yaml") -> LoadedParams:
     `raw` is left as it was."""
     try:
         raw = at_scale(raw, where)
-        loaded = expand(parse_params(raw, where), raw, where)
-        check_params(loaded.params, loaded.experiments, loaded.groups, where, templates=loaded.templates)
+        parsed = parse_params(raw, where)
+        with parsed.registry.active():      # every later section names its tasks, losses and heads
+            loaded = expand(parsed, raw, where)
+            check_params(loaded.params, loaded.experiments, loaded.groups, where, templates=loaded.templates)
     except RecursionError:     # YAML that parses but nests deeper than merging and validation go
         raise MinBertError(too_deep(where)) from None
     return loaded

@@ -3,21 +3,13 @@ one line that names the key. The bottom of minbert.params: the schema and every 
 report through these."""
 from __future__ import annotations
 
-import difflib
-
 from pydantic import BaseModel, ValidationError
 
-from minbert.core.errors import MinBertError
+from minbert.core.errors import MinBertError, close
 
 # keys an earlier version read -> what replaced them (said in the error instead of a bare "unknown key")
 RENAMED = {"bf16": "use 'precision' (auto | bf16 | fp16 | fp32): bf16: true -> precision: bf16, bf16: false -> "
                    "precision: fp32, or precision: auto for bf16 wherever it is native"}
-
-
-def close(word, choices) -> str:
-    """' (did you mean ...?)' with the nearest of `choices`, or '' when none is near."""
-    m = difflib.get_close_matches(str(word), list(choices), n=1)
-    return f" (did you mean '{m[0]}'?)" if m else ""
 
 
 def _key_path(loc) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 from minbert.core.errors import MinBertError
 from minbert.params.catalogue import LoadedParams
-from minbert.params.load import _with_catalogue, catalogue_file, read_yaml, validate_params
+from minbert.params.load import _with_catalogue, catalogue_file, load_params, read_yaml, validate_params
 from minbert.params.messages import close
 from minbert.params.schema import CATALOGUE_SECTIONS
 
@@ -131,8 +131,6 @@ def _add_hint(text: str, key: str) -> str:
 def load_with_overrides(params_path: str | Path, overrides: list[str]) -> LoadedParams:
     """params.yaml (and its catalogue) with the overrides applied, validated; without overrides,
     exactly minbert.params.load_params."""
-    from minbert.params.load import load_params
-
     path = Path(params_path)
     if not overrides:
         return load_params(path)

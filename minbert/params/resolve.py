@@ -14,12 +14,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from minbert.core.extensions import module_of
+from minbert.core.datasets import is_demo_data
 from minbert.core.layout import PREDICTED_SPLITS
+from minbert.core.registry import active
 from minbert.core.tasks import TASKS, declarations
 from minbert.params.catalogue import LoadedParams
-from minbert.params.finetune import FinetuneParams, HeadsParams
 from minbert.params.fields import Downsample
+from minbert.params.finetune import FinetuneParams
+from minbert.params.heads import HeadsParams
 from minbert.params.schema import (
     EnsembleParams,
     ExperimentParams,
@@ -41,6 +43,7 @@ from minbert.params.settings import (
     TeachSettings,
     extras_off,
 )
+from minbert.params.tasks import TaskParams
 from minbert.params.validate import model_tasks, shared_tasks, teacher_members
 
 
@@ -70,12 +73,11 @@ def unread_finetune(ft: FinetuneParams, head_tasks: list[str] | None = None) -> 
     if ft.downsample.mode != "fixed":
         out["downsample.size"] = (Downsample().size, f"it belongs to `downsample.mode: fixed` (this is "
                                                      f"`{ft.downsample.mode}`)")
-    if not ("sts" in heads and ft.heads.sts == "cosine"):
-        out["heads.cosine_target"] = (hd.cosine_target, "only a `cosine` sts head reads it")
-    if not any(t in heads and getattr(ft.heads, t) in ("cosine", "cosine_linear") for t in ("para", "sts")):
-        out["heads.cosine_affine"] = (hd.cosine_affine, "no pair head is `cosine` or `cosine_linear`")
-    if not ("sst" in heads and ft.heads.sst == "prototypes"):
-        out["heads.prototypes_per_label"] = (hd.prototypes_per_label, "only a `prototypes` sst head reads it")
+    head_settings = dict.fromkeys(s for h in active().heads.values() for s in h.settings)
+    for key in head_settings:       # a setting of some heads only (their declarations say which)
+        if not ft.heads.reads_setting(key, heads):
+            readers = [n for n, h in active().heads.items() if key in h.settings]
+            out[f"heads.{key}"] = (getattr(hd, key), f"no head of the run reads it (only {', '.join(readers)})")
     return {k: v for k, v in out.items() if _get(ft, k) != v[0]}
 
 
@@ -121,21 +123,30 @@ def _set(data: dict, key: str, value) -> None:
 
 
 def modules_of(heads, tasks) -> list[str]:
-    """The user's modules that define the heads and losses of `tasks` under `heads`."""
-    used = [module_of(kind, name) for t in tasks for kind, name in (("head", heads.head_of(t)),
-                                                                     ("loss", heads.loss_of(t)))]
-    return list(dict.fromkeys(m for m in used if m))
+    """The user's modules whose heads and losses `tasks` use under `heads`: every one, whether it
+    adds a name or (said so) replaces a built-in one."""
+    return active().user_modules([heads.head_of(t) for t in tasks], [heads.loss_of(t) for t in tasks])
 
 
-def declared(tasks, heads=None) -> dict:
+def without_presentation(declared: dict) -> dict:
+    """Task declarations without what only people read (title, short): a job that shows them to
+    nobody does not re-run when they change."""
+    return {name: {k: v for k, v in d.items() if k not in TaskParams.PRESENTATION} for name, d in declared.items()}
+
+
+def declared(tasks, heads=None, presentation: bool = False) -> dict:
     """What a job working with `tasks` (and, when it runs their model, `heads`) must know beyond the
-    built-ins: the declarations of the user's tasks among them and the user's modules."""
-    return {"tasks": declarations(tasks), "modules": modules_of(heads, tasks) if heads is not None else []}
+    built-ins: the declarations of the user's tasks among them (`presentation`: with their titles) and
+    the user's modules."""
+    own = declarations(tasks)
+    return {"tasks": own if presentation else without_presentation(own),
+            "modules": modules_of(heads, tasks) if heads is not None else []}
 
 
 def prepare_settings(lp: LoadedParams) -> PrepareSettings:
     """The data section and every task of the user's (prepare reads their files)."""
-    return PrepareSettings(**lp.params.data.model_dump(), tasks=lp.params.tasks)
+    return PrepareSettings(**lp.params.data.model_dump(),
+                           tasks={n: t.declaration(presentation=False) for n, t in lp.params.tasks.items()})
 
 
 def predicted_splits(exp: ExperimentParams) -> list[str]:
@@ -198,8 +209,6 @@ HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}   # the
 def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
     """An export reads its model and the card's texts: the model it started from (through its
     pretraining, if any; its Hub id when it has one), and whether the data is the synthetic demo's."""
-    from minbert.core.datasets import is_demo_data
-
     pre = lp.pretraining(exp.pretrain) if exp.pretrain else None
     start = (pre.model or lp.base.model) if pre is not None else exp.model
     local = not start or start.startswith(("/", ".")) or Path(start).exists()
@@ -212,7 +221,7 @@ def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
                           start_model=start if local else HUB_IDS.get(start, start),
                           pretraining=f"{exp.pretrain} ({pre.kind})" if pre is not None else None,
                           data=str(lp.params.data.dir), demo_data=is_demo_data(lp.params.data.dir),
-                          **declared(model_tasks(exp), exp.finetune.heads))
+                          **declared(model_tasks(exp), exp.finetune.heads, presentation=True))
 
 
 def ensemble_settings(ens: EnsembleParams, tasks: list[str], splits: list[str]) -> EnsembleSettings:
@@ -243,7 +252,7 @@ def teach_settings(lp: LoadedParams, name: str, tasks: list[str]) -> TeachSettin
     modules = [m for member in members for m in predict_settings(lp.experiments[member]).modules]
     return TeachSettings(members={m: predict_settings(lp.experiments[m]).model_stage for m in members},
                          predicts=tasks, similarity=ens.similarity if ens else "mean",
-                         **NetworkSettings.keys_of(lp.base), tasks=declarations(tasks),
+                         **NetworkSettings.keys_of(lp.base), tasks=without_presentation(declarations(tasks)),
                          modules=list(dict.fromkeys(modules)))
 
 

@@ -33,9 +33,11 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from minbert.core.devices import DEVICES, PRECISIONS
+from minbert.core.layout import NLI_SOURCE
 from minbert.core.tasks import DEFAULT_TASKS
 from minbert.params.fields import LR_SCHEDULE, Downsample, Seed, Strict, known_task, refuse
-from minbert.params.finetune import FinetuneParams, RetrainHeadsParams, batch_statistic_problem, head_problem
+from minbert.params.finetune import FinetuneParams, RetrainHeadsParams
+from minbert.params.heads import batch_statistic_problem, head_problem
 from minbert.params.messages import raise_validation
 
 Device = Literal[DEVICES]
@@ -43,7 +45,7 @@ Precision = Literal[PRECISIONS]
 CLASSIFICATION_COMBINATIONS = ("mode", "mean_prob")    # how an ensemble combines (minbert.scoring.ensemble)
 SIMILARITY_COMBINATIONS = ("median", "mean")
 ClassificationCombination = Literal[CLASSIFICATION_COMBINATIONS]
-MlmSource = Annotated[str, AfterValidator(lambda name: name if name == "nli" else known_task(name))]
+MlmSource = Annotated[str, AfterValidator(lambda name: name if name == NLI_SOURCE else known_task(name))]
 SimilarityCombination = Literal[SIMILARITY_COMBINATIONS]
 
 # ---------------------------------------------------------------- data (prepare)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from minbert.core.layout import PREDICTED_SPLITS, TRAINING_STAGES
+from minbert.core.layout import NLI_SOURCE, PREDICTED_SPLITS, TRAINING_STAGES
 from minbert.params.fields import Downsample
 from minbert.params.finetune import FinetuneParams, SmartParams
 from minbert.params.schema import (
@@ -109,7 +109,7 @@ class EnsembleSettings(Declarations):
 def pretrain_splits(s: PretrainSettings) -> list[tuple[str, str]]:
     """The prepared (task, split) files a pretraining reads: what it trains on and its dev set."""
     kind = s.pretraining.kind
-    tasks = s.pretraining.mlm.tasks if kind == "mlm" else ["nli"] if kind == "nli" else ["para"]
+    tasks = s.pretraining.mlm.tasks if kind == "mlm" else [NLI_SOURCE] if kind == "nli" else ["para"]
     return [(t, split) for t in tasks for split in ("train", "dev")]
 
 

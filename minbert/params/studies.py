@@ -8,7 +8,7 @@ edit to a claim check re-describes the report alone.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -351,7 +351,6 @@ class Params(Declarations):
     """params.yaml (or params.yaml's `catalogue` and `report` with a catalogue file's sections). Its
     `modules` and `tasks` (Declarations) come first: they are read before every section that names
     their tasks, losses and heads, and its tasks are then the declared ones."""
-    _only_declared: ClassVar[bool] = True
 
     catalogue: str = Field("demo", description="`demo`: the sections of params.yaml; NAME: the sections of "
                                                "params/NAME.yaml instead")

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from minbert.core.errors import MinBertError
 from minbert.params import resolve as S
 from minbert.params.catalogue import LoadedParams, seeds_of
-from minbert.params.schema import ExperimentParams, PretrainParams, TrainingSettings, deep_merge
+from minbert.params.load import read_yaml
+from minbert.params.schema import CATALOGUE_SECTIONS, ExperimentParams, PretrainParams, TrainingSettings, deep_merge
 
 
 def _leaves(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -128,7 +129,13 @@ def _experiment_lines(where: str, raw: dict, raw_base: dict, names: list[str], a
 
 
 def unread_settings(lp: LoadedParams) -> list[str]:
-    """One line for each setting of the experiments, `base` and the pretrainings that no job reads."""
+    """One line for each setting of the experiments, `base` and the pretrainings that no job reads
+    (every task, head and loss looked up in the params' own registry)."""
+    with lp.registry.active():
+        return _unread_settings(lp)
+
+
+def _unread_settings(lp: LoadedParams) -> list[str]:
     where = str(lp.source or lp.path or "params.yaml")
     raw = lp.raw if isinstance(lp.raw, dict) else {}
     raw_base = raw.get("base") or {}
@@ -185,9 +192,6 @@ def _scale_keys(raw: dict) -> tuple[str | None, set[str]]:
 def _sections_beside_a_catalogue(lp: LoadedParams) -> list[str]:
     """params.yaml's own sections while `catalogue: NAME` takes them from params/NAME.yaml (what
     `dvc exp run -S experiments...` writes there, for one)."""
-    from minbert.params.load import read_yaml
-    from minbert.params.schema import CATALOGUE_SECTIONS
-
     if lp.path is None or lp.source is None or lp.source == lp.path:
         return []
     own = read_yaml(lp.path)

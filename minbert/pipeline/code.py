@@ -4,7 +4,11 @@ A job's code is the import closure of its roots (its stage module, for a pretrai
 its kind, and the user's modules its settings name: a path in the project or an importable name)
 within the project packages: `import` statements anywhere in a module
 (functions included), package `__init__` files (Python runs them first), and the data files a
-module declares as part of its code (`CODE_DATA = ("templates",)`).
+module declares as part of its code (`CODE_DATA = ("templates",)`); a user's module with its own
+helpers, the files of the user's it imports (`module_files`).
+
+Each file is named relative to the project's folder (`code_name`), never to the working folder: a
+stage run by hand from another folder, or a run resumed there, is the same job.
 
 Left out, each for a reason stated in `NOT_JOB_CODE`: the modules that decide what a job's
 description holds (the planner, the params loader, catalogue expansion, the cross-section checks
@@ -23,8 +27,11 @@ import ast
 import hashlib
 import importlib.util
 import os
+import sys
+import sysconfig
 from pathlib import Path
 
+from minbert.core.extensions import is_path
 from minbert.core.provenance import remembered
 
 PROJECT_PACKAGES = ("minbert", "stages", "workflow")
@@ -101,28 +108,63 @@ def _code_data(tree: ast.AST, folder: Path) -> list[Path]:
 
 
 _CLOSURES: dict[tuple, list[Path]] = {}
-_SHOWN: dict[tuple, list[str]] = {}
 
 
 def code_closure(*roots: str) -> list[str]:
     """The project files the modules `roots` run: their import closure within the project packages,
     package `__init__` files included, plus declared code data, less `NOT_JOB_CODE` (unless named as
-    a root). Sorted paths, relative to the working directory when inside it. Kept for the process
+    a root), and each user module's own files (`module_files`). Sorted, each named as a job's
+    description names it (`code_name`: never relative to the working folder). Kept for the process
     (a plan asks it once per job, of a few sets of roots)."""
-    key = tuple(sorted(roots))
-    if key not in _CLOSURES:
-        _CLOSURES[key] = _closure(list(roots))
-    shown = (key, os.getcwd())
-    if shown not in _SHOWN:
-        _SHOWN[shown] = sorted(_display(p) for p in _CLOSURES[key])
-    return list(_SHOWN[shown])
+    name = _namer()
+    return sorted(name(p) for p in _closure_of(roots))
 
 
 def code_hashes(*roots: str) -> dict[str, str]:
-    """Each file of the closure of `roots` with the hash of what it does (`code_hash`); once per
-    closure within a plan (minbert.core.provenance.one_pass)."""
+    """Each file of the closure of `roots`, by its name (`code_name`), with the hash of what it does
+    (`code_hash`); once per closure within a plan (minbert.core.provenance.one_pass)."""
     key = ("code", tuple(sorted(roots)), os.getcwd())
-    return dict(remembered(key, lambda: {p: code_hash(p) for p in code_closure(*roots)}))
+
+    def compute():
+        name = _namer()
+        return {name(p): code_hash(p) for p in _closure_of(roots)}
+    return dict(remembered(key, compute))
+
+
+def _closure_of(roots) -> list[Path]:
+    # the working folder is part of the key only because a user's module may be named by a path
+    # relative to it: which files the closure holds, never how they are named
+    key = (tuple(sorted(roots)), os.getcwd())
+    if key not in _CLOSURES:
+        _CLOSURES[key] = _closure(list(roots))
+    return _CLOSURES[key]
+
+
+def project_root() -> Path:
+    """The folder holding the project's packages (the checkout, where the engines run)."""
+    roots = _package_roots()
+    return (roots.get("minbert") or next(iter(roots.values()))).resolve().parent
+
+
+def code_name(path: str | Path) -> str:
+    """How a job's description names a code file: relative to the project's folder when inside it
+    (a project package elsewhere: relative to the folder holding it), else its resolved absolute
+    path (a user's module outside the project). Never relative to the working folder, so a job
+    started from any folder, with any spelling of its paths, is the same job."""
+    return _namer()(path)
+
+
+def _namer():
+    """`code_name`, the project's folders looked up once for the many files of a closure."""
+    bases = list(dict.fromkeys([project_root(), *(r.resolve().parent for r in _package_roots().values())]))
+
+    def name(path: str | Path) -> str:
+        path = Path(path).resolve()
+        for base in bases:
+            if path.is_relative_to(base):
+                return path.relative_to(base).as_posix()
+        return path.as_posix()
+    return name
 
 
 def _closure(modules: list[str]) -> list[Path]:
@@ -135,14 +177,14 @@ def _closure(modules: list[str]) -> list[Path]:
             continue
         seen.add(name)
         path = _module_file(name, roots)
-        user = path is None and name in modules       # a module of the user's that a job's settings name
-        if user:
-            path = user_module_file(name)
         if path is None:
+            if name in modules:     # a module of the user's that a job's settings name: its files
+                own, imports = _user_closure(name)
+                files.update(own)
+                todo += imports
             continue
-        if not user:
-            parts = name.split(".")
-            todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # parent packages run first
         files.add(path)
         data, imports = _module_facts(path, name)
         files.update(data)
@@ -167,7 +209,7 @@ def _module_facts(path: Path, name: str) -> tuple[list[Path], list[str]]:
 def user_module_file(module: str) -> Path | None:
     """The file of a user's module (params' `modules:`): a path in the project, or an importable
     name's source file."""
-    if module.endswith(".py") or "/" in module:
+    if is_path(module):
         return Path(module) if Path(module).is_file() else None
     try:
         spec = importlib.util.find_spec(module)
@@ -177,11 +219,144 @@ def user_module_file(module: str) -> Path | None:
     return origin if origin is not None and origin.suffix == ".py" and origin.is_file() else None
 
 
-def _display(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return path.resolve().as_posix()
+# ---------------------------------------------------------------- a user's module and its own files
+
+def user_roots(roots) -> list[str]:
+    """The user's modules among a job's code roots (those outside the project's packages)."""
+    return [m for m in roots if m.split(".")[0] not in PROJECT_PACKAGES]
+
+
+def module_files(module: str) -> list[str]:
+    """The files a user's module (params' `modules:`) holds, named as a job's description names them:
+    its own file and its helpers, the files of the user's it imports (`_user_closure`)."""
+    name = _namer()
+    return sorted(name(p) for p in _user_closure(module)[0])
+
+
+_USER_CLOSURES: dict[tuple, tuple[list[Path], list[str]]] = {}
+
+
+def _user_closure(module: str) -> tuple[list[Path], list[str]]:
+    # kept for the process, as the closures are (a plan asks it for every job that uses the module)
+    key = (module, os.getcwd())
+    if key not in _USER_CLOSURES:
+        _USER_CLOSURES[key] = _walk_user_module(module)
+    return _USER_CLOSURES[key]
+
+
+def _walk_user_module(module: str) -> tuple[list[Path], list[str]]:
+    """(the files of the user's `module`, the project modules they import). Its helpers are what its
+    import statements (and theirs, in turn) resolve to as Python finds them (its path, then the
+    project's folder), found without running anything and kept when they are the user's code:
+    inside the project's folder or the module's own, outside the interpreter's libraries and
+    installed packages (a loss split into two files is two files of every job that uses it)."""
+    first = user_module_file(module)
+    if first is None:
+        return [], []
+    homes = (project_root(), first.resolve().parent)
+    libraries = _libraries()
+    files: set[Path] = set()
+    project: set[str] = set()
+    todo = [first.resolve()]
+    if not is_path(module):        # an importable name: its packages' `__init__` run first
+        todo += [f.resolve() for f in _located(module.split("."), _search_path()) if _users(f.resolve(), homes,
+                                                                                             libraries)]
+    while todo:
+        path = todo.pop()
+        if path in files:
+            continue
+        files.add(path)
+        for level, name, names in _user_imports(path):
+            if level == 0 and name.split(".")[0] in _package_roots():   # the library: the closure follows it
+                project.update([name, *(f"{name}.{n}" for n in names)])
+                continue
+            found = _import_files(path, level, name, names)
+            todo += [f.resolve() for f in found if _users(f.resolve(), homes, libraries)]
+    return sorted(files), sorted(project)
+
+
+_USER_IMPORTS: dict[tuple, list[tuple[int, str, tuple[str, ...]]]] = {}
+
+
+def _user_imports(path: Path) -> list[tuple[int, str, tuple[str, ...]]]:
+    """Each import statement of a user's file as (level, module, names), parsed once while the file is
+    unchanged; a file that does not parse has none (importing it fails anyway)."""
+    st = os.stat(path)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _USER_IMPORTS:
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        found = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found += [(0, a.name, ()) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                found.append((node.level, node.module or "", tuple(a.name for a in node.names if a.name != "*")))
+        _USER_IMPORTS[key] = found
+    return _USER_IMPORTS[key]
+
+
+def _import_files(path: Path, level: int, name: str, names: tuple[str, ...]) -> list[Path]:
+    """The source files an import statement in `path` runs, as Python's path finder would find them
+    now: each package's `__init__` on the way, the module, and each name that is a submodule."""
+    parts = name.split(".") if name else []
+    if level:
+        folder = path.parent
+        for _ in range(level - 1):
+            folder = folder.parent
+        folders = [folder]
+    else:
+        folders = _search_path()
+    out = _located(parts, folders)
+    for n in names:
+        out += _located([*parts, n], folders)[len(parts):]
+    return out
+
+
+def _search_path() -> list[Path]:
+    """Where an absolute import is looked for: the interpreter's path (a stage started with `python -m`
+    has the folder it runs in first), then the project's folder."""
+    return [Path(p or os.curdir) for p in sys.path if isinstance(p, str)] + [project_root()]
+
+
+def _located(parts: list[str], folders: list[Path]) -> list[Path]:
+    """The files of the module `parts` found in `folders` in the order Python looks (a package with
+    an `__init__`, then a module, in each folder in turn; folders without either are portions of a
+    namespace package): the packages' `__init__` files on the way and the module's file."""
+    out: list[Path] = []
+    for part in parts:
+        portions = []
+        for folder in folders:
+            if (folder / part / "__init__.py").is_file():
+                out.append(folder / part / "__init__.py")
+                folders = [folder / part]
+                break
+            if (folder / f"{part}.py").is_file():
+                return out + [folder / f"{part}.py"]          # what follows is a name inside it
+            if (folder / part).is_dir():
+                portions.append(folder / part)
+        else:
+            if not portions:
+                return out
+            folders = portions
+    return out
+
+
+def _libraries() -> list[Path]:
+    paths = sysconfig.get_paths()
+    return [Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
+
+
+def _users(path: Path, homes: tuple[Path, ...], libraries: list[Path]) -> bool:
+    """A file of the user's own: inside one of `homes`, not an installed package's or the Python
+    library's (a virtual environment inside the project holds those)."""
+    if path.suffix != ".py" or any(part in ("site-packages", "dist-packages") for part in path.parts):
+        return False
+    if any(path.is_relative_to(lib) for lib in libraries):
+        return False
+    return any(path.is_relative_to(home) for home in homes)
 
 
 # ---------------------------------------------------------------- the hash

@@ -188,6 +188,17 @@ def _batched(n_sentences: float, cost: StepCost) -> float:
     return cost.of(PREDICT_BATCH, train=False) * batches
 
 
+def pretrain_seconds(pre, train: dict[str, int], dev: dict[str, int], cost: StepCost, finetune, seed: int) -> float:
+    """Seconds of one pretraining (`pre`; paraphrase first: one fine-tuning on para with `finetune`)."""
+    if pre.kind == "mlm":
+        sizes = {t: train.get(t, 0) for t in pre.mlm.tasks}
+        n = sum(target_sizes(sizes, pre.mlm.downsample).values())
+        return pre.epochs * math.ceil(n / pre.batch_size) * cost.of(pre.batch_size)
+    if pre.kind == "nli":
+        return pre.epochs * math.ceil(train.get("nli", 0) / pre.batch_size) * cost.of(3 * pre.batch_size)
+    return fit_seconds(finetune.model_copy(update={"epochs": pre.epochs}), ["para"], train, dev, cost, seed)[0]
+
+
 def estimate(lp: LoadedParams, cost: StepCost) -> Estimate:
     """The pipeline's work (see the module docstring), stage by stage."""
     from minbert.params.resolve import retrain_settings
@@ -197,19 +208,8 @@ def estimate(lp: LoadedParams, cost: StepCost) -> Estimate:
     out = Estimate()
     pretrainings = {exp.pretrain for exp in lp.experiments.values() if exp.pretrain}
     for name in sorted(pretrainings):
-        pre = lp.params.pretrainings[name]
-        if pre.kind == "mlm":
-            sizes = {t: train.get(t, 0) for t in pre.mlm.tasks}
-            n = sum(target_sizes(sizes, pre.mlm.downsample).values())
-            steps = pre.epochs * math.ceil(n / pre.batch_size)
-            out.add("pretrain", name, steps * cost.of(pre.batch_size))
-        elif pre.kind == "nli":
-            steps = pre.epochs * math.ceil(train.get("nli", 0) / pre.batch_size)
-            out.add("pretrain", name, steps * cost.of(3 * pre.batch_size))
-        else:                                         # paraphrase first: one fine-tuning on para
-            seconds, updates = fit_seconds(lp.base.finetune.model_copy(update={"epochs": pre.epochs}), ["para"],
-                                           train, dev, cost, lp.base.seed)
-            out.add("pretrain", name, seconds)
+        out.add("pretrain", name, pretrain_seconds(lp.params.pretrainings[name], train, dev, cost, lp.base.finetune,
+                                                   lp.base.seed))
     for name, exp in lp.experiments.items():
         seconds, updates = fit_seconds(exp.finetune, exp.finetune.tasks, train, dev, cost, exp.seed)
         out.add("finetune", name, seconds)

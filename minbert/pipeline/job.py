@@ -5,7 +5,9 @@ A job's description is
   catalogue applied; cosmetic keys are in no stage's settings but the report's);
 - `reads`: the files and folders it reads, by name (`job.reads["splits"]`), as the stage registry
   (minbert.pipeline.registry) derives them;
-- `code`: the code it runs (minbert.pipeline.code), each file with the hash of what it does;
+- `code`: the code it runs (minbert.pipeline.code), each file (named relative to the project's
+  folder, never to the working folder) with the hash of what it does; `modules`: which of those
+  files each of the user's modules its settings name holds (the module and its helpers);
 - `sources`: the content hash of each input no job makes (raw data; a model, by the files it loads,
   whether a local folder, the packaged one or a Hub snapshot), so new bytes re-run the job and a new
   date alone does not.
@@ -150,10 +152,12 @@ class Job:
         if self.recorded is not None:
             return self.recorded
         if self._described is None:       # computed once per job: the planner asks it more than once
-            from minbert.pipeline.code import code_hashes
+            from minbert.pipeline.code import code_hashes, module_files, user_roots
 
             out = {"stage": self.stage, "name": self.name, "settings": self.settings,
                    "reads": self._portable_reads(), "code": code_hashes(*self.code_roots)}
+            if user_roots(self.code_roots):     # which of its code files each module of the user's holds
+                out["modules"] = {m: module_files(m) for m in user_roots(self.code_roots)}
             if self.sources or self.models:
                 out["sources"] = self.source_hashes()
             self._described = out
@@ -236,6 +240,10 @@ def _check_against_derived(path: Path, job: Job, description: dict, where: dict,
     """The job file is where the planner writes it and lists what the registry derives: the outputs
     in its results folder, and (but for the report, whose reads are the planner's list of every
     output) its reads."""
+    planned_in = _planned_in(path, job)
+    if planned_in is not None:
+        raise MinBertError(f"{path}: its paths are relative to the folder it was planned in, {str(planned_in)[:200]}, "
+                           f"not to this one; run the stage from there (cd {str(planned_in)[:200]})")
     if path.resolve() != Path(job.job_file).resolve():
         raise MinBertError(f"{path}: the job file of {job.id} for the results folder {job.results[:200]} is "
                            f"{job.job_file[:200]}, not this file; give --job that file, or {redo}")
@@ -247,6 +255,17 @@ def _check_against_derived(path: Path, job: Job, description: dict, where: dict,
         if listed[key] != value:
             raise MinBertError(f"{path}: its {key} are not what the planner derives for {job.id} (a job file "
                                f"edited by hand, or of another version); {redo}")
+
+
+def _planned_in(path: Path, job: Job) -> Path | None:
+    """The folder a job file with relative paths was planned in, when the stage runs elsewhere: the
+    file lies where the planner writes it, seen from that folder (its results and its inputs are
+    that folder's, never this one's); None otherwise."""
+    rel = Path(job.job_file)
+    where = path.resolve()
+    if rel.is_absolute() or where == rel.resolve() or where.parts[-len(rel.parts):] != rel.parts:
+        return None
+    return Path(*where.parts[:-len(rel.parts)])
 
 
 def inside(path: Path, folder: Path) -> bool:

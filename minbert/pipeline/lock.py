@@ -44,6 +44,19 @@ def _parent(pid: int) -> int:
         return 0
 
 
+ENGINES = ("snakemake", "dvc")
+
+
+def engine_of(args: list[str]) -> str | None:
+    """The engine a command line runs (`snakemake ...`, `python .../bin/dvc ...`, `python -m
+    snakemake ...`), or None."""
+    for a in args[:2]:
+        name = Path(a).name.removesuffix(".exe")
+        if name in ENGINES:
+            return name
+    return args[2] if len(args) > 2 and args[1] == "-m" and args[2] in ENGINES else None
+
+
 def engine(environ=os.environ) -> str:
     """Who started this stage: "dvc" (its stage commands get DVC_STAGE and DVC_ROOT), "snakemake"
     (no variable of its own: a snakemake process among this process and its ancestors, the
@@ -52,12 +65,33 @@ def engine(environ=os.environ) -> str:
         return "dvc"
     pid, seen = os.getpid(), 0
     while pid > 1 and seen < 64:
-        args = _cmdline(pid)
-        if any(Path(a).name in ("snakemake", "snakemake.exe") for a in args[:2]) or \
-                (len(args) > 2 and args[1:3] == ["-m", "snakemake"]):
+        if engine_of(_cmdline(pid)) == "snakemake":
             return "snakemake"
         pid, seen = _parent(pid), seen + 1
     return "hand"
+
+
+def engines_in(folder: str | os.PathLike) -> list[dict] | None:
+    """The engines (Snakemake, DVC) running on this machine in `folder` or a folder above it (where
+    the results folder is theirs), as [{"engine", "pid"}]; None where processes cannot be listed
+    (no /proc)."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    target = Path(folder).resolve()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        name = engine_of(_cmdline(int(entry.name)))
+        if name is None:
+            continue
+        try:
+            cwd = Path(os.readlink(f"/proc/{entry.name}/cwd"))
+        except OSError:                 # ended meanwhile, or another user's
+            continue
+        if target.is_relative_to(cwd) and cwd != Path("/"):
+            found.append({"engine": name, "pid": int(entry.name)})
+    return found
 
 
 def _holder(text: str) -> dict:

@@ -14,15 +14,18 @@ the job's description itself, which its fingerprint covers.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
+from minbert.core.io import TEMP_SUFFIX, read_input
 from minbert.core.layout import MODEL_FILE, Layout
 from minbert.core.provenance import canonical
 from minbert.params.catalogue import LoadedParams
 from minbert.params.load import load_params
+from minbert.params.messages import close
 from minbert.pipeline.job import Job, refuse_inputs_inside_outputs
 from minbert.pipeline.registry import STAGES
 
@@ -33,14 +36,15 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
     """Every job, in an order where each comes after the jobs whose outputs it reads."""
     lp = params if isinstance(params, LoadedParams) else load_params(params)
     by_name: dict[tuple, list[Job]] = {}        # an experiment's jobs together, in the registry's order
-    for spec in STAGES.values():
-        for name in ([] if spec.name == "report" else spec.names(lp)):
-            job = Job.build(spec.name, name, spec.settings(lp, name), layout)
-            by_name.setdefault((spec.name,) if name is None else (spec.what, name), []).append(job)
-    jobs = [j for group in by_name.values() for j in group]
-    for job in jobs:    # an engine deletes a job's outputs before it runs: refuse before any engine starts
-        refuse_inputs_inside_outputs(job)
-    return _link(jobs + [_report(lp, layout, jobs)])
+    with lp.registry.active():                  # the params' own tasks, losses and heads
+        for spec in STAGES.values():
+            for name in ([] if spec.name == "report" else spec.names(lp)):
+                job = Job.build(spec.name, name, spec.settings(lp, name), layout)
+                by_name.setdefault((spec.name,) if name is None else (spec.what, name), []).append(job)
+        jobs = [j for group in by_name.values() for j in group]
+        for job in jobs:    # an engine deletes a job's outputs before it runs: refuse before any engine starts
+            refuse_inputs_inside_outputs(job)
+        return _link(jobs + [_report(lp, layout, jobs)])
 
 
 def _report(lp: LoadedParams, layout: Layout, jobs: list[Job]) -> Job:
@@ -107,16 +111,15 @@ def job_for(params_path: str | Path, stage: str, name: str | None, layout: Layou
     spec = STAGES[stage]
     if spec.name == "report":
         return next(j for j in pipeline(lp, layout) if j.stage == "report")
-    if name in spec.runnable(lp):
-        job = Job.build(stage, name, spec.settings(lp, name), layout)
-        refuse_inputs_inside_outputs(job)
-        return job
+    with lp.registry.active():
+        if name in spec.runnable(lp):
+            job = Job.build(stage, name, spec.settings(lp, name), layout)
+            refuse_inputs_inside_outputs(job)
+            return job
     raise MinBertError(_no_such_job(params_path, lp, spec, name))
 
 
 def _no_such_job(params_path, lp: LoadedParams, spec, name) -> str:
-    from minbert.params.messages import close
-
     known = spec.known(lp)
     if spec.what == "experiment" and name in lp.groups:
         seeds = lp.groups[name]
@@ -154,8 +157,6 @@ def write_job_file(job: Job) -> bool:
 def _replace(path: Path, text: str) -> None:
     """Write a job file at once (a temporary beside it, renamed over it): one create and one rename,
     as a plan of thousands of jobs writes thousands of them."""
-    from minbert.core.io import TEMP_SUFFIX
-
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
     try:
         tmp.write_text(text, encoding="utf-8")
@@ -170,10 +171,6 @@ RUN_ONLY = ("read_hashes", "runtime")     # in a run record's description, besid
 
 def _made_from(job: Job, description: dict) -> float | None:
     """When the job's recorded run started, if that run had this description; else None."""
-    import datetime as dt
-
-    from minbert.core.io import read_input
-
     record = Path(job.run_record)
     try:
         if not record.is_file():

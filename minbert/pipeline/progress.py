@@ -6,8 +6,16 @@ several at once): `minbert progress [--watch]`, and every few seconds on Snakema
   from, each done too), running (a process holds its lock: minbert.pipeline.lock) or waiting;
 - each running job: who runs it and since when, and, for a training job, its phase, epoch and
   updates, their rate and the time left (progress.json in its state folder: minbert.core.progress);
-- the time left of the run: the running jobs' own estimates and the waiting jobs' last recorded
-  wall times, spread over the jobs that run at once.
+- the time left of the run: the running jobs' own estimates and each waiting job's price, spread
+  over the jobs that run at once. A waiting job is priced from its planned work, as `minbert
+  estimate` prices it (minbert.pipeline.estimate: its updates, dev evaluations and predictions over
+  the prepared rows, in passes of the encoder), at the speed this run's training jobs showed (their
+  seconds per unit of planned work: those done, and those running by their own estimates); else by
+  the wall time of its own last run; a job that runs no network by its start-up. A job that cannot
+  be priced yet (no prepared data, no training job seen) is said;
+- `watch`: the run printed every few seconds until nothing is left to do, or nothing runs and no
+  engine runs in the folder (a targeted run finished, an engine stopped): waiting jobs then wait
+  for a run that nobody started.
 
 Nothing here writes: the jobs' logs and records are read as they are.
 """
@@ -15,14 +23,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import socket
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
 from minbert.core.progress import PROGRESS_FILE
+from minbert.pipeline.lock import engines_in
 
 
 @dataclass
@@ -33,6 +46,8 @@ class JobState:
     holder: dict = field(default_factory=dict)
     progress: dict = field(default_factory=dict)
     last_seconds: float | None = None        # the wall time of its last recorded run
+    work: float | None = None                # its planned work (`planned_work`); None: not known
+    price: float | None = None               # waiting: the seconds it will take (`_price`); None: not known
 
     @property
     def id(self) -> str:
@@ -72,7 +87,6 @@ def _mtime(path: Path) -> float | None:
 
 def _jobs(layout: Layout):
     """The jobs of the job files under the layout's jobs folder (minbert.pipeline.job.Job.read)."""
-    from minbert.core.errors import MinBertError
     from minbert.pipeline.job import Job
 
     root = Path(layout.job_files)
@@ -114,7 +128,92 @@ def job_states(layout: Layout = Layout()) -> list[JobState]:
     for i, state in enumerate(states):
         if state.status != "running" and is_done(i):
             state.status = "done"
+    _price(jobs, states, layout)
     return states
+
+
+# ---------------------------------------------------------------- what the waiting jobs cost
+
+# the encoder's cost of one sentence: a training pass 1, a forward pass alone a third (its backward
+# pass costs about twice its forward one); `minbert estimate` measures both, a running pipeline
+# takes the scale from its own training jobs
+UNIT = (0.0, 1.0), (0.0, 1 / 3)
+
+
+def _rows(layout: Layout) -> dict[str, dict[str, int]] | None:
+    """{split: {task: rows kept}} of the prepared data (its summary.json); None before prepare ran."""
+    files = _json(Path(layout.data_summary)).get("files")
+    if not isinstance(files, dict):
+        return None
+    rows: dict[str, dict[str, int]] = {"train": {}, "dev": {}, "test": {}}
+    for name, info in files.items():
+        task, _, split = str(name).removesuffix(".tsv").rpartition("-")
+        if split in rows and isinstance(info, dict) and isinstance(info.get("rows_kept"), int):
+            rows[split][task] = info["rows_kept"]
+    return rows
+
+
+NETWORK_STAGES = ("finetune", "retrain_heads", "pretrain", "predict", "teach")
+
+
+def planned_work(job, rows: dict[str, dict[str, int]] | None) -> float | None:
+    """A job's planned work, priced as `minbert estimate` prices it (minbert.pipeline.estimate) at a
+    unit cost per sentence (`UNIT`): its training updates and dev evaluations, a pretraining's steps,
+    the predictions' forward passes over the prepared `rows`; 0 for a job that runs no network; None
+    when it does and the rows are not known."""
+    from minbert.pipeline import estimate as E
+
+    if job.stage not in NETWORK_STAGES:
+        return 0.0
+    if rows is None:
+        return None
+    unit = E.StepCost(*UNIT)
+    s = job.spec.model.model_validate(job.settings)
+    train, dev = rows["train"], rows["dev"]
+    if job.stage == "finetune":
+        return E.fit_seconds(s.finetune, s.finetune.tasks, train, dev, unit, s.seed)[0]
+    if job.stage == "retrain_heads":
+        return E.fit_seconds(s.train, s.train.tasks, train, dev, unit, s.seed)[0]
+    if job.stage == "pretrain":
+        return E.pretrain_seconds(s.pretraining, train, dev, unit, s.finetune, s.seed)
+    splits, members = (s.splits, 1) if job.stage == "predict" else (["train"], len(s.members))
+    n = sum(rows[split].get(t, 0) * E.sentences(t, None) for t in s.predicts for split in splits)
+    return E._batched(n * members, unit)
+
+
+_WORK: dict[tuple, float | None] = {}
+
+
+def _price(jobs: list, states: list[JobState], layout: Layout) -> None:
+    """Each waiting job's price (see the module docstring), from the speed the run's training jobs
+    showed: their seconds (less the start-up) per unit of planned work."""
+    from minbert.pipeline.estimate import STARTUP
+
+    rows = _rows(layout)
+    for job, state in zip(jobs, states, strict=True):
+        key = (job.stage, json.dumps(job.settings, sort_keys=True, default=str), json.dumps(rows, sort_keys=True))
+        if key not in _WORK:          # a watch prices the same jobs every few seconds
+            try:
+                _WORK[key] = planned_work(job, rows)
+            except (ValueError, KeyError, TypeError, ArithmeticError):   # settings of another version
+                _WORK[key] = None
+        state.work = _WORK[key]
+    seen = []
+    for s in states:
+        taken = s.last_seconds if s.status == "done" else \
+            (_since(s.holder.get("started")) or 0) + s.progress["seconds_left"] if "seconds_left" in s.progress else None
+        if s.work and isinstance(taken, (int, float)):
+            seen.append((max(taken - STARTUP, 0.0), s.work))
+    scale = sum(t for t, _ in seen) / sum(w for _, w in seen) if seen else None
+    for s in states:
+        if s.status != "waiting":
+            continue
+        if s.work == 0:
+            s.price = s.last_seconds if s.last_seconds is not None else STARTUP
+        elif s.work is not None and scale is not None:
+            s.price = STARTUP + s.work * scale
+        else:
+            s.price = s.last_seconds
 
 
 def _clock(seconds: float | None) -> str:
@@ -155,13 +254,14 @@ def summary(states: list[JobState]) -> list[str]:
     running = [s for s in states if s.status == "running"]
     waiting = [s for s in states if s.status == "waiting"]
     left = [s.progress.get("seconds_left") for s in running if s.progress.get("seconds_left") is not None]
-    known = [s.last_seconds for s in waiting if s.last_seconds is not None]
+    known = [s.price for s in waiting if s.price is not None]
     head = f"{len(done)} of {len(states)} jobs done, {len(running)} running, {len(waiting)} waiting"
     if running or waiting:
         estimate = max(left, default=0.0) + sum(known) / max(1, len(running))
         unknown = len(waiting) - len(known)
-        head += f"; about {_clock(estimate)} left" + (f" (and {unknown} job(s) with no earlier run to go by)"
-                                                      if unknown else "")
+        why = "no prepared data yet" if any(s.work is None and s.price is None for s in waiting) else \
+            "no training job has shown its speed yet"
+        head += f"; about {_clock(estimate)} left" + (f" (and {unknown} job(s) not priced: {why})" if unknown else "")
     return [head] + ["  " + job_line(s) for s in running]
 
 
@@ -169,12 +269,46 @@ def render(layout: Layout = Layout()) -> str:
     return "\n".join(summary(job_states(layout)))
 
 
+MAX_INTERVAL = 86_400.0      # a day: what a watch may sleep between prints
+
+
+def interval(value, what: str) -> float:
+    """A number of seconds between prints, given by a user: a finite number above 0 and at most a
+    day; a one-line error naming `what` (`--watch `) otherwise (NaN passed a `<= 0` check, and sleeping NaN or
+    1e300 seconds is a traceback)."""
+    seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_INTERVAL):
+        shown = format(value, "g") if isinstance(value, float) else value
+        raise MinBertError(f"{what}{shown}: expected a number of seconds above 0 and at most {MAX_INTERVAL:g}")
+    return seconds
+
+
+def watch(seconds: float, layout: Layout = Layout(), out=None) -> str:
+    """Print the run every `seconds` until every job is done, or nothing runs and no engine runs in
+    the folder (minbert.pipeline.lock.engines_in; where processes cannot be listed, once nothing
+    runs). Returns why it ended, which it prints last."""
+
+    stream = out or sys.stdout
+    while True:
+        states = job_states(layout)
+        stamp = time.strftime("%H:%M:%S")
+        print("\n".join(f"{stamp} {line}" if k == 0 else line for k, line in enumerate(summary(states))),
+              file=stream, flush=True)
+        if all(s.status == "done" for s in states):
+            return ""
+        if not any(s.status == "running" for s in states) and not engines_in(layout.results):
+            waiting = sum(s.status == "waiting" for s in states)
+            why = (f"nothing is running and no engine (Snakemake, DVC) runs in this folder: {waiting} job(s) wait "
+                   f"for the next run")
+            print(why, file=stream, flush=True)
+            return why
+        time.sleep(seconds)
+
+
 def print_every(seconds: float, layout: Layout = Layout(), out=None) -> None:
     """Print the run's progress (its counts and each running job) every `seconds`, from a thread
     of the calling process (Snakemake's: its terminal, never a job's log), while jobs run."""
-    import sys
-    import threading
-
+    seconds = interval(seconds, "progress every ")
     stream = out or sys.stderr      # the terminal's, taken now: a job run in-process redirects sys.stderr to its log
 
     def loop():

@@ -20,12 +20,14 @@ the jobs whose description it changes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import wraps
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from minbert.core.layout import PREDICTED_SPLITS, Layout, prediction_file
 from minbert.core.tasks import TASKS
+from minbert.pipeline.code import PARAMS_LOADER
 from minbert.params import resolve as S
 from minbert.params.settings import (
     EnsembleSettings,
@@ -37,6 +39,7 @@ from minbert.params.settings import (
     PretrainSettings,
     RetrainSettings,
     TeachSettings,
+    para_first_config,
     pretrain_splits,
 )
 from minbert.params.validate import shared_tasks
@@ -198,8 +201,24 @@ def _used_pretrainings(lp) -> list[str]:
     return sorted({e.pretrain for e in lp.experiments.values() if e.pretrain})
 
 
+def _runs_heads_and_losses(s, train) -> list[str]:
+    """The code of the heads and losses a training with `train` (its tasks, its heads settings) runs:
+    each built-in one's module (minbert/model/heads/, minbert/model/losses/; the user's modules are
+    the settings' `modules`), so an edit to one re-runs exactly the trainings that use it."""
+    with s.registry.active():
+        return s.registry.code_modules([train.heads.head_of(t) for t in train.tasks],
+                                       [train.heads.loss_of(t) for t in train.tasks])
+
+
+def _loads_models(s) -> list[str]:
+    """A stage that loads a trained model runs whichever heads its checkpoint holds: every built-in
+    head's module (no loss runs there)."""
+    return s.registry.code_modules(heads=[n for n, h in s.registry.heads.items() if h.builtin])
+
+
 def _pretrain_code(s) -> list[str]:
-    return [PRETRAINING_MODULES[s.pretraining.kind]]
+    first = [] if s.pretraining.kind != "para_first" else _runs_heads_and_losses(s, para_first_config(s))
+    return [PRETRAINING_MODULES[s.pretraining.kind], *first]
 
 
 def _ensemble_settings(lp, name):
@@ -209,13 +228,24 @@ def _ensemble_settings(lp, name):
 
 
 def _report_code(settings) -> list[str]:
-    from minbert.pipeline.code import PARAMS_LOADER  # the report reads the params itself
+    return list(PARAMS_LOADER)       # the report reads the params itself
 
-    return list(PARAMS_LOADER)
+
+def _in_own_registry(io: Callable) -> Callable:
+    """A stage's `io`, derived in the registry of the job's own settings (its tasks' splits), whoever
+    asks: the planner, an engine's rules, a stage reading its job file."""
+    @wraps(io)
+    def derive(layout: Layout, name, settings) -> StageIO:
+        registry = getattr(settings, "registry", None)
+        if registry is None:
+            return io(layout, name, settings)
+        with registry.active():
+            return io(layout, name, settings)
+    return derive
 
 
 NETWORK = {"threads": 8, "gpu": 1}      # what a stage that runs the network asks of a machine, beside memory and time
-STAGES: dict[str, Stage] = {s.name: s for s in [
+STAGES: dict[str, Stage] = {s.name: replace(s, io=_in_own_registry(s.io)) for s in [
     Stage("prepare", "prepare: read and check the raw files, write the prepared splits",
           {"threads": 1, "mem_mb": 4000, "runtime": 30}, _prepare_io, names=lambda lp: [None],
           settings=lambda lp, name: S.prepare_settings(lp), model=PrepareSettings),
@@ -226,16 +256,17 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
           metrics=("metrics",), plots=("history",), code=_pretrain_code),
     Stage("finetune", "fine-tune {name}", {**NETWORK, "mem_mb": 32000, "runtime": 480}, _finetune_io,
           names=lambda lp: lp.experiments, settings=lambda lp, n: S.finetune_settings(lp.experiments[n]),
-          model=FinetuneSettings, named="experiment", metrics=("live_metrics",), plots=("history", "live_plots")),
+          model=FinetuneSettings, named="experiment", metrics=("live_metrics",), plots=("history", "live_plots"),
+          code=lambda s: _runs_heads_and_losses(s, s.finetune)),
     Stage("retrain_heads", "retrain the heads of {name} over its frozen encoder",
           {**NETWORK, "mem_mb": 16000, "runtime": 120}, _retrain_io,
           names=lambda lp: [n for n, e in lp.experiments.items() if e.retrain_heads.enabled],
           settings=lambda lp, n: S.retrain_settings(lp.experiments[n]), model=RetrainSettings, named="experiment",
           named_in=lambda lp: lp.experiments, hint="set retrain_heads.enabled: true", metrics=("live_metrics",),
-          plots=("history", "live_plots")),
+          plots=("history", "live_plots"), code=lambda s: _loads_models(s) + _runs_heads_and_losses(s, s.train)),
     Stage("predict", "predict the dev and test splits with {name}", {**NETWORK, "mem_mb": 16000, "runtime": 60},
           _predict_io, names=lambda lp: lp.experiments, settings=lambda lp, n: S.predict_settings(lp.experiments[n]),
-          model=PredictSettings, named="experiment"),
+          model=PredictSettings, named="experiment", code=_loads_models),
     Stage("evaluate", "score the predictions of {name}", {"threads": 1, "mem_mb": 2000, "runtime": 10}, _evaluate_io,
           names=lambda lp: lp.experiments,
           settings=lambda lp, n: S.evaluate_settings(lp.experiments[n]),
@@ -243,7 +274,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("teach", "teacher {name}: its outputs on the training data", {**NETWORK, "mem_mb": 16000, "runtime": 120},
           _teach_io, names=S.teachers, settings=lambda lp, n: S.teach_settings(lp, n, S.teachers(lp)[n]),
           model=TeachSettings, named="name", what="teacher",
-          name_help="the teacher: an experiment or ensemble a student distils from"),
+          name_help="the teacher: an experiment or ensemble a student distils from", code=_loads_models),
     Stage("ensemble", "ensemble {name}: combine its members' predictions",
           {"threads": 1, "mem_mb": 4000, "runtime": 10}, _ensemble_io, names=lambda lp: lp.params.ensembles,
           settings=_ensemble_settings, model=EnsembleSettings, named="name", what="ensemble",
@@ -254,7 +285,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("export", "export {name} in the Hugging Face format", {"threads": 1, "mem_mb": 8000, "runtime": 20},
           _export_io, names=lambda lp: lp.params.export.experiments,
           settings=lambda lp, n: S.export_settings(lp, lp.experiments[n]), model=ExportSettings, named="experiment",
-          by_hand=lambda lp: lp.experiments, reported=False),   # by hand (minbert export): any experiment
+          by_hand=lambda lp: lp.experiments, reported=False,   # by hand (minbert export): any experiment
+          code=_loads_models),
 ]}
 
 

@@ -19,6 +19,9 @@
   never leave a stale output behind) and temporaries left by a killed run beside them are deleted;
   a folder outside the results folder (the report's pages under --out) loses only the files its
   manifest says the stage wrote there, never a user's own;
+- throughout: the registry of the job's settings (minbert.core.registry: the built-in tasks, losses
+  and heads with the user's tasks and modules the job names) is the one in use, so a stage works
+  from its job's registry alone, whether an engine or a hand run started it;
 - after success: results/runs/<stage>/<name>.json with the git revision, the environment and
   device, the precision that ran, wall time and peak memory, the fingerprint and the resolved
   description; then what the run wrote is recorded by content (minbert.pipeline.finished).
@@ -37,12 +40,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minbert.core.errors import MinBertError
 from minbert.core.io import MANIFEST, clean_stale_temporaries, refuse_links, remove_owned, write_json
 from minbert.core.layout import Layout
 from minbert.core.provenance import fingerprint_of, git_revision, with_runtime
+from minbert.core.registry import Registry, RegistryProblem
 from minbert.pipeline import finished
 from minbert.pipeline.job import Job, inside, refuse_inputs_inside_outputs
 from minbert.pipeline.lock import engine, job_lock
+
+CHECKOUT = Path(__file__).resolve().parents[2]    # the code's revision, whatever folder the job runs from
 
 
 def peak_rss_mib() -> float:
@@ -131,7 +138,7 @@ def running(job: Job, network=None, main_process: bool = True, force: bool = Fal
             refuse_links(path, job.results)
         refuse_inputs_inside_outputs(job)
     settings, runtime = resolve_network(network) if network is not None else (None, {"device": "cpu"})
-    with lock as holding:
+    with lock as holding, job_registry(job).active():
         description = job.runtime_description()
         if network is not None:
             description = with_runtime(description, runtime["device"], runtime["precision"], runtime["world"])
@@ -148,7 +155,7 @@ def running(job: Job, network=None, main_process: bool = True, force: bool = Fal
         yield run
         if main_process:
             write_json(Path(job.run_record), {
-                "stage": job.stage, "name": job.name, "git_revision": git_revision(),
+                "stage": job.stage, "name": job.name, "git_revision": git_revision(CHECKOUT),
                 "started": start.isoformat(timespec="seconds"),
                 "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "wall_seconds": round(time.perf_counter() - t0, 2), "peak_rss_mib": peak_rss_mib(),
@@ -156,6 +163,17 @@ def running(job: Job, network=None, main_process: bool = True, force: bool = Fal
                 **run.fields, "fingerprint": run.fingerprint, "description": description,
             })
             finished.record(job, run.fingerprint)    # outputs as they were: their dates as they were
+
+
+def job_registry(job: Job) -> Registry:
+    """The registry of the job's settings: its declared tasks and the user's modules it names (as
+    its settings model wrote them; the report, whose settings are the params file itself, reads the
+    params and uses theirs)."""
+    settings = job.settings if isinstance(job.settings, dict) and job.spec.model is not None else {}
+    try:
+        return Registry.of(settings.get("modules") or [], settings.get("tasks") or {})
+    except RegistryProblem as e:
+        raise MinBertError(f"{job.job_file}: setting '{e.key}' of {job.id}: {e}") from None
 
 
 def owned_paths(job: Job) -> list[str]:

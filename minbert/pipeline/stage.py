@@ -19,6 +19,7 @@ from typing import Callable
 
 from minbert.core.layout import Layout
 from minbert.pipeline.job import Job
+from minbert.pipeline.plan import job_for
 from minbert.pipeline.registry import STAGES
 
 NAMED = {"experiment": "the experiment's name in params.yaml", "name": "its name in params.yaml"}   # default help
@@ -65,8 +66,6 @@ def stage_call(stage: str, doc: str, argv: list[str] | None, *,
         job = Job.read(args.job, stage, name)
         layout = Layout(job.results, job.reports)
     else:
-        from minbert.pipeline.plan import job_for
-
         layout = Layout(args.results, getattr(args, reports) if reports else "reports")
         job = job_for(args.params, stage, name, layout)
     return StageCall(args, job, layout)

@@ -17,6 +17,7 @@ from minbert.core.errors import MinBertError
 from minbert.core.layout import prediction_file
 from minbert.core.metrics import metric_undefined, summarise, task_metric
 from minbert.core.tasks import TASKS
+from minbert.data.read import read_split
 from minbert.scoring.predictions import labelled, read_predictions
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,6 @@ def expected_files(paths) -> dict[str, list[str]]:
 def check_against_split(df: pd.DataFrame, path: Path, task: str, split_path: str | Path) -> None:
     """The predictions of `path` cover the rows of the prepared split they claim (`split_path`): every
     id exactly once (`read_predictions` refuses duplicates), no other id, and the split's labels."""
-    from minbert.data.read import read_split
-
     split_path = Path(split_path)
     truth = read_split(split_path)
     ids = pd.Index(truth["id"])

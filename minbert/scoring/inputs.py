@@ -11,6 +11,7 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.tasks import TASKS
+from minbert.data.read import refuse_repeated_columns
 
 SINGLE, PAIR = ["sentence"], ["sentence1", "sentence2"]
 # the longest text predicted, as for the pipeline's data files (minbert.data.read.MAX_FIELD_CHARS): the
@@ -39,23 +40,11 @@ def text_columns(tasks) -> list[str]:
     return [c for c in SINGLE + PAIR if any(c in (PAIR if TASKS[t].pair else SINGLE) for t in tasks)]
 
 
-def first_repeat(names) -> str | None:
-    """The first name that appears a second time (linear in the names)."""
-    seen = set()
-    for name in names:
-        if name in seen:
-            return name
-        seen.add(name)
-    return None
-
-
 def tasks_for(origin: Origin, columns, tasks: list[str] | None, model_tasks: list[str]) -> list[str]:
     """The tasks to predict for an input with these columns: those asked (each must fit the columns),
     or every task of the model that the columns fit; a one-line error when they do not fit."""
     columns = [str(c) for c in columns]
-    twice = first_repeat(columns)
-    if twice is not None:
-        raise MinBertError(f"{origin.header}: column '{twice}' appears twice in the header; keep one")
+    refuse_repeated_columns(origin.header, columns)
     cols, shown = set(columns), ", ".join(columns) or "none"
     pair, single = set(PAIR) <= cols, "sentence" in cols
     if tasks:

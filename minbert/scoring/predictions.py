@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from minbert.core.errors import MinBertError
+from minbert.core.io import read_input
 from minbert.core.tasks import TASKS
 
 
@@ -30,8 +31,6 @@ def _numbers(df: pd.DataFrame, column: str, path: Path, what: str) -> pd.Series:
 
 def _table(path: Path) -> pd.DataFrame:
     """The file as a table of text cells ("NA" and "null" are words here, not missing values)."""
-    from minbert.core.io import read_input
-
     data = read_input(path, "predictions file")
     try:
         return pd.read_csv(io.StringIO(data.decode("utf-8")), dtype=str, keep_default_na=False)

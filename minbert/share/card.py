@@ -13,8 +13,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from minbert.core.datasets import is_demo_data, raw_path
+from minbert.core.layout import prediction_file
 from minbert.core.tasks import TASKS
+from minbert.scoring.evaluate import labelled, read_predictions
+from minbert.scoring.stats import Sample, overall_estimates, task_estimate
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,6 @@ def _files(files) -> str:
 def scores(predictions: str | Path) -> dict:
     """{split: {task: (value, low, high, n)}, "overall": ...} with 95% percentile bootstrap
     intervals (minbert.scoring.stats, as the report computes them) for every labelled split."""
-    from minbert.core.layout import prediction_file
-    from minbert.scoring.evaluate import labelled, read_predictions
-    from minbert.scoring.stats import Sample, overall_estimates, task_estimate
-
     out: dict = {}
     for split in ("dev", "test"):
         ests = {}
@@ -91,8 +92,6 @@ def model_card(s, name: str, files: dict, score: dict, training: dict, rows: dic
     data it was trained on), how to load it, its scores with 95% intervals, its training settings,
     each task's data and the provenance. `s`: the export's settings (minbert.params.settings.ExportSettings);
     `files`: what export_model wrote (pooling, cross-encoders, carried code); `rows`: training rows by task."""
-    import yaml
-
     tasks = list(s.predicts)
     sources = task_data(s, tasks)
     start = f"`{s.start_model}`" if s.start_model else "its base model"

@@ -30,9 +30,13 @@ import os
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
-from minbert.core.extensions import HEADS, module_of
+from minbert.core.io import atomic_path
+from minbert.core.provenance import git_revision
 from minbert.core.tasks import TASKS
+from minbert.model.checkpoint import declared, load_checkpoint
+from minbert.model.weights import hf_to_minbert, minbert_to_hf, read_config, read_state_dict, save_hf_folder
 from minbert.share.card import model_card, scores
+from minbert.share.code import carried_code, carried_modules, carry_code
 
 EXPORT_FORMAT = "minbert-export-1"
 MANIFEST = "minbert.json"
@@ -99,8 +103,9 @@ def cross_encoder_form(model, task: str) -> str | None:
     """Why `task`'s head is not a `BertForSequenceClassification` (None when it is one: a cross
     view, the pooler's output, a single linear layer, nothing shared or added, one reading order)."""
     cfg = model.heads_cfg
-    if cfg.head_of(task) in HEADS:
-        return f"its head '{cfg.head_of(task)}' is one of your own (module {module_of('head', cfg.head_of(task))})"
+    head = model.registry.heads[cfg.head_of(task)]
+    if not head.builtin:
+        return f"its head '{head.name}' is one of your own (module {head.module})"
     if model.views[task].name != "cross":
         return f"its {cfg.head_of(task)} head is a bi-encoder{' with a cross term' if model.views[task].name == 'hybrid' else ''}: " \
                f"it embeds each sentence apart"
@@ -116,8 +121,6 @@ def write_cross_encoder(folder: Path, model, task: str, tokenizer) -> None:
     sentence_transformers.CrossEncoder(folder) predicts its logit through `activation_fn`
     (sigmoid: the paraphrase probability; identity: the raw similarity output)."""
     from safetensors.torch import save_file
-
-    from minbert.model.weights import minbert_to_hf
 
     folder.mkdir(parents=True)
     enc_sd = {k: v for k, v in model.state_dict().items() if k.startswith("encoder.")}
@@ -143,8 +146,6 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
     of the files: pooling, the cross-encoder forms and the user's modules carried in code/."""
     from safetensors.torch import save_file
 
-    from minbert.model.weights import save_hf_folder
-
     folder = Path(folder)
     model = model.cpu().eval()
     save_hf_folder(folder, model.encoder)
@@ -152,14 +153,11 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
     pooling = write_sentence_transformers(folder, model, tokenizer.max_length)
     heads = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if not k.startswith("encoder.")}
     save_file(heads, str(folder / HEADS_FILE), metadata={"format": EXPORT_FORMAT})
-    from minbert.model.checkpoint import declared
-    from minbert.share.code import write_code
-
     own = declared(model)       # the user's tasks and modules, which loading it again needs
-    code = write_code(folder, own.get("modules", []))     # and the modules' code, which it runs
+    own = carry_code(folder, own) if own.get("code") else own      # with copies of the code they ran
     _json(folder / MANIFEST, {"format": EXPORT_FORMAT, "tasks": model.tasks, "heads": model.heads_cfg.model_dump(mode="json"),
-                              **({"declared": own} if own else {}), **({"code": code} if code else {}),
-                              "calibration": model.calibration, "max_length": tokenizer.max_length, **(extra or {})})
+                              **({"declared": own} if own else {}), "calibration": model.calibration,
+                              "max_length": tokenizer.max_length, **(extra or {})})
     cross = {}
     for task in model.tasks:
         if TASKS[task].pair:
@@ -174,18 +172,16 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
     for p in folder.rglob("*"):          # safetensors writes its files for the owner only: a shared model is readable
         if p.is_file():
             p.chmod(0o666 & ~umask)
-    return {"pooling": pooling, "cross": cross, "code": list((code.get("modules") or {}).values())}
+    return {"pooling": pooling, "cross": cross, "code": carried_modules(own)}
 
 
 # ---------------------------------------------------------------- reading back
 
 def read_export(folder: str | Path, trust_remote_code: bool = False) -> dict:
     """An export folder as a checkpoint dict (minbert.model.checkpoint.model_from_checkpoint builds it).
-    The user's code it carries is checked and imported (minbert.share.code.load_carried): only when
-    `trust_remote_code`, and the dict then names each module by its copy in the folder."""
+    The user's code it carries is checked (minbert.share.code.carried_code) and runs only when
+    `trust_remote_code`; the dict then says where it is imported from (`code_home`)."""
     from safetensors.torch import load_file
-
-    from minbert.model.weights import hf_to_minbert, read_config, read_state_dict
 
     folder = Path(folder)
     try:
@@ -204,15 +200,12 @@ def read_export(folder: str | Path, trust_remote_code: bool = False) -> dict:
     except Exception as e:  # a missing or damaged file: safetensors raises its own types
         raise MinBertError(f"{folder / HEADS_FILE}: cannot be read ({type(e).__name__}); export the model again") from None
     tokenizer_json = (folder / "tokenizer.json").read_text(encoding="utf-8")
-    declared = manifest.get("declared") if isinstance(manifest.get("declared"), dict) else {}
-    if declared.get("modules") or manifest.get("code"):
-        from minbert.share.code import load_carried
-
-        declared = {**declared, "modules": load_carried(folder, manifest, trust_remote_code)}
+    declared, home = carried_code(folder, manifest, trust_remote_code)
     return {"format": "minbert-multitask-1", "encoder_config": config.to_dict(), "heads": manifest["heads"],
             "tasks": manifest["tasks"], "state_dict": {**{f"encoder.{k}": v for k, v in encoder_sd.items()}, **heads},
             "tokenizer_json": tokenizer_json, "max_length": manifest["max_length"],
-            "calibration": manifest.get("calibration") or {}, **({"declared": declared} if declared else {})}
+            "calibration": manifest.get("calibration") or {}, **({"declared": declared} if declared else {}),
+            **({"code_home": home} if home else {})}
 
 
 # ---------------------------------------------------------------- the Hub
@@ -248,10 +241,6 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
                       fingerprint: str = "") -> list[str]:
     """The export stage: the experiment's model, its card from its training record (settings,
     fingerprint, git revision), its predictions (scores with intervals) and its training data."""
-    from minbert.core.io import atomic_path
-    from minbert.core.provenance import git_revision
-    from minbert.model.checkpoint import load_checkpoint
-
     model, tokenizer, ckpt = load_checkpoint(model_path, expect={"experiment": name, "stage": s.model_stage,
                                                                  "record_path": training_record})
     try:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from minbert.core.errors import MinBertError
-from minbert.core.io import atomic_path
+from minbert.core.io import atomic_path, read_input
 from minbert.core.runtime import start_runtime
 from minbert.core.tasks import TASKS
 from minbert.data.batches import TaskData, load_task_data
@@ -72,8 +72,6 @@ def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir, records: 
 
 
 def read_teacher(teacher_dir, task: str) -> pd.DataFrame:
-    from minbert.core.io import read_input
-
     path = Path(teacher_dir) / f"{task}-train.csv"
     data = read_input(path, "teacher file")
     try:

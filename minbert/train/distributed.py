@@ -10,9 +10,10 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from minbert.core.errors import MinBertError
-from minbert.core.losses import LOSSES
+from minbert.params.heads import batch_statistic_tasks
 
 
 @dataclass
@@ -28,13 +29,10 @@ class DistInfo:
 def init_distributed(device_setting: str = "auto") -> tuple[DistInfo, torch.device | None]:
     """Under torchrun (WORLD_SIZE > 1) start the process group; gloo on CPU, nccl on CUDA. The
     rank's GPU is set first and named to the group (`device_id`), so NCCL binds each rank to its own
-    device; `shutdown_distributed` ends the group. torch.distributed is imported only here: a job in
-    one process never loads it."""
+    device; `shutdown_distributed` ends the group (a job in one process starts none)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo(), None
-    import torch.distributed as dist
-
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     use_cuda = torch.cuda.is_available() and device_setting != "cpu"
@@ -48,8 +46,6 @@ def init_distributed(device_setting: str = "auto") -> tuple[DistInfo, torch.devi
 
 def shutdown_distributed(dist_info: DistInfo) -> None:
     if dist_info.world > 1:
-        import torch.distributed as dist
-
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -58,14 +54,12 @@ def refuse_batch_statistics(heads, tasks: list[str], world: int) -> None:
     """A loss that is a statistic of the whole batch (its declaration says so: minbert.core.losses):
     under torchrun each process would compute it on its slice (one pair per rank at batch 8 on 8
     GPUs: no gradient at all)."""
-    if world <= 1:
-        return
-    for task in tasks:
-        name = heads.loss_of(task)
-        if LOSSES[name].batch_statistic:
-            raise MinBertError(f"finetune.heads: {task}'s loss '{name}' is a statistic of the whole batch, which "
-                               f"{world} processes would each compute on their slice; run this experiment in one "
-                               f"process (python -m stages.finetune) or give {task} another loss")
+    whole = batch_statistic_tasks(heads, tasks) if world > 1 else []
+    if whole:
+        task, name = whole[0]
+        raise MinBertError(f"finetune.heads: {task}'s loss '{name}' is a statistic of the whole batch, which "
+                           f"{world} processes would each compute on their slice; run this experiment in one "
+                           f"process (python -m stages.finetune) or give {task} another loss")
 
 
 def average_gradients(params: list[torch.nn.Parameter], world: int, flag: torch.Tensor | None = None) -> None:
@@ -73,8 +67,6 @@ def average_gradients(params: list[torch.nn.Parameter], world: int, flag: torch.
     update's count of non-finite losses) rides along and comes back summed over the ranks."""
     if world <= 1:
         return
-    import torch.distributed as dist
-
     # every rank runs the same tasks, so the same parameters have no gradient on all ranks; they
     # stay None (a zero gradient would let AdamW move them by momentum and weight decay, unlike one process)
     grads = [p.grad for p in params if p.grad is not None]
@@ -96,8 +88,6 @@ def from_main(dist_info: DistInfo, flag: bool, device: torch.device) -> bool:
     such as early stopping on its dev evaluation, which every rank must follow."""
     if dist_info.world <= 1:
         return flag
-    import torch.distributed as dist
-
     t = torch.tensor([int(flag)], device=device)
     dist.broadcast(t, 0)
     return bool(t.item())
@@ -105,6 +95,4 @@ def from_main(dist_info: DistInfo, flag: bool, device: torch.device) -> bool:
 
 def barrier(dist_info: DistInfo) -> None:
     if dist_info.world > 1:
-        import torch.distributed as dist
-
         dist.barrier()

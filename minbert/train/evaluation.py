@@ -23,7 +23,6 @@ from minbert.core.tasks import TASKS
 from minbert.data.batches import TaskData
 from minbert.model.checkpoint import checkpoint_dict
 from minbert.model.multitask import MultitaskModel, predict_task
-from minbert.model.outputs import calibrated
 from minbert.model.tokenizer import Tokenizer
 from minbert.train.losses import task_loss
 from minbert.train.training import Plan, Training, TrainState
@@ -148,20 +147,21 @@ def write_best(tr: Training) -> None:
 
 
 def fit_calibration(tr: Training, best: dict) -> None:
-    """A head trained with a loss that fixes no scale (its declaration says so: minbert.core.losses;
-    the correlation loss, the ranking loss) predicts on a scale of its own: fit a scale and shift of
+    """A head trained with a loss that fixes no scale (its declaration says so: `calibrate`; the model
+    keeps a calibration for it: the correlation loss, the ranking loss) predicts on a scale of its
+    own: fit a scale and shift of
     its outputs to the training labels, kept in the checkpoint (minbert.model.outputs), so that a
     regression's predictions land on the label scale without clipping that would change their
     correlation (least squares), and a binary task's logit gives probabilities (a logistic fit:
     Platt scaling). The outputs fitted are the model's own: in the run's precision, as the predict
     stage makes them on this device."""
-    tasks = [t for t in tr.train if calibrated(tr.model.heads_cfg, t) and TASKS[t].kind != "classification"]
+    tasks = [t for t in tr.train if t in tr.model.calibration and TASKS[t].kind != "classification"]
     if not tasks:
         return
     tr.model.load_state_dict(best["state_dict"])
     calibration = dict(best.get("calibration") or {})
     for task in tasks:
-        tr.model.calibration.pop(task, None)
+        tr.model.calibration[task] = []           # the head's own outputs, on its own scale
         res = predict_task(tr.model, tr.train[task], tr.tokenizer, EVAL_BATCH_SIZE, tr.device, tr.amp)
         regression = TASKS[task].kind == "regression"
         x = (res["prediction"] if regression else res["output"].numpy()).astype(np.float64)

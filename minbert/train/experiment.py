@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from minbert.core.errors import MinBertError
-from minbert.core.losses import LOSSES
-from minbert.core.runtime import Runtime, seed_everything, set_threads, start_runtime
-from minbert.core.tasks import TASKS
+from minbert.core.runtime import Runtime, seed_everything, start_runtime
 from minbert.data.batches import collate, load_training_data, to_device
 from minbert.model.bert import BertModel
 from minbert.model.checkpoint import load_checkpoint
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
+from minbert.params.heads import batch_statistic_tasks
 from minbert.params.settings import FinetuneSettings, RetrainSettings, TrainingSettings
+from minbert.train.distill import attach_teacher, distilled_tasks
 from minbert.train.distributed import DistInfo, init_distributed, shutdown_distributed
 from minbert.train.loop import FitResult, fit
 from minbert.train.training import FitOptions
@@ -47,33 +47,26 @@ def with_dropout(encoder: BertModel, hidden: float | None, attention: float | No
     return encoder
 
 
-def init_prototypes(model: MultitaskModel, train: dict, tokenizer: Tokenizer, runtime: Runtime, seed: int) -> None:
-    """Embed a prototypes head's training sentences (per label, seeded; drawn with replacement when a
-    label has fewer) with the frozen encoder, once, before the head trains."""
-    from minbert.model.heads import PrototypeHead
-
+def prepare_heads(model: MultitaskModel, train: dict, tokenizer: Tokenizer, runtime: Runtime, seed: int) -> None:
+    """A head that starts from its task's training examples (one with a `prepare` method: the
+    prototypes head) gets them, embedded by the frozen encoder, once, before it trains."""
     for task, head in model.heads.items():
-        if not isinstance(head, PrototypeHead) or task not in train:
-            continue
-        data, per = train[task], model.heads_cfg.prototypes_per_label
-        rng = np.random.default_rng([seed, 53])
-        picks = []
-        for label in TASKS[task].labels:
-            rows = np.flatnonzero(data.labels == label)
-            if len(rows) == 0:
-                raise MinBertError(f"the {task} training data has no example of label {label} for the prototypes head")
-            picks += rng.choice(rows, per, replace=len(rows) < per).tolist()
-        model.to(runtime.device).eval()
-        with torch.no_grad(), runtime.amp():
-            embs = [model.embed(to_device(collate(data, picks[i:i + 64], tokenizer), runtime.device), task=task).float()
-                    for i in range(0, len(picks), 64)]
-        head.set_prototypes(torch.cat(embs), torch.tensor(data.labels[picks], dtype=torch.float32))
+        if task in train and hasattr(head, "prepare"):
+            model.to(runtime.device).eval()
+            head.prepare(task, train[task].labels, partial(_embedded, model, train[task], tokenizer, runtime), seed)
+
+
+@torch.no_grad()
+def _embedded(model: MultitaskModel, data, tokenizer: Tokenizer, runtime: Runtime, rows: list[int]) -> torch.Tensor:
+    """The sentence embeddings of `rows` of a task's training data, (N, H) in float32."""
+    with runtime.amp():
+        return torch.cat([model.embed(to_device(collate(data, rows[i:i + 64], tokenizer), runtime.device),
+                                      task=data.task).float() for i in range(0, len(rows), 64)])
 
 
 def start_training(s: TrainingSettings) -> tuple[Runtime, DistInfo]:
-    """The runtime (minbert.core.runtime.start_runtime) and, under torchrun, the process group, whose
-    rank's device it runs on."""
-    set_threads(s.threads)
+    """The runtime (minbert.core.runtime.start_runtime: threads, device, precision) and, under
+    torchrun, the process group, whose rank's device it runs on."""
     dist_info, dist_device = init_distributed(s.device)
     return start_runtime(s, dist_device), dist_info
 
@@ -93,8 +86,6 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
     tokenizer = Tokenizer(folder, s.max_length)
     data = load_training_data(cfg, data_dir, tokenizer, s.seed, cache_dir)
     if cfg.distill is not None:
-        from minbert.train.distill import attach_teacher, distilled_tasks
-
         if teacher_dir is None:
             raise MinBertError(f"{name} distils from '{cfg.distill.teacher}': its teacher's outputs are needed (run "
                                f"the teach stage first)")
@@ -103,7 +94,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
     seed_everything(s.seed)  # the heads' initialisation and dropout depend on it
     model = MultitaskModel(encoder, cfg.heads, cfg.tasks)
     if cfg.freeze_encoder:
-        init_prototypes(model, data["train"], tokenizer, runtime, s.seed)
+        prepare_heads(model, data["train"], tokenizer, runtime, s.seed)
     if dist_info.main:
         log.info("%s of %s on %s: %s", options.checkpoint_extra.get("stage", "finetune"), name, runtime.device,
                  ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
@@ -136,7 +127,7 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
     if model.shared is not None and set(model.heads_cfg.shared.tasks) & set(kept):
         for p in model.shared.parameters():
             p.requires_grad_(False)
-    init_prototypes(model, data["train"], tokenizer, runtime, s.seed)
+    prepare_heads(model, data["train"], tokenizer, runtime, s.seed)
     options = replace(options, seed=s.seed + 1, device=runtime.device, bf16=runtime.bf16, fp16=runtime.fp16, dist_info=dist_info,
                       cuda_graphs=s.cuda_graphs,
                       checkpoint_extra={"stage": "retrain_heads", **options.checkpoint_extra})
@@ -150,11 +141,10 @@ def refuse_one_row_batches(cfg, train: dict, name: str) -> None:
     """A loss that is a statistic of the whole batch (its declaration says so: minbert.core.losses)
     over a task's training data of a single row (what is left after downsampling) is a constant: the
     task would not train (the params checks catch the settings; this, the data)."""
-    for task, data in train.items():
-        loss = cfg.heads.loss_of(task)
-        if LOSSES[loss].batch_statistic and len(data) < 2:
+    for task, loss in batch_statistic_tasks(cfg.heads, train):
+        if len(train[task]) < 2:
             raise MinBertError(f"{name}: {task}'s loss '{loss}' is a statistic of the whole batch, and the {task} "
-                               f"training data has {len(data)} row after downsampling (it would not train); give it at "
+                               f"training data has {len(train[task])} row after downsampling (it would not train); give it at "
                                f"least 2 rows or another loss")
 
 

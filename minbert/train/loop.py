@@ -368,9 +368,6 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     """Everything a run works with: the model on its device, the optimiser, SMART's momentum copy,
     the run's generators, its description and fingerprint, the plan, and the captured step where
     it applies."""
-    out_dir = Path(options.out_dir)
-    options.state_dir = Path(options.state_dir) if options.state_dir is not None else \
-        out_dir.with_name(out_dir.name + ".state")
     tasks = [t for t in cfg.tasks if t in train]
     missing = [t for t in tasks if train[t].labels is None or len(train[t]) == 0]
     if missing:

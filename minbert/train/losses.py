@@ -1,9 +1,10 @@
 """Losses and output divergences shared by the heads and the regularisers.
 
-- `task_loss`: each task's training loss, the loss object its heads settings choose by name
-  (minbert.core.losses: cross-entropy, BCE, MSE, Pearson, MSE+Pearson, ranking, or the user's), on
-  the labels in the head's target space (minbert.model.outputs: `regression_target` scales a
-  regression's labels; `regression_prediction` maps back);
+- `task_loss`: each task's training loss, the loss object its heads settings choose by name from
+  the registry in use (minbert.core.registry: cross-entropy, BCE, MSE, Pearson, MSE+Pearson,
+  ranking, or the user's), on the labels in the head's target space (minbert.model.outputs:
+  `regression_target` scales a regression's labels; `regression_prediction` maps back); its output is
+  checked on its first call (`CheckedLoss`);
 - `distill_loss`: the gold-label loss mixed with a loss against a teacher's outputs;
 - `symmetric_kl` / `divergence`: the ℓ_s of SMART (Jiang et al. 2020), used by the smoothness
   term and the Bregman proximal point term: symmetric KL between the predicted distributions for
@@ -13,11 +14,14 @@ Everything is computed in at least float32, so these are safe to call on bf16 ou
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from minbert.core.losses import LOSSES
+from minbert.core.errors import MinBertError
+from minbert.core.registry import LossDeclaration, Registry, active
 from minbert.core.tasks import TASKS
 from minbert.model.outputs import regression_target
 
@@ -26,11 +30,56 @@ DIVERGENCE_KINDS = ("classification", "binary", "regression")
 
 # ---------------------------------------------------------------- task losses
 
+class CheckedLoss:
+    """A loss object of the registry whose output is checked on its first calls, as the contract
+    says (docs/extending.md): a 0-dim floating tensor, carrying a gradient when its inputs do. A loss
+    that breaks it is one line naming its module and class (a Python float would train nothing, a
+    vector would fail deep in the backward pass). Its type, shape and `requires_grad` only: no host
+    sync, and nothing more once each has been seen."""
+
+    def __init__(self, decl: LossDeclaration, loss):
+        self.decl, self.loss = decl, loss
+        self.checked, self.checked_grad = False, False
+
+    def __call__(self, output: Tensor, target: Tensor, pair=None) -> Tensor:
+        out = self.loss(output, target, pair)
+        if not self.checked_grad:
+            self._check(out, output.requires_grad or any(getattr(x, "requires_grad", False) for x in pair or ()))
+        return out
+
+    def _check(self, out, inputs_grad: bool) -> None:
+        if not self.checked:
+            if not isinstance(out, Tensor) or out.dim() != 0 or not out.is_floating_point():
+                what = type(out).__name__ if not isinstance(out, Tensor) else \
+                    f"a tensor of shape {tuple(out.shape)}, {str(out.dtype).removeprefix('torch.')}"
+                raise MinBertError(f"{self.decl.where}: loss '{self.decl.name}' returned {what}; it must return one "
+                                   f"number as a 0-dim float tensor computed from its inputs (a mean over the "
+                                   f"batch) (docs/extending.md)")
+            self.checked = True
+        if inputs_grad and torch.is_grad_enabled():
+            if not out.requires_grad:
+                raise MinBertError(f"{self.decl.where}: loss '{self.decl.name}' returned a tensor that carries no "
+                                   f"gradient to the model (computed outside the graph: .item(), .detach(), numpy, a "
+                                   f"new tensor); compute it from `output` with torch operations (docs/extending.md)")
+            self.checked_grad = True
+
+
+@lru_cache(maxsize=None)
+def _checked(decl: LossDeclaration, registry: Registry) -> CheckedLoss:
+    return CheckedLoss(decl, registry.loss(decl.name))
+
+
+def loss_object(name: str, registry: Registry | None = None) -> CheckedLoss:
+    """The loss named `name` of `registry` (default: the one in use), checked on its first calls."""
+    registry = registry or active()
+    return _checked(registry.losses[name], registry)
+
+
 def task_loss(task: str, heads, output: Tensor, labels: Tensor, pair=None) -> Tensor:
     """The training loss of `task` for a batch of head outputs (any float dtype; computed in fp32);
     `pair`: the pair's two embeddings, for a loss that reads them."""
     target = regression_target(task, heads, labels.float()) if TASKS[task].kind == "regression" else labels
-    return LOSSES[heads.loss_of(task)]()(output.float(), target, pair)
+    return loss_object(heads.loss_of(task))(output.float(), target, pair)
 
 
 def _at_least_float32(x: Tensor) -> Tensor:
@@ -47,15 +96,15 @@ def _as_vector(x: Tensor, name: str) -> Tensor:
     return _at_least_float32(x)
 
 
-def distill_loss(task: str, heads, output: Tensor, labels: Tensor, soft: Tensor, weight: float,
-                 temperature: float, pair=None) -> Tensor:
-    """(1 - weight) x the gold-label loss + weight x the loss against the teacher's outputs `soft`:
+def distill_loss(task: str, heads, output: Tensor, labels: Tensor, soft: Tensor, distill, pair=None) -> Tensor:
+    """(1 - weight) x the gold-label loss + weight x the loss against the teacher's outputs `soft`
+    (`distill`: the distillation settings, minbert.params.DistillParams: `weight`, `temperature`):
     for a classification task the KL divergence from the teacher's probabilities softened by the
     temperature T to the student's (times T^2, which keeps the gradients' scale as T changes); for a
     binary task the cross-entropy between the two softened sigmoids (times T^2); for a regression
     task the task's own loss against the teacher's scores. With weight 0 it is the gold-label loss."""
     gold = task_loss(task, heads, output, labels, pair)
-    out, soft, T = output.float(), soft.float(), float(temperature)
+    weight, out, soft, T = distill.weight, output.float(), soft.float(), float(distill.temperature)
     kind = TASKS[task].kind
     if kind == "classification":
         target = F.softmax(torch.log(soft.clamp_min(1e-12)) / T, dim=-1)

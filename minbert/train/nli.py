@@ -103,11 +103,12 @@ class NliObjective:
 
     unit = "example"
 
-    def __init__(self, encoder: BertModel, tok: Tokenizer, objective: str, train: dict, dev: dict,
-                 temperature: float, margin: float, pooling: str):
-        self.encoder, self.tok, self.objective = encoder, tok, objective
+    def __init__(self, encoder: BertModel, tok: Tokenizer, nli, train: dict, dev: dict):
+        """`nli`: the pretraining's NLI settings (minbert.params.NliParams: objective, temperature,
+        margin, pooling); `train`, `dev`: the examples of each split."""
+        self.encoder, self.tok, self.objective = encoder, tok, nli.objective
         self.data = {"train": train, "dev": dev}
-        self.temperature, self.margin, self.pooling = temperature, margin, pooling
+        self.temperature, self.margin, self.pooling = nli.temperature, nli.margin, nli.pooling
 
     def modules(self):
         return [self.encoder]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from minbert.core.losses import LOSSES
 from minbert.core.tasks import TASKS
 from minbert.model.multitask import MultitaskModel
 from minbert.params.finetune import FinetuneParams
@@ -31,7 +30,8 @@ class TaskObjective:
     def __init__(self, task: str, model: MultitaskModel):
         self.task, self.model = task, model
         # a loss that ranks the pair's sentence vectors reads them beside the head's output
-        self.reads_pairs = LOSSES[model.heads_cfg.loss_of(task)].reads == "pairs"
+        with model.registry.active():
+            self.reads_pairs = model.registry.losses[model.heads_cfg.loss_of(task)].reads == "pairs"
 
     def forward(self, inputs: dict, return_embeddings: bool = False):
         """The head's output, and the pair's vectors for a loss that reads them (output, pair); with
@@ -73,15 +73,14 @@ class Distilled(ObjectiveWrapper):
     loss + weight x the loss against the teacher (minbert.train.losses.distill_loss, which computes
     the gold-label part as the task objective does); the inner loss on a batch without them."""
 
-    def __init__(self, inner: TaskObjective, weight: float, temperature: float):
+    def __init__(self, inner: TaskObjective, distill):
         super().__init__(inner)
-        self.weight, self.temperature = weight, temperature
+        self.distill = distill          # minbert.params.DistillParams: weight, temperature
 
     def loss(self, output: torch.Tensor, batch: dict, pair=None) -> torch.Tensor:
         if batch.get("soft") is None:
             return self.inner.loss(output, batch, pair)
-        return distill_loss(self.task, self.model.heads_cfg, output, batch["labels"], batch["soft"], self.weight,
-                            self.temperature, pair)
+        return distill_loss(self.task, self.model.heads_cfg, output, batch["labels"], batch["soft"], self.distill, pair)
 
 
 class Smart(ObjectiveWrapper):
@@ -122,7 +121,7 @@ def build_objective(task: str, model: MultitaskModel, cfg: FinetuneParams, disti
     noise drawn by `generator`, the Bregman term against the `momentum` copy)."""
     objective = TaskObjective(task, model)
     if cfg.distill is not None and distilled:
-        objective = Distilled(objective, cfg.distill.weight, cfg.distill.temperature)
+        objective = Distilled(objective, cfg.distill)
     if cfg.smart.enabled and (cfg.smart.tasks is None or task in cfg.smart.tasks):
         objective = Smart(objective, cfg.smart, momentum, generator)
     return objective

@@ -32,7 +32,8 @@ from tqdm.auto import tqdm
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import clean_stale_temporaries, torch_save
-from minbert.core.layout import BEST_STATE_FILE, STATE_FILE
+from minbert.core.layout import BEST_STATE_FILE, NLI_SOURCE, STATE_FILE
+from minbert.core.progress import Progress, eta
 from minbert.core.provenance import fingerprint_of, with_runtime
 from minbert.core.runtime import Runtime, seed_everything, start_runtime
 from minbert.core.tasks import TASKS
@@ -50,7 +51,7 @@ from minbert.train.mlm import MlmObjective, build_mlm_head
 from minbert.train.nli import NliObjective, nli_examples, subset_examples
 from minbert.train.optim import AdamW, build_adamw, set_lr
 from minbert.train.pretrained import PretrainFiles, write_pretrained
-from minbert.train.resumable import load_training_state, save_training_state
+from minbert.train.resumable import SavedParts, load_training_state, save_training_state
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def encode_texts(tok: Tokenizer, frames: dict[str, pd.DataFrame], cache_dir=None
     a cross-encoder sees in fine-tuning."""
     encoded: Encoded = []
     for task, frame in frames.items():
-        if task == "nli" or TASKS[task].pair:
+        if task == NLI_SOURCE or TASKS[task].pair:
             encoded += encode_cached(tok, frame["sentence1"].tolist(), frame["sentence2"].tolist(),
                                      cache_dir=cache_dir)
         else:
@@ -143,18 +144,24 @@ class PretrainState:
     dev_before: float | None = None   # the starting model's dev loss
 
 
-class Resumable:
-    """Where one pretraining's resumable state lives and what it is saved under: `state_dir`
-    (None: nothing is saved, nothing resumed) and the job's description, whose fingerprint a
-    saved state must carry to be resumed."""
+@dataclass(frozen=True)
+class ResumeAt:
+    """Where a pretraining's resumable state lives and what it is saved under: `state_dir` (None:
+    nothing is saved, nothing resumed), the job's `description` (default: the settings and data
+    sizes) and its `fingerprint` (the job's, computed once by minbert.pipeline.runinfo from it)."""
+    state_dir: str | Path | None = None
+    description: dict | None = None
+    fingerprint: str | None = None
 
-    def __init__(self, state_dir, description: dict, modules: list, optimizer, device, generators: dict,
-                 fingerprint: str | None = None, scaler=None):
-        self.dir = Path(state_dir) if state_dir is not None else None
-        self.description, self.fingerprint = description, fingerprint or fingerprint_of(description)
-        self.parts = {"modules": {**{f"module{i}": m for i, m in enumerate(modules)}, "scaler": scaler},
-                      "optimizer": optimizer, "device": device, "generators": generators}
-        self.modules = modules
+
+class Resumable:
+    """One pretraining's resumable state: where it lives (`at`), the description whose fingerprint a
+    saved state must carry to be resumed, and what it holds (`parts`)."""
+
+    def __init__(self, at: ResumeAt, description: dict, parts: SavedParts):
+        self.dir = Path(at.state_dir) if at.state_dir is not None else None
+        self.description, self.fingerprint = description, at.fingerprint or fingerprint_of(description)
+        self.parts = parts
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
             clean_stale_temporaries(self.dir)
@@ -178,7 +185,7 @@ class Resumable:
             log.warning("%s cannot be resumed (%s: %s); starting fresh", self.last_path, self.best_path.name, reason)
             return None, None
         position = load_training_state(self.last_path, fingerprint=self.fingerprint, description=self.description,
-                                       log=log, **self.parts)
+                                       parts=self.parts, log=log)
         if position is None:
             return None, None
         state = PretrainState(**position)
@@ -191,21 +198,20 @@ class Resumable:
         if new_best:
             torch_save(best, self.best_path)
         save_training_state(self.last_path, fingerprint=self.fingerprint, description=self.description,
-                            position=asdict(state), **self.parts)
+                            position=asdict(state), parts=self.parts)
 
     def discard(self) -> None:
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runtime, desc: str, *, state_dir=None,
-          description: dict | None = None, fingerprint: str | None = None) -> tuple[list[dict], float]:
+def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runtime, desc: str,
+          at: ResumeAt = ResumeAt()) -> tuple[list[dict], float]:
     """Train `objective` for `pparams.epochs` and keep the epoch with the lowest dev loss (the
     modules end with its weights); returns (history rows, dev loss before training).
 
-    With a `state_dir`, the resumable state is saved there after every epoch but the last, and a
-    state saved under the same `description` (default: the settings and data sizes; `fingerprint`: the
-    job's, computed once by minbert.pipeline.runinfo from it) is resumed,
+    With a state folder (`at`), the resumable state is saved there after every epoch but the last,
+    and a state saved under the same description (`at`: the job's, and its fingerprint) is resumed,
     exactly as fine-tuning does (minbert.train.loop); the caller removes the folder once the
     outputs are written."""
     modules = objective.modules()
@@ -218,6 +224,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
         else min(len(sampler), pparams.max_steps_per_epoch)
     if steps_per_epoch == 0:
         raise MinBertError(f"{desc}: no training examples")
+    description = at.description
     if description is None:
         description = {"settings": s.model_dump(), "sizes": {"train": len(objective.lengths("train")),
                                                              "dev": len(objective.lengths("dev"))}}
@@ -225,14 +232,15 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
     description = with_runtime(description, runtime.device.type, runtime.precision, 1)
     # fp16: the loss scaled up for float16's range, a step skipped where the gradients overflowed
     scaler = torch.amp.GradScaler(runtime.device.type) if runtime.fp16 else None
-    saved = Resumable(state_dir, description, modules, optimizer, runtime.device, objective.generators(),
-                      fingerprint, scaler)
+    parts = SavedParts({**{f"module{i}": m for i, m in enumerate(modules)}, "scaler": scaler}, optimizer,
+                       runtime.device, objective.generators())
+    saved = Resumable(at, description, parts)
     state, best = saved.resume(desc)
     if state is None:
         state = PretrainState(dev_before=mean_dev_loss(objective, runtime, pparams.batch_size))
         log.info("%s: dev loss before training %.4f", desc, state.dev_before)
     schedule = (pparams.epochs * steps_per_epoch, int(pparams.warmup_ratio * pparams.epochs * steps_per_epoch))
-    progress = _progress(state_dir)
+    progress = _progress(at.state_dir)
     while state.epoch < pparams.epochs:
         epoch = state.epoch + 1
         sampler.set_epoch(epoch)
@@ -262,8 +270,6 @@ def _progress(state_dir):
     """Where the run is, for `minbert progress`, beside the resumable state (none without one)."""
     if state_dir is None:
         return None
-    from minbert.core.progress import Progress
-
     return Progress(state_dir, "pretrain")
 
 
@@ -317,8 +323,6 @@ def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], des
         total, count = total + loss_sum.detach().float(), count + n    # summed on the device, read once
         bar.update(len(indices))
         if u.progress is not None and u.progress.due():
-            from minbert.core.progress import eta
-
             seconds = time.perf_counter() - t0
             u.progress.update(phase=u.pparams.kind, phases=1, epoch=state.epoch + 1, epochs=u.pparams.epochs,
                               epoch_update=i + 1, epoch_updates=len(batches), update=state.step,
@@ -336,8 +340,8 @@ def _setup(s: PretrainSettings, model_name: str):
     return runtime, encoder, mlm_tensors, folder, tok
 
 
-def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, *, state_dir=None,
-                 description: dict | None = None, fingerprint: str | None = None) -> PretrainResult:
+def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=None,
+                 at: ResumeAt = ResumeAt()) -> PretrainResult:
     """Masked-LM further pretraining on the texts of the pretraining's `mlm.tasks` (resumable: see `train`)."""
     pparams = s.pretraining
     runtime, encoder, mlm_tensors, folder, tok = _setup(s, model_name)
@@ -348,27 +352,24 @@ def pretrain_mlm(s: PretrainSettings, data: dict, model_name: str, cache_dir=Non
     train_set = encode_texts(tok, train_frames, cache_dir)
     dev_set = _cap(encode_texts(tok, dev_frames, cache_dir), pparams.dev_size, s.seed)
     objective = MlmObjective(encoder, head, tok, train_set, dev_set, pparams.mlm.mask_prob, s.seed)
-    history, before = train(objective, pparams, s, runtime, "mlm", state_dir=state_dir, description=description,
-                            fingerprint=fingerprint)
+    history, before = train(objective, pparams, s, runtime, "mlm", at)
     metrics = {"mlm_head_loaded": loaded, "tasks": list(pparams.mlm.tasks),
                "train_examples": {t: len(f) for t, f in train_frames.items()}, "dev_examples": len(dev_set)}
     return PretrainResult(encoder.cpu(), head.cpu(), history, _loss_summary(history, before) | metrics)
 
 
-def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, data_dir="results/data", *,
-                 state_dir=None, description: dict | None = None, fingerprint: str | None = None) -> PretrainResult:
+def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=None, data_dir="results/data",
+                 at: ResumeAt = ResumeAt()) -> PretrainResult:
     """NLI pretraining of sentence embeddings with the pretraining's `nli.objective` (resumable: see `train`)."""
     pparams = s.pretraining
     runtime, encoder, _, folder, tok = _setup(s, model_name)
     objective_name = pparams.nli.objective
-    examples = {split: nli_examples(tok, data[split]["nli"], objective_name, str(Path(data_dir) / f"nli-{split}.tsv"),
+    examples = {split: nli_examples(tok, data[split][NLI_SOURCE], objective_name, str(Path(data_dir) / f"{NLI_SOURCE}-{split}.tsv"),
                                     cache_dir)
                 for split in ("train", "dev")}
     examples["dev"] = subset_examples(examples["dev"], pparams.dev_size, s.seed)
-    objective = NliObjective(encoder, tok, objective_name, examples["train"], examples["dev"],
-                             pparams.nli.temperature, pparams.nli.margin, pparams.nli.pooling)
-    history, before = train(objective, pparams, s, runtime, f"nli-{objective_name}", state_dir=state_dir,
-                            description=description, fingerprint=fingerprint)
+    objective = NliObjective(encoder, tok, pparams.nli, examples["train"], examples["dev"])
+    history, before = train(objective, pparams, s, runtime, f"nli-{objective_name}", at)
     metrics = {"objective": objective_name, "pooling": pparams.nli.pooling,
                "train_examples": len(examples["train"]["parts"][0]), "dev_examples": len(examples["dev"]["parts"][0])}
     return PretrainResult(encoder.cpu(), None, history, _loss_summary(history, before) | metrics)
@@ -394,9 +395,9 @@ def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, des
     outputs are written."""
     kind = s.pretraining.kind
     data = read_pretraining_data(files.data, s)
-    resumable = {"state_dir": files.state_dir, "description": description, "fingerprint": fingerprint}
-    result = (pretrain_mlm(s, data, start_model, files.cache, **resumable) if kind == "mlm"
-              else pretrain_nli(s, data, start_model, files.cache, files.data, **resumable))
+    at = ResumeAt(files.state_dir, description, fingerprint)
+    result = (pretrain_mlm(s, data, start_model, files.cache, at) if kind == "mlm"
+              else pretrain_nli(s, data, start_model, files.cache, files.data, at))
     head = result.mlm_head.checkpoint_tensors() if result.mlm_head is not None else None
     return write_pretrained(files, start_model, result.encoder, result.history, {"kind": kind, **result.metrics},
                             head)

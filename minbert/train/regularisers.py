@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch import Tensor
 
@@ -257,8 +258,6 @@ def pcgrad_backward(losses: list[Tensor], params: list[nn.Parameter],
         keep = retain_graph and i < len(losses) - 1
         flats.append(_flat_grad(loss, params, keep))
     if world > 1:   # project the global task gradients (what one process would see), not each rank's own
-        import torch.distributed as dist
-
         for f in flats:
             dist.all_reduce(f)
             f /= world

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -57,19 +58,26 @@ def _tuples(obj):
     return tuple(_tuples(x) for x in obj) if isinstance(obj, (list, tuple)) else obj
 
 
+@dataclass
+class SavedParts:
+    """What a resumable state holds beside the loop's position: the modules by name (None: absent
+    in this run), the optimiser, and the RNGs of the device and of the run's generators."""
+    modules: dict[str, torch.nn.Module | None]
+    optimizer: AdamW
+    device: torch.device
+    generators: dict[str, torch.Generator]
+
+
 def save_training_state(path: Path, *, fingerprint: str, description: dict, position: dict,
-                        modules: dict[str, torch.nn.Module | None], optimizer: AdamW,
-                        device: torch.device, generators: dict[str, torch.Generator]) -> None:
+                        parts: SavedParts) -> None:
     """Write the state atomically (a kill while writing leaves the previous one)."""
     torch_save({"format": STATE_FORMAT, "fingerprint": fingerprint, "description": description,
-                "state": position, "optimizer": optimizer.state_dict(),
-                **{name: m.state_dict() if m is not None else None for name, m in modules.items()},
-                **rng_states(device, generators)}, path)
+                "state": position, "optimizer": parts.optimizer.state_dict(),
+                **{name: m.state_dict() if m is not None else None for name, m in parts.modules.items()},
+                **rng_states(parts.device, parts.generators)}, path)
 
 
-def load_training_state(path: Path, *, fingerprint: str, description: dict,
-                        modules: dict[str, torch.nn.Module | None], optimizer: AdamW,
-                        device: torch.device, generators: dict[str, torch.Generator],
+def load_training_state(path: Path, *, fingerprint: str, description: dict, parts: SavedParts,
                         log: logging.Logger) -> dict | None:
     """Restore the modules, optimiser and RNGs from the state at `path` and return the loop's
     position, when the state belongs to this job; None otherwise (with a one-line notice on `log`
@@ -89,9 +97,9 @@ def load_training_state(path: Path, *, fingerprint: str, description: dict,
         log.warning("%s was saved for another configuration (%s); starting fresh", path,
                     describe_change(ck.get("description") or {}, description, marks={"<results>": results}))
         return None
-    for name, m in modules.items():
+    for name, m in parts.modules.items():
         if m is not None and ck.get(name) is not None:
             m.load_state_dict(ck[name])
-    optimizer.load_state_dict(ck["optimizer"])
-    restore_rngs(ck, device, generators)
+    parts.optimizer.load_state_dict(ck["optimizer"])
+    restore_rngs(ck, parts.device, parts.generators)
     return ck["state"]

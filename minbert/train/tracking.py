@@ -1,11 +1,13 @@
 """Experiment tracking in the tools of this ecosystem, offline: DVCLive (DVC's own: `dvc exp show`
 and `dvc plots` read what it writes) and TensorBoard, switched on by `finetune.tracking`.
 
-What they get is what the run's history gets, no second computation: every history row (each dev
-evaluation: the train part's losses and metrics, the dev metrics, the selection score, lr and
-speed) at the update it was made, and, between evaluations, each update's learning rate and each
-task's training loss (one read of the device's running totals per update, only when tracking is
-on). history.csv stays the source the report reads.
+What they get is what the run's history gets, no second computation: each update's learning rate
+and each task's training loss (one read of the device's running totals per update, only when
+tracking is on), and every history row (each dev evaluation: the train part's metrics, the dev
+metrics, the selection score, speed) at the update it was made. Each name has one value per update
+and one meaning: `lr` and `train_<task>_loss` are the update's own, logged once, so a row does not
+log them again (its train losses, the mean since the last evaluation, are history.csv's).
+history.csv stays the source the report reads.
 
 While the job runs, the logs grow in its state folder (`<state>/tracking/<tool>/`: TensorBoard can
 watch them live, `tensorboard --logdir results/state`), so an interrupted run resumes them (the
@@ -30,6 +32,7 @@ class Trackers:
     def __init__(self, tools: list[str], folder: Path, resumed_at: int | None = None):
         self.folder = Path(folder)
         self.live = self.board = None
+        self.per_update: set[str] = set()       # the names each update logs (a row leaves them out)
         if "dvclive" in tools:
             try:
                 from dvclive import Live
@@ -69,11 +72,14 @@ class Trackers:
 
     def log_update(self, update: int, values: dict) -> None:
         """One update's learning rate and training losses."""
+        self.per_update.update(values)
         self.log(update, values, sync=False)
 
     def log_row(self, row: dict) -> None:
-        """A history row, at the update it was made (its numbers as they are in history.csv)."""
-        self.log(int(row["update"]), {k: v for k, v in row.items() if k not in ("update", "phase")}, sync=True)
+        """A history row, at the update it was made (its numbers as they are in history.csv), but for
+        the names each update logs itself."""
+        skip = {"update", "phase", *self.per_update}
+        self.log(int(row["update"]), {k: v for k, v in row.items() if k not in skip}, sync=True)
 
     def close(self) -> None:
         if self.live is not None:

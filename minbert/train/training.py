@@ -21,7 +21,7 @@ from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import DistInfo
 from minbert.train.objectives import TaskObjective, build_objective
 from minbert.train.optim import AdamW
-from minbert.train.resumable import load_training_state, save_training_state
+from minbert.train.resumable import SavedParts, load_training_state, save_training_state
 from minbert.train.schedules import epoch_plan, sequential_phases
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,11 @@ class FitOptions:
     evaluate_first: bool = False                # dev metrics of the starting model (FitResult.dev_before)
     cuda_graphs: bool = True                    # on CUDA, the captured step where the run allows it
 
+    def __post_init__(self):
+        self.out_dir = Path(self.out_dir)
+        self.state_dir = Path(self.state_dir) if self.state_dir is not None else \
+            self.out_dir.with_name(self.out_dir.name + ".state")
+
 
 @dataclass
 class Training:
@@ -170,21 +175,20 @@ class Training:
         return self.objectives[task]
 
 
-def _saved_parts(tr: Training) -> dict:
-    return {"modules": {"model": tr.model, "momentum": tr.momentum.module if tr.momentum is not None else None,
-                        "scaler": tr.scaler},
-            "optimizer": tr.optimizer, "device": tr.device, "generators": tr.generators}
+def _saved_parts(tr: Training) -> SavedParts:
+    return SavedParts({"model": tr.model, "momentum": tr.momentum.module if tr.momentum is not None else None,
+                       "scaler": tr.scaler}, tr.optimizer, tr.device, tr.generators)
 
 
 def save_state(tr: Training, state: TrainState) -> None:
     save_training_state(tr.last_path, fingerprint=tr.fingerprint, description=tr.description,
-                        position=asdict(state), **_saved_parts(tr))
+                        position=asdict(state), parts=_saved_parts(tr))
 
 
 def resume_state(tr: Training) -> TrainState | None:
     """The saved state when it belongs to this job (minbert.train.resumable); None otherwise."""
     position = load_training_state(tr.last_path, fingerprint=tr.fingerprint, description=tr.description,
-                                   log=log, **_saved_parts(tr))
+                                   parts=_saved_parts(tr), log=log)
     if position is None:
         return None
     state = TrainState(**position)

@@ -1,0 +1,11 @@
+"""`cross`: a pair's output (one number, or one logit per class), an MLP on the cross-encoder's
+vector of "[CLS] a [SEP] b [SEP]"."""
+from __future__ import annotations
+
+from minbert.core.extensions import register_head
+from minbert.model.blocks import VectorHead
+
+
+@register_head
+class CrossPairHead(VectorHead):
+    name, view = "cross", "cross"
