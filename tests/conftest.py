@@ -1,6 +1,7 @@
 """Shared fixtures: the real data beside the repository, the packaged MiniLM, a tiny random BERT."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -12,6 +13,21 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+
+# ---------------------------------------------------------------- what `precision: auto` means here
+# `auto` is bf16 on a CPU with avx512_bf16 / amx_bf16 (and on a recent GPU), float32 on others. The
+# session fixes it once (MINBERT_AUTO_PRECISION, which every stage, engine and command a test starts
+# inherits): what this machine resolves, unless the environment already says. .ci/run then runs the
+# tests marked `numbers` a second time with the other one (bf16 emulated where the CPU has no native
+# bf16), so every machine checks the numbers under both and a test that compares with a float32
+# tolerance fails on any CPU, while the rest of the suite runs at the machine's own speed. A test
+# holds under both, or says the precision it needs (`precision: fp32` in its settings, or the
+# `machine_auto` fixture where what it checks is how the machine resolves `auto`).
+if not os.environ.get("MINBERT_AUTO_PRECISION", "").strip():
+    from minbert.core.runtime import precision_on
+
+    os.environ["MINBERT_AUTO_PRECISION"] = precision_on("auto", torch.device("cpu"))
+AUTO_PRECISION = os.environ["MINBERT_AUTO_PRECISION"]
 
 
 def child_env(first: str | os.PathLike = REPO, **extra: str) -> dict:
@@ -45,6 +61,13 @@ def shared_data_dir() -> Path | None:
         if (cand / "cs224n").is_dir():
             return cand
     return None
+
+
+@pytest.fixture()
+def machine_auto(monkeypatch) -> None:
+    """`auto` as this machine resolves it, for the test that checks that: the session's fixed meaning
+    (AUTO_PRECISION) lifted."""
+    monkeypatch.delenv("MINBERT_AUTO_PRECISION", raising=False)
 
 
 @pytest.fixture(scope="session")
@@ -168,7 +191,24 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+# A test that compares floats with a tolerance is a test of numbers whether or not it says so: it is
+# marked `numbers` here (before `-m` selects), so .ci/run's second pass runs it with the other precision
+# as `auto` and a float32-only tolerance fails on every machine, not only on the CPU whose `auto` is bf16
+_TOLERANCE = re.compile(r"approx\(|allclose\(|isclose\(|assert_close\(")
+
+
+def _compares_with_tolerance(item) -> bool:
+    try:
+        return bool(_TOLERANCE.search(inspect.getsource(item.function)))
+    except (AttributeError, OSError, TypeError):
+        return False
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        if item.get_closest_marker("numbers") is None and _compares_with_tolerance(item):
+            item.add_marker(pytest.mark.numbers)
     try:
         seconds = json.loads(DURATIONS.read_text())
     except (OSError, ValueError):

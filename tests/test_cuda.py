@@ -231,7 +231,7 @@ def test_fp16_and_accumulation_run_uncaptured_and_accumulation_matches_the_captu
     assert half.history["train_sst_loss"].tolist() == pytest.approx(whole.history["train_sst_loss"].tolist(), rel=3e-2)
 
 
-def test_auto_is_bf16_on_a_gpu_with_it_and_fp16_without(monkeypatch):
+def test_auto_is_bf16_on_a_gpu_with_it_and_fp16_without(monkeypatch, machine_auto):
     from minbert.core.runtime import precision_on
 
     native = torch.cuda.is_bf16_supported(including_emulation=False)

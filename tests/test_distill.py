@@ -20,7 +20,7 @@ from minbert.params import DistillParams, HeadsParams
 from minbert.train.losses import distill_loss, task_loss
 from stages import finetune, predict, teach
 
-# compares numbers between two ways of computing them: CI runs it again with bf16 as `auto`
+# compares numbers between two ways of computing them: CI runs it again with the other precision as `auto`
 pytestmark = pytest.mark.numbers
 
 HEADS = HeadsParams(sts="cosine")

@@ -10,8 +10,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import REPO, child_env
 
+from minbert.core.runtime import precision_on
 from minbert.params import load_params
 from minbert.pipeline.estimate import StepCost, estimate, fit_seconds, sentences, train_rows, typical_length
 
@@ -112,8 +114,9 @@ def test_the_command_says_how_long_before_anything_runs(tmp_path, tiny_model_dir
                           "--threads", "1"], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     line = out.stdout.strip()
-    assert re.match(r"about .* of work on cpu \(fp32, 1 threads, sentences of \d+ word pieces\), one job at a time: "
-                    r"4 jobs, 480 training updates .*the longest: ", line), line
+    precision = precision_on("auto", torch.device("cpu"))     # what the params' `auto` means here, as measured
+    assert re.match(rf"about .* of work on cpu \({precision}, 1 threads, sentences of \d+ word pieces\), one job at "
+                    r"a time: 4 jobs, 480 training updates .*the longest: ", line), line
 
 
 def test_an_estimate_measured_on_busy_cores_says_so():

@@ -20,17 +20,18 @@ def test_a_non_editable_install_renders_the_reports(repo_root, tmp_path, tiny_mo
     # the venv sees the machine's packages (torch, snakemake, ...), but gets this project installed anew
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     py = venv / "bin" / "python"
+    # the installed package, not a checkout that PYTHONPATH names (as when the tests run from a worktree)
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)
     r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(folder)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     where = subprocess.run([str(py), "-c", "import minbert.report.render as r; print(r.TEMPLATES)"],
-                           capture_output=True, text=True, cwd=tmp_path, check=True).stdout.strip()
+                           capture_output=True, text=True, cwd=tmp_path, check=True, env=env).stdout.strip()
     assert str(venv) in where and (os.path.isfile(os.path.join(where, "final.html.j2")))
 
     shutil.rmtree(folder / "minbert")
     shutil.rmtree(folder / "stages")
-    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "PYTHONDONTWRITEBYTECODE": "1"}
-    env.pop("PYTHONPATH", None)
     r = subprocess.run([str(py), "-m", "snakemake", "--cores", "2"], cwd=folder, env=env, capture_output=True,
                        text=True, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]

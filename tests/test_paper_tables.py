@@ -291,8 +291,9 @@ def test_the_real_data_catalogue_is_written_at_the_papers_settings():
         f = e.finetune
         row = name.rsplit(".seed", 1)[0]
         lr, batch, epochs = expected[name[:4]]
-        if row in ("r004_r1", "r004_r3", "r002_frozen", "r003_frozen"):   # 004's frozen rows and the frozen
-            # references of the tables that print none: the heads' rate of 004's frozen rows
+        if row in ("r004_r1", "r004_r3", "r002_frozen", "r003_frozen", "r002_frozen_cos_sim", "r003_frozen_head_mod"):
+            # 004's frozen rows, the frozen references of the tables that print none and their encoder-alone
+            # runs: the heads' rate of 004's frozen rows
             assert f.freeze_encoder and f.head_lr == 1e-3, name
             continue
         if row.startswith(("r004_r9", "r004_lr_sweep", "r004_dropout_sweep")):
@@ -313,6 +314,7 @@ def test_the_real_data_catalogue_is_written_at_the_papers_settings():
     for n in ("nli_regression", "nli_contrastive", "nli_triplet"):
         nli = lp.params.pretrainings[n]
         assert (nli.lr, nli.batch_size, nli.nli.pooling, nli.warmup_ratio) == (2e-5, 32, "cls", 0.0)
+        assert nli.evals_per_epoch == 4                 # a curve for the training check, declared below
     for pid, paper in lp.params.papers.items():
         assert paper.differs, pid
         assert all(d.setting and d.paper and d.ours for d in paper.differs)
@@ -322,6 +324,20 @@ def test_the_real_data_catalogue_is_written_at_the_papers_settings():
     assert {d.setting for d in tables["r004_extensions"].differs} == {"R9", "R10", "R11"}
     assert tables["r004_extensions"].frozen_reference == "R1"
     assert (tables["r002_methods"].reference_run, tables["r003_embeddings"].reference_run) == ("r002_frozen", "r003_frozen")
+    assert (tables["r002_methods"].encoder_alone, tables["r003_embeddings"].encoder_alone) == \
+        (["r002_frozen_cos_sim"], ["r003_frozen_head_mod"])
+    # every difference of the papers' scale declared as data beside its tables (issue: verdicts that mean what
+    # they say): each paper's precision, 000's round-robin, 003's contrastive temperature and NLI dev loss,
+    # 004's summed PCGrad; the scale's own: 003's evaluations, 002's Para phase
+    differs = {pid: {d.setting: d for d in paper.differs} for pid, paper in lp.params.papers.items()}
+    assert all("bf16" in differs[pid]["precision"].ours for pid in differs)
+    assert "Algorithm 1" in differs["000"]["round-robin"].ours
+    assert "0.05" in differs["003"]["contrastive NLI objective"].ours and \
+        lp.params.pretrainings["nli_contrastive"].nli.temperature == 0.05
+    assert "4 times" in differs["003"]["NLI pretraining's dev loss"].ours
+    assert "PCGrad sums" in differs["004"]["the summed losses"].ours
+    assert "3 times an epoch, the best of the 9" in differs["003"]["dev evaluations"].ours
+    assert "within just 2 epochs" in differs["002"]["Para's phase"].paper
     assert "bert-base" not in str([d.paper for d in lp.params.papers["003"].differs])   # 003 states no width
 
 

@@ -20,7 +20,7 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 @pytest.mark.parametrize("native,setting,expected", [
     (True, "auto", "bf16"), (False, "auto", "fp32"), (None, "auto", "fp32"),
     (False, "bf16", "bf16"), (True, "fp32", "fp32"), (False, "fp32", "fp32"), (False, "fp16", "fp16")])
-def test_precision_on_a_cpu(monkeypatch, native, setting, expected):
+def test_precision_on_a_cpu(monkeypatch, machine_auto, native, setting, expected):
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
     assert runtime.precision_on(setting, CPU) == expected
 
@@ -28,13 +28,13 @@ def test_precision_on_a_cpu(monkeypatch, native, setting, expected):
 @pytest.mark.parametrize("supported,setting,expected", [
     (True, "auto", "bf16"), (False, "auto", "fp16"), (True, "fp32", "fp32"), (False, "bf16", "bf16"),
     (True, "fp16", "fp16")])
-def test_precision_on_cuda(monkeypatch, supported, setting, expected):
+def test_precision_on_cuda(monkeypatch, machine_auto, supported, setting, expected):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: supported)
     assert runtime.precision_on(setting, CUDA) == expected
 
 
-def test_fp32_on_cuda_multiplies_in_tf32(monkeypatch):
+def test_fp32_on_cuda_multiplies_in_tf32(monkeypatch, machine_auto):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -108,3 +108,24 @@ def test_what_auto_means_can_be_set_for_a_machine(monkeypatch, forced):
     with pytest.raises(MinBertError, match=r"MINBERT_AUTO_PRECISION=fp8: expected bf16, fp16 or fp32") as err:
         runtime.precision_on("auto", CPU)
     assert "\n" not in str(err.value)
+
+
+def test_the_tests_fix_what_auto_means():
+    """tests/conftest.py fixes `auto` for every test and every process a test starts (what the
+    machine resolves unless the environment says otherwise; .ci/run's second pass says the other
+    precision for the tests of numbers), so a session is one precision throughout."""
+    from conftest import AUTO_PRECISION
+
+    assert os.environ["MINBERT_AUTO_PRECISION"] == AUTO_PRECISION and AUTO_PRECISION in ("bf16", "fp16", "fp32")
+    assert runtime.precision_on("auto", CPU) == AUTO_PRECISION
+
+
+def test_a_test_that_compares_with_a_tolerance_is_a_test_of_numbers(request):
+    """Unmarked, this test compares floats with a tolerance, so tests/conftest.py marks it `numbers`
+    and .ci/run's second pass runs it with the other precision as `auto`; a test that compares
+    exactly is left to the first pass."""
+    from conftest import _compares_with_tolerance
+
+    assert 0.1 + 0.2 == pytest.approx(0.3)
+    assert request.node.get_closest_marker("numbers") is not None
+    assert not _compares_with_tolerance(type("Item", (), {"function": test_precision_on_cuda})())

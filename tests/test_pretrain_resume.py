@@ -92,8 +92,9 @@ def test_a_killed_pretraining_resumes_bit_identical(params_file, prepared, tmp_p
         (reference / "pretrain" / name / "metrics.json").read_bytes()
 
 
-def pretrain_in_process(tiny_model_dir, lr: float, state_dir) -> tuple[list, dict]:
-    """Two epochs of MLM through `train` on 24 texts: (history, encoder weights)."""
+def pretrain_in_process(tiny_model_dir, lr: float, state_dir, evals: int = 1) -> tuple[list, dict]:
+    """Two epochs of MLM through `train` on 24 texts, dev evaluated `evals` times an epoch: (history,
+    encoder weights)."""
     import minbert.train.pretrain as pretrain
     from minbert.core.runtime import Runtime
     from minbert.model.tokenizer import Tokenizer
@@ -107,11 +108,21 @@ def pretrain_in_process(tiny_model_dir, lr: float, state_dir) -> tuple[list, dic
     texts = tok.encode([f"sentence number {i} about a film" for i in range(24)])
     head, _ = build_mlm_head(encoder, None)
     objective = MlmObjective(encoder, head, tok, texts, texts[:8], 0.15, 1)
-    pp = PretrainParams(kind="mlm", epochs=2, batch_size=8, lr=lr, warmup_ratio=0.0)
+    pp = PretrainParams(kind="mlm", epochs=2, batch_size=8, lr=lr, warmup_ratio=0.0, evals_per_epoch=evals)
     s = PretrainSettings(model=str(tiny_model_dir), seed=1, max_length=32, pretraining=pp, device="cpu")
     history, _ = pretrain.train(objective, pp, s, Runtime(torch.device("cpu"), bf16=False), "mlm",
                                 pretrain.ResumeAt(state_dir))
     return history, encoder.state_dict()
+
+
+def test_evaluations_within_an_epoch_add_history_rows_and_change_no_update(tiny_model_dir):
+    """Dev evaluated 3 times an epoch (the training check's curve of a short pretraining): a row at
+    each third of an epoch, and at each epoch's end the dev loss of the run evaluated once an epoch
+    (the same updates: evaluating draws from its own generator)."""
+    once, _ = pretrain_in_process(tiny_model_dir, 1e-3, None)
+    thrice, _ = pretrain_in_process(tiny_model_dir, 1e-3, None, evals=3)
+    assert [r["epoch"] for r in thrice] == [0.3333, 0.6667, 1, 1.3333, 1.6667, 2]
+    assert [r["dev_loss"] for r in thrice if r["epoch"] in (1, 2)] == [r["dev_loss"] for r in once]
 
 
 def test_a_state_of_other_settings_is_not_resumed(tiny_model_dir, tmp_path, caplog):

@@ -937,7 +937,7 @@ def test_one_axis_grid_renders_a_sweep_plot_of_group_means(grid_rendered):
     assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     caption = figure.find("figcaption").text()
     assert "each value of lr (finetune.lr)" in caption and "bootstrap intervals as bands" in caption
-    assert "Highest overall: sweep.lr0.0001 (significantly better than" in caption
+    assert "Highest overall (leaderboard): sweep.lr0.0001 (significantly better than" in caption
     assert grid_rendered["final"].find("table", data_grid="sweep") is None      # one axis: the plot, no heatmap
 
 
@@ -1071,3 +1071,17 @@ def test_a_missing_or_cut_history_and_an_overlapping_dev_file_are_said_on_the_pa
     render_reports(load_params(params_path), layout, progress=False)
     c = " ".join(parse(Path(layout.experiment_report("c"))).text().split())
     assert f"{layout.history('c', 'finetune')}: the training history is cut short" in c
+
+
+def test_the_data_table_adds_up_where_rows_went_to_another_split():
+    """NLI's split by premise (and a declared task's dev held out of its training file): each file of
+    the split reads the whole source, so read = kept + dropped + the rows that went to the other."""
+    from minbert.report.render import split_rows
+
+    rows = split_rows([
+        {"file": "nli-train.tsv", "rows_read": 2527, "rows_kept": 2272, "rows_dropped": 3},
+        {"file": "nli-dev.tsv", "rows_read": 2527, "rows_kept": 252, "rows_dropped": 3},
+        {"file": "sst-train.tsv", "rows_read": 120, "rows_kept": 118, "rows_dropped": 2}])
+    assert [(r.get("split_off"), r.get("split_to")) for r in rows] == \
+        [(252, ["nli-dev.tsv"]), (2272, ["nli-train.tsv"]), (None, None)]
+    assert all(r["rows_read"] == r["rows_kept"] + r["rows_dropped"] + r.get("split_off", 0) for r in rows)

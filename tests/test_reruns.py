@@ -1,13 +1,12 @@
-"""Exact re-runs, end to end in a copy of the repository (demo data, tiny random BERT), under both
-engines: after a first full run, each edit re-runs exactly the jobs whose description (settings,
-inputs, code) changed, and undoing the edit re-runs nothing. Then a resumed fine-tune starts fresh
-when its configuration changed (one line saying what) and continues to a bit-identical result
-when it did not."""
+"""Exact re-runs, end to end in a copy of the repository (demo data, tiny random BERT), under
+Snakemake (DVC: tests/test_reruns_dvc.py, from the same edits): after a first full run, each edit
+re-runs exactly the jobs whose description (settings, inputs, code) changed, and undoing the edit
+re-runs nothing. Then a resumed fine-tune starts fresh when its configuration changed (one line
+saying what) and continues to a bit-identical result when it did not."""
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -15,19 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_workflow import (
-    DVC,
-    SNAKEMAKE,
-    commands_run,
-    dag,
-    dvc,
-    job_ids,
-    make_copy,
-    needs_dvc,
-    needs_snakemake,
-    run,
-    tiny_params,
-)
+from test_workflow import SNAKEMAKE, commands_run, dag, job_ids, make_copy, needs_snakemake, run, tiny_params
 
 EVERY_EXPERIMENT = ("a", "b", "c", "d")
 EVERY_JOB = frozenset({"every job"})                      # stands for the whole DAG in EDITS
@@ -170,6 +157,20 @@ def snakemake_plan(folder: Path, *options: str) -> set[str]:
                                             folder)))
 
 
+# The copies whose last plan was empty, unchanged since: the test that planned it as its last step
+# says so, and the next edit starts from there without planning the same empty plan again.
+SETTLED: set[Path] = set()
+
+
+def settled(folder: Path) -> Path:
+    """`folder` with nothing to do, checked unless the test before checked it last; the caller then
+    changes it."""
+    if folder not in SETTLED:
+        assert snakemake_plan(folder) == set()
+    SETTLED.discard(folder)
+    return folder
+
+
 # Snakemake compares the checksums of input files under 1 MB before their dates; the real training
 # files are larger (Quora's, SST's), so a raw-data edit is planned as for those: by date alone
 BY_DATE = ("--max-checksum-file-size", "0")
@@ -179,7 +180,7 @@ BY_DATE = ("--max-checksum-file-size", "0")
 @needs_snakemake
 @pytest.mark.parametrize("edit", list(EDITS))
 def test_snakemake_reruns_exactly_what_an_edit_changes(snake_repo, edit):
-    assert snakemake_plan(snake_repo) == set()
+    settled(snake_repo)
     expected = EDITS[edit][2]
     if expected is EVERY_JOB:
         expected = {j.id for j in dag.jobs("params.yaml", repo=snake_repo)}
@@ -190,6 +191,7 @@ def test_snakemake_reruns_exactly_what_an_edit_changes(snake_repo, edit):
     finally:
         undo()
     assert snakemake_plan(snake_repo, *options) == set(), "undoing the edit must leave nothing to do"
+    SETTLED.add(snake_repo)
 
 
 # a change to prepare's code that leaves every file it writes as it was: prepare runs, then only the
@@ -266,101 +268,19 @@ def test_snakemake_forcerun_runs_the_job_again(snake_repo, monkeypatch):
     """Issue 37: `snakemake --forcerun` started the stage, which found its kept outputs for the same
     fingerprint and said "up to date", so docs/workflow.md's way to redo `precision: auto` jobs in
     bf16 left the fp32 model. A job an engine starts always runs: the forced fine-tune trains, and
-    its run record says bf16."""
+    its run record says the precision `auto` means now (the other one than the last run's)."""
     record = snake_repo / "results/runs/finetune/c.json"
     before = _started(record)
+    other = {"bf16": "fp32", "fp32": "bf16"}[json.loads(record.read_text())["precision"]]
     time.sleep(1.1)                            # the record's start has whole seconds
-    monkeypatch.setenv("MINBERT_AUTO_PRECISION", "bf16")
+    monkeypatch.setenv("MINBERT_AUTO_PRECISION", other)
     # the target before --forcerun, which takes every word after it as a rule or file to force
     log = run([SNAKEMAKE, "results/experiments/c/finetune/model.pt", "--cores", "2", "--printshellcmds",
                "--forcerun", "finetune"], snake_repo)
     assert job_ids(snake_repo, commands_run(log)) == {"finetune@c"}
-    assert _started(record) > before and json.loads(record.read_text())["precision"] == "bf16"
+    assert _started(record) > before and json.loads(record.read_text())["precision"] == other
     assert "up to date" not in (snake_repo / "results/logs/finetune/c.log").read_text()
     # the last test of snake_repo: what reads c's new model is left to run
-
-
-# ---------------------------------------------------------------- DVC
-
-@pytest.fixture(scope="module")
-def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
-    if DVC is None:
-        pytest.skip("dvc is not installed")
-    folder = make_copy(repo_root, tmp_path_factory.mktemp("dvc") / "repo", tiny_model_dir, PARAMS)
-    run(["git", "init", "-q"], folder)
-    if not (folder / ".dvc").is_dir():
-        run([DVC, "init", "-q"], folder)
-    run(["git", "add", "-A"], folder)
-    run(["git", "commit", "-q", "-m", "copy"], folder)
-    log = run([DVC, "repro"], folder)
-    assert stages_run(log) == {"resolve"} | {dvc.dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
-    return folder
-
-
-def stages_run(log: str) -> set[str]:
-    return set(re.findall(r"Running stage '([^']+)'", log))
-
-
-def dvc_names(ids: set[str]) -> set[str]:
-    return {i.replace("@", "-") for i in ids}
-
-
-def dvc_status(folder: Path) -> set[str]:
-    """The stages `dvc status` calls changed once the description files are current."""
-    run([DVC, "repro", "resolve"], folder)
-    out = run([DVC, "status", "--json"], folder)
-    return set(json.loads(out[out.index("{"):])) - {"resolve"}
-
-
-@pytest.mark.slow
-@needs_dvc
-def test_snakemake_after_dvc_has_nothing_to_do_then_sees_a_change(dvc_repo):
-    """Both engines decide from the same description files: after `dvc repro`, Snakemake sees
-    nothing to do, and a later params edit re-runs exactly its jobs under Snakemake too. (It runs
-    first on the DVC copy: outputs DVC later restores from its cache get new dates, which Snakemake,
-    having no record of DVC's runs, reads as new.)"""
-    if SNAKEMAKE is None:
-        pytest.skip("snakemake is not installed")
-    assert snakemake_plan(dvc_repo) == set()
-    undo = apply(dvc_repo, EDITS["one experiment's lr"])
-    try:
-        assert snakemake_plan(dvc_repo) == chain("a")
-    finally:
-        undo()
-    assert snakemake_plan(dvc_repo) == set()
-
-
-@pytest.mark.slow
-@needs_dvc
-@pytest.mark.parametrize("edit", DVC_EDITS)
-def test_dvc_reruns_exactly_what_an_edit_changes(dvc_repo, edit):
-    expected, direct = dvc_names(EDITS[edit][2]), dvc_names(EDITS[edit][3])
-    undo = apply(dvc_repo, EDITS[edit])
-    try:
-        assert dvc_status(dvc_repo) == direct          # the jobs the edit concerns directly
-        ran = stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"}
-        if "predict_batch_size" in edit:       # downstream of equal predictions needs no re-run
-            assert expected - {"report"} >= ran - {"report"} >= {s for s in expected if s.startswith("predict")}
-        else:
-            assert ran == expected
-    finally:
-        undo()
-    run([DVC, "repro"], dvc_repo)              # back to the committed settings
-    assert not stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"}
-    assert "up to date" in run([DVC, "status"], dvc_repo)
-
-
-@pytest.mark.slow
-@needs_dvc
-def test_dvc_stops_where_the_outputs_come_out_the_same(dvc_repo):
-    undo = apply(dvc_repo, SAME_OUTPUTS)
-    try:
-        assert dvc_status(dvc_repo) == {"prepare"}
-        assert stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"} == {"prepare", "report"}
-    finally:
-        undo()
-    run([DVC, "repro"], dvc_repo)
-    assert "up to date" in run([DVC, "status"], dvc_repo)
 
 
 # ---------------------------------------------------------------- resuming a fine-tune
@@ -454,99 +374,3 @@ def test_resume_after_a_change_starts_fresh_and_says_what_changed(results_with_d
     assert "resuming from" not in err
     full = uninterrupted(results_with_data)        # the changed configuration from scratch
     assert all(torch.equal(resumed[k], full[k]) for k in full)
-
-
-@pytest.mark.slow
-@needs_dvc
-def test_dvc_experiments_and_revisions_compare(dvc_repo):
-    """`dvc exp run -S` as documented (a key the params file has, and `++` for one it has not yet),
-    `dvc exp show` with each experiment's params and metrics, and `dvc metrics diff` / `dvc plots
-    diff` between two commits: metrics and curves are cached outputs DVC reads for any revision."""
-    run(["git", "add", "-A"], dvc_repo)
-    run(["git", "commit", "-q", "-m", "first results"], dvc_repo)
-    try:
-        # c: the experiment nothing else reads, so each DVC experiment re-runs only its chain
-        run([DVC, "exp", "run", "-S", "experiments.c.seed=6"], dvc_repo)
-        run([DVC, "exp", "run", "-S", "++experiments.c.finetune.lr=2e-4"], dvc_repo)
-        out = run([DVC, "exp", "show", "--json"], dvc_repo)
-        shown = json.loads(out[out.index("["):])
-        exps = [e for rev in shown for e in (rev.get("experiments") or [])]
-        assert len(exps) == 2
-        for exp in exps:
-            data = exp["revs"][0]["data"]
-            # one metrics file: the report's summary of every experiment's headline scores
-            assert set(data["metrics"]) == {"results/metrics.json"}
-            summary = data["metrics"]["results/metrics.json"]["data"]
-            # (an experiment whose score is undefined is left out: the tiny model's similarity scores
-            # can all clip to 0, a constant whose correlation is undefined)
-            assert "c" in summary and set(summary) <= {"a", "b", "c", "d", "ab"} and summary["c"]["dev"] > 0
-            assert "params.yaml" in data["params"]
-        # the two experiments side by side: the params they set and the scores that moved, at a glance
-        table = run([DVC, "exp", "show", "--only-changed", "--csv", "--hide-workspace"], dvc_repo)
-        header = table.strip().splitlines()[0].split(",")
-        fixed = {"Experiment", "rev", "typ", "Created", "parent", "State", "Executor"}
-        changed = [c for c in header if c not in fixed]
-        # DVC adds a hash column per dependency that moved: here only experiment c's own chain, and
-        # the folders of run records the report reads; about twenty columns in all
-        deps = [c for c in changed if c.startswith(("results/", "reports/", "data/"))]
-        assert all(re.search(r"/c(/|\.json$)", c) or c == "results/jobs/report.json"
-                   or re.fullmatch(r"results/runs(/[a-z_]+)?", c) for c in deps), " | ".join(header)
-        assert len(header) <= 25, f"{len(header)} columns: " + " | ".join(header)
-        # the rest: the two keys the experiments set and, where they moved, c's headline scores
-        assert set(changed) - set(deps) - {"c.dev", "c.test"} == {"experiments.c.seed", "experiments.c.finetune.lr"}, \
-            " | ".join(header)
-        shown_c = [exp["revs"][0]["data"]["params"]["params.yaml"]["data"]["experiments"]["c"] for exp in exps]
-        assert 6 in {c.get("seed") for c in shown_c}
-        assert 2e-4 in {c.get("finetune", {}).get("lr") for c in shown_c}
-
-        # two commits: the metrics and the curves differ, and DVC says how
-        run(["git", "reset", "-q", "--hard"], dvc_repo)
-        run([DVC, "checkout", "--force"], dvc_repo)
-        # enough training that the tiny model's dev predictions move off their constant start
-        edit_params(dvc_repo, lambda p: set_key(p, ("experiments", "c", "finetune"),
-                                                {"lr": 3e-3, "max_steps_per_epoch": 12, "epochs": 2}))
-        run([DVC, "repro"], dvc_repo)
-        run(["git", "add", "-A"], dvc_repo)
-        run(["git", "commit", "-q", "-m", "lr of c"], dvc_repo)
-        diff = run([DVC, "metrics", "diff", "HEAD~1", "HEAD", "--json"], dvc_repo)
-        changed = json.loads(diff[diff.index("{"):])
-        assert set(changed) == {"results/metrics.json"}
-        moved = changed["results/metrics.json"]
-        assert "c.dev" in moved and not [k for k in moved if k.startswith("b.")]
-        plots = run([DVC, "plots", "diff", "HEAD~1", "HEAD", "--json"], dvc_repo)
-        assert "results/experiments/c/finetune/history.csv" in plots
-    finally:
-        run(["git", "reset", "-q", "--hard", "HEAD~1"], dvc_repo, ok=False)
-        run([DVC, "checkout", "--force"], dvc_repo, ok=False)
-
-
-@pytest.mark.slow
-@needs_dvc
-def test_dvc_restores_a_deleted_predictions_file(dvc_repo):
-    """A predictions file is an output of its own under DVC too: deleted, its stage and readers are
-    changed; `dvc repro` brings the file back (from the cache, the predict stage being unchanged)."""
-    path = dvc_repo / "results/experiments/c/predictions/sts-dev.csv"
-    before = path.read_bytes()
-    dates = {p: p.stat() for p in (dvc_repo / "results").rglob("*")}
-    path.unlink()
-    # the stage that writes it, and its readers (c is exported: its export reads the predictions too)
-    assert dvc_status(dvc_repo) == {"predict-c", "evaluate-c", "export-c", "report"}
-    run([DVC, "repro"], dvc_repo)
-    assert path.read_bytes() == before
-    assert "up to date" in run([DVC, "status"], dvc_repo)
-    for p in sorted(dates, key=lambda q: len(q.parts), reverse=True):   # DVC re-links the stage's outputs:
-        if p.exists():                                                    # their dates as they were, for
-            os.utime(p, ns=(dates[p].st_atime_ns, dates[p].st_mtime_ns))  # Snakemake in later tests
-
-
-@pytest.mark.slow
-@needs_dvc
-def test_dvc_repro_force_runs_the_stage_again(dvc_repo):
-    """`dvc repro -f` runs the stage, which runs the job again (it said "up to date" and kept its
-    outputs before): the run record shows the new run."""
-    record = dvc_repo / "results/runs/finetune/c.json"
-    before = _started(record)
-    time.sleep(1.1)
-    log = run([DVC, "repro", "-f", "-s", "finetune-c"], dvc_repo)
-    assert stages_run(log) == {"finetune-c"} and "up to date" not in log
-    assert _started(record) > before           # the last test of dvc_repo: what reads c's model is left to run

@@ -132,7 +132,9 @@ def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
     assert set(laptop.experiments) - rows == {"r004_lr_sweep.lr0.001", "r004_lr_sweep.lr1e-05"}
     assert rows - set(laptop.experiments) == {"r004_lr_sweep.lr0.0001", "r004_lr_sweep.lr1e-07"}
     ft = laptop.experiments["r004_r4"].finetune
-    assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 4, 400, 1e-4, 2e-3, 0.1)
+    assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 6, 300, 1e-4, 2e-3, 0.1)
+    # the pretrainings' own dev loss 4 times in their one epoch: the training check's curve of each
+    assert all((p.epochs, p.evals_per_epoch, p.lr) == (1, 4, 5e-5) for p in laptop.params.pretrainings.values())
     assert ft.downsample.caps == {"sst": 1000, "para": 1000, "sts": 1000}
     # the rows that train their heads alone (`frozen`): 10 epochs over the encoder's outputs computed
     # once (no dropout in it); at the papers' scale they keep their own epochs and dropout
@@ -149,6 +151,9 @@ def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
     for pid, paper_params in laptop.params.papers.items():
         settings = [d.setting for d in paper_params.differs]
         assert {"learning rates", "dev evaluations", "seeds", "test predictions", "frozen-encoder rows"} <= set(settings), pid
+        assert ("pretraining learning rates" in settings) == (pid in ("000", "003")), pid
+        # the papers' scale's own differences are not this scale's
+        assert "Para's phase" not in settings and "3 times an epoch" not in str(paper_params.differs), pid
 
 
 def test_the_laptop_scales_r9_is_its_own_sweep_and_never_r4(tmp_path):
@@ -203,3 +208,33 @@ def test_a_scales_named_settings_apply_to_the_row_they_name_and_an_unknown_name_
         bad = CATALOGUE.replace("    differs: [{setting: epochs", NAMED.replace(right, wrong) + "    differs: [{setting: epochs")
         load_params(project(tmp_path, "catalogue: cat\n", bad))
     assert "\n" not in str(e.value)
+
+
+def test_the_laptop_scales_learning_rate_reason_states_what_its_plan_gives(tmp_path, shared_data):
+    """The reason beside the laptop scale's learning rates quotes how far a head moves at the papers'
+    rates in this scale's epoch (lr x the updates a head gets): its figures are those of the plan, each
+    fine-tuned row's updates per head (minbert.train.training.Plan) times the row's rate at the
+    papers' scale."""
+    import re
+
+    from minbert.data.downsample import target_sizes
+    from minbert.pipeline.estimate import train_rows
+    from minbert.train.training import Plan
+
+    paper, laptop = reproduce(tmp_path, "paper"), reproduce(tmp_path, "laptop")
+    rows = train_rows(laptop)["train"]
+    updates, moved = [], []
+    for name, exp in laptop.experiments.items():
+        ft, twin = exp.finetune, paper.experiments.get(f"{name}.seed{paper.base.seed}")
+        if ft.freeze_encoder or twin is None or name.startswith("r004_lr_sweep"):   # a sweep cell: its own rate
+            continue
+        tasks = [t for t in ft.tasks if rows.get(t)]
+        plan = Plan.build(ft, tasks, target_sizes({t: rows[t] for t in tasks}, ft.downsample), exp.seed)
+        for task in tasks:
+            n = sum(task in update for ups in plan.epochs.values() for update in ups)
+            updates.append(n)
+            moved.append(n * twin.finetune.lr)
+    why = next(d.why for d in laptop.params.papers["004"].differs if d.setting == "learning rates")
+    low, high, fewest, most = re.search(r"about ([\d.]+)-([\d.]+) in the (\d+)-(\d+) updates", why).groups()
+    assert (int(fewest), int(most)) == (min(updates), max(updates)), why
+    assert float(low) == pytest.approx(min(moved), rel=0.1) and float(high) == pytest.approx(max(moved), rel=0.1), why

@@ -15,7 +15,7 @@ from minbert.data.batches import LENGTH_BUCKETS
 from minbert.params.finetune import FinetuneParams
 from minbert.train.step import CapturedSteps, why_not_captured
 
-# compares numbers between two ways of computing them: CI runs it again with bf16 as `auto`
+# compares numbers between two ways of computing them: CI runs it again with the other precision as `auto`
 pytestmark = pytest.mark.numbers
 
 NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0, "heads": {"dropout": 0.0}}

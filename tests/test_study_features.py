@@ -25,7 +25,7 @@ from minbert.params.resolve import finetune_settings, retrain_settings
 from minbert.train.experiment import retrain_heads_experiment, with_dropout
 from minbert.train.training import FitOptions
 
-# compares numbers between two ways of computing them: CI runs it again with bf16 as `auto`
+# compares numbers between two ways of computing them: CI runs it again with the other precision as `auto`
 pytestmark = pytest.mark.numbers
 
 H = 32

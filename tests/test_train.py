@@ -17,12 +17,12 @@ import yaml
 from conftest import REPO, child_env, shared_data_dir
 
 import minbert.data.batches as batches
-import minbert.train.experiment as experiment
 import minbert.train.evaluation as evaluation
+import minbert.train.experiment as experiment
 import minbert.train.loop as train
 import minbert.train.objectives as objectives
 from minbert.core.errors import MinBertError
-from minbert.core.runtime import seed_everything
+from minbert.core.runtime import autocast, precision_on, seed_everything
 from minbert.data.raw import read_cs224n
 from minbert.data.read import write_split
 from minbert.model.multitask import MultitaskModel
@@ -181,6 +181,7 @@ def test_dev_is_evaluated_within_an_epoch_and_the_best_evaluation_is_kept(tiny_m
     assert whole["dev_score"].tolist() == pytest.approx(once.history["dev_score"].tolist(), rel=1e-5, nan_ok=True)
 
 
+@pytest.mark.numbers
 def test_dev_size_evaluates_a_seeded_subset_of_each_dev_split(tiny_model_dir, prepared, tmp_path):
     def ids(split, **kw):
         frames = batches.task_frames(prepared, ["sst", "sts"], ("train", "dev"), **kw)[split]
@@ -202,7 +203,10 @@ def test_dev_size_evaluates_a_seeded_subset_of_each_dev_split(tiny_model_dir, pr
     model, tok, _ = load_checkpoint(tmp_path / "run" / "model.pt")
     sub = batches.load_training_data(exp.finetune, prepared, tok, 7)["dev"]["sts"]
     assert len(sub) == 10
-    pred = predict_task(model, sub, tok, 64, torch.device("cpu"), lambda: torch.autocast("cpu", enabled=False))
+    # in the precision the run evaluated in (`auto`: bf16 where it is native), so the same numbers
+    cpu = torch.device("cpu")
+    precision = precision_on(exp.precision, cpu)
+    pred = predict_task(model, sub, tok, 64, cpu, lambda: autocast(cpu, precision))
     r = np.corrcoef(pred["prediction"], sub.labels)[0, 1]
     assert kept["dev_metrics"]["sts_pearson"] == pytest.approx(r, abs=1e-5)
 

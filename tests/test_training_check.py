@@ -1,7 +1,11 @@
-"""The training check on constructed histories (a curve that flattened, one still rising, one flat
-at chance, too few evaluations, sequential phases), the frozen reference that stands in for a
-fine-tuned row still rising, and the verdict rules it feeds: the one-sided no-gain claim and a
-difference whose seeds disagree in sign."""
+"""The training check on constructed histories: a curve that flattened, one still rising, one flat at
+chance, too few evaluations (in all, and within the last quarter of the learning-rate budget), a
+decaying schedule that cannot pass by itself, a tolerance tied to the claim's size, sequential
+phases, the claim's own column (rising while the selection score is flat; at chance while the other
+tasks trained), pretrainings (moved and flattened, did not move, still falling), the frozen
+references that may answer a claim (the claim's own frozen row; the table's reference with the same
+heads, never one with other heads), the laptop run's two concatenation rows of 002, and the verdict
+rules the check feeds."""
 from __future__ import annotations
 
 from types import SimpleNamespace as NS
@@ -11,24 +15,53 @@ import pandas as pd
 import pytest
 
 from minbert.params.studies import TrainingCheckParams
+from minbert.report.effects import encoder_alone, references
 from minbert.report.papers import claim_verdict
-from minbert.report.training import chance_score, curve_checks, phase_check, row_check
+from minbert.report.training import (
+    ClaimCheck,
+    budget_at,
+    chance_score,
+    claim_tolerance,
+    column_chance,
+    plateau,
+    pretrain_check,
+    row_check,
+    score_curve,
+    stage_checks,
+    CurveCheck,
+)
 from minbert.scoring import stats
 
 CHECK = TrainingCheckParams()
+SELECTION = ClaimCheck("overall", "Overall", 0.01)          # a claim on the overall: only the selection score
 
 
 class Run:
-    """What the check reads of a run: its name, its labelled dev predictions, its histories."""
+    """What the check reads of a run: its name, its labelled dev predictions, its histories and its
+    pretraining's metrics."""
 
-    def __init__(self, name="r", sst=(0, 1, 1, 2, 3, 1, 1, 4), sts=(0.5, 2.0, 4.5), histories=None):
+    def __init__(self, name="r", sst=(0, 1, 1, 2, 3, 1, 1, 4), sts=(0.5, 2.0, 4.5), histories=None,
+                 pretrain_metrics=None):
         self.name = name
         self.frames = {"sst": pd.DataFrame({"label": list(sst)}), "sts": pd.DataFrame({"label": list(sts)}),
                        "para": pd.DataFrame({"label": [0, 0, 0, 1]})}
         self.histories = histories or {}
+        self.pretrain_metrics = pretrain_metrics
 
     def labelled(self, task, split="dev"):
         return self.frames.get(task)
+
+
+def curve(scores, cfg=CHECK, tolerance=0.01, place=None, chance=None):
+    scores = np.asarray(scores, dtype=float)
+    place = np.arange(1, len(scores) + 1, dtype=float) if place is None else place
+    return score_curve(CurveCheck("r", "finetune", "sst", False, ""), scores, place, 0.0, cfg, tolerance, chance)
+
+
+def history(phase, scores, **columns):
+    n = len(scores)
+    return pd.DataFrame({"epoch": [round((k + 1) / n, 4) for k in range(n)], "update": [10 * (k + 1) for k in range(n)],
+                         "phase": [phase] * n, "dev_score": scores, **columns})
 
 
 def test_chance_is_the_majority_class_and_a_zero_correlation():
@@ -37,83 +70,294 @@ def test_chance_is_the_majority_class_and_a_zero_correlation():
     assert chance_score(run, ["sts"]) == pytest.approx(0.5)                   # r = 0 scores (0 + 1) / 2
     assert chance_score(run, ["sst", "para", "sts"]) == pytest.approx((0.5 + 0.75 + 0.5) / 3)
     assert chance_score(run, ["cfimdb"]) is None                              # no dev predictions to say
+    assert column_chance(run, "sts_pearson") == 0.0 and column_chance(run, "mean") == pytest.approx((0.5 + 0.75) / 3)
 
 
 def test_a_curve_that_flattened_passes():
-    c = phase_check(Run(), "finetune", "sst", np.array([0.40, 0.55, 0.60, 0.62, 0.625, 0.624, 0.63, 0.626]), CHECK)
+    c = curve([0.40, 0.55, 0.60, 0.62, 0.625, 0.624, 0.626, 0.626])
     assert c.trained and c.evaluations == 8
-    assert c.last_gain == pytest.approx(0.63 - 0.625)                         # last 2 of 8 against the 6 before
-    assert "flattened" in c.why and "+0.005" in c.why
+    assert c.last_gain == pytest.approx(0.626 - 0.625)                       # evaluations 7 and 8 against 1-6
+    assert "flattened" in c.why and "(2 of 8 evaluations) gained +0.001" in c.why
 
 
 def test_a_curve_still_rising_is_undertrained_with_its_last_gain():
-    c = phase_check(Run(), "finetune", "sst", np.array([0.51, 0.53, 0.55, 0.57, 0.59, 0.61, 0.63, 0.65]), CHECK)
-    assert not c.trained and c.last_gain == pytest.approx(0.65 - 0.61)
-    assert c.why.startswith("still rising: its last 2 of 8 evaluations gained +0.040")
+    c = curve([0.51, 0.53, 0.55, 0.57, 0.59, 0.61, 0.63, 0.65])
+    assert not c.trained and c.rising and c.last_gain == pytest.approx(0.65 - 0.61)
+    assert c.why.startswith("still rising: its last 25% of learning-rate budget (2 of 8 evaluations) gained +0.040")
+    assert c.brief == "still rising (+0.040 > 0.01)"
 
 
 def test_a_curve_flat_at_chance_is_undertrained_though_it_is_flat():
-    c = phase_check(Run(), "finetune", "sst", np.array([0.50, 0.505, 0.50, 0.51, 0.505, 0.50]), CHECK)
-    assert not c.trained and c.at_chance
+    c = curve([0.50, 0.505, 0.50, 0.51, 0.505, 0.50], chance=0.5)
+    assert not c.trained and c.at_chance and not c.rising
     assert "flat at chance" in c.why and "0.500 for a constant prediction" in c.why
 
 
 def test_too_few_evaluations_cannot_show_a_plateau():
-    c = phase_check(Run(), "finetune", "sst", np.array([0.6, 0.61]), CHECK)
-    assert not c.trained and "2 dev evaluations, too few" in c.why and "evals_per_epoch" in c.why
+    c = curve([0.6, 0.61, 0.61])
+    assert not c.trained and "3 dev evaluations, too few" in c.why and "evals_per_epoch" in c.why
+    # enough in all, but one evaluation in the last quarter of the budget: no plateau can be seen there
+    c = curve([0.5, 0.6, 0.6, 0.6, 0.6, 0.61], place=np.array([0.1, 0.2, 0.3, 0.4, 0.5, 1.0]))
+    assert not c.trained and c.why.startswith("1 of its 6 evaluations in the last 25%")
 
 
-def test_settings_move_the_line():
-    scores = np.array([0.40, 0.55, 0.60, 0.62, 0.625, 0.624, 0.63, 0.64])
-    assert not phase_check(Run(), "finetune", "sst", scores, CHECK).trained                   # +0.015
-    assert phase_check(Run(), "finetune", "sst", scores, CHECK.model_copy(update={"tolerance": 0.02})).trained
+def test_a_decaying_schedule_cannot_pass_by_itself():
+    """A run at 10% warm-up then linear decay to 0, its score growing by the same amount per unit of
+    learning rate throughout (never flattening): over its last quarter of updates it gains little,
+    as the rate is low there, and a check on updates would pass it; on its learning-rate budget it
+    is still rising."""
+    updates = np.arange(1, 9) * 100.0
+    budget = budget_at(updates, 0.1, "linear")
+    scores = 0.40 + 0.12 * budget / budget[-1]                   # linear in the budget: no plateau at all
+    by_updates = scores[-2:].max() - scores[:-2].max()           # the last quarter of the updates
+    assert by_updates < 0.01                                     # what a check on updates would have passed
+    c = curve(scores, place=budget)
+    assert not c.trained and c.rising and c.last_gain > 0.03 and "(4 of 8 evaluations)" in c.why
+    # the same curve flattening in its budget passes
+    flat = 0.40 + 0.25 * (1 - np.exp(-12 * budget / budget[-1]))
+    assert curve(flat, place=budget).trained
 
 
-def test_each_phase_of_a_sequential_run_is_checked_on_its_own():
-    history = pd.DataFrame({"phase": ["para"] * 4 + ["sts"] * 4 + ["sst"] * 4,
-                            "dev_score": [0.7, 0.8, 0.81, 0.81, 0.6, 0.7, 0.8, 0.9, 0.55, 0.6, 0.61, 0.6]})
-    checks = curve_checks(Run(), "finetune", history, CHECK)
+def test_the_tolerance_is_tied_to_the_claims_size():
+    assert claim_tolerance(CHECK, 0.006) == pytest.approx(0.003)             # half of a small effect
+    assert claim_tolerance(CHECK, -0.3) == pytest.approx(0.01)               # at most the cap
+    assert claim_tolerance(CHECK, 0.001) == pytest.approx(0.002)             # at least the floor
+    assert claim_tolerance(CHECK, None) == pytest.approx(0.01)               # a size the paper does not print
+    scores = [0.40, 0.55, 0.60, 0.62, 0.625, 0.624, 0.63, 0.63]               # last gain +0.005
+    assert curve(scores, tolerance=claim_tolerance(CHECK, 0.04)).trained     # a large effect: +0.005 is small
+    assert not curve(scores, tolerance=claim_tolerance(CHECK, 0.006)).trained   # +0.006: it is most of it
+    with pytest.raises(ValueError, match="min_tolerance"):
+        TrainingCheckParams(min_tolerance=0.02, tolerance=0.01)
+
+
+def test_each_phase_of_a_sequential_run_is_checked_on_its_own_budget():
+    h = pd.DataFrame({"phase": ["para"] * 5 + ["sts"] * 5 + ["sst"] * 5, "epoch": range(1, 16),
+                      "update": [10 * k for k in range(1, 16)],
+                      "dev_score": [0.7, 0.8, 0.81, 0.81, 0.81, 0.6, 0.7, 0.8, 0.9, 0.95, 0.55, 0.6, 0.61, 0.6, 0.61]})
+    checks = stage_checks(Run(), "finetune", h, (0.0, "constant"), CHECK, SELECTION)
     assert [(c.phase, c.trained) for c in checks] == [("para", True), ("sts", False), ("sst", True)]
-    assert curve_checks(Run(), "finetune", pd.DataFrame({"epoch": [1]}), CHECK)[0].why == \
-        "its history has no dev scores"
+    assert stage_checks(Run(), "finetune", pd.DataFrame({"epoch": [1]}), (0.0, "constant"), CHECK,
+                        SELECTION)[0].why == "its history has no dev scores"
+
+
+def test_the_claims_column_rising_while_the_selection_score_is_flat_is_undertrained():
+    flat = [0.60, 0.65, 0.66, 0.661, 0.660, 0.661, 0.660, 0.661]
+    sts = [0.50, 0.60, 0.65, 0.70, 0.74, 0.78, 0.82, 0.86]                    # still rising...
+    sst = [0.45, 0.46, 0.45, 0.43, 0.41, 0.39, 0.37, 0.35]                    # ...while SST falls
+    h = history("sst+para+sts", flat, dev_sts_pearson=sts, dev_sst_acc=sst, dev_para_acc=[0.7] * 8)
+    on_selection = stage_checks(Run(), "finetune", h, (0.0, "constant"), CHECK, SELECTION)
+    assert all(c.trained for c in on_selection)                               # the selection score is flat
+    on_sts = stage_checks(Run(), "finetune", h, (0.0, "constant"), CHECK, ClaimCheck("sts_pearson", "STS", 0.01))
+    assert [(c.curve, c.trained) for c in on_sts] == [("selection score", True), ("dev STS", False)]
+    assert on_sts[1].why.startswith("still rising") and on_sts[1].last_gain == pytest.approx(0.86 - 0.78)
+
+
+def test_a_claims_column_at_chance_fails_though_the_other_tasks_trained():
+    scores = [0.55, 0.60, 0.62, 0.63, 0.63, 0.631, 0.63, 0.631]
+    h = history("sst+para+sts", scores, dev_sts_pearson=[0.0, 0.01, -0.01, 0.0, 0.005, 0.0, 0.01, 0.0])
+    checks = stage_checks(Run(), "finetune", h, (0.0, "constant"), CHECK, ClaimCheck("sts_pearson", "STS", 0.01))
+    assert checks[0].trained and not checks[1].trained and checks[1].at_chance
+    assert "flat at chance: its best 0.010 against 0.000" in checks[1].why
+
+
+def pretraining(losses, before, kind="nli", epochs=1, warmup=0.1, schedule="linear"):
+    n = len(losses)
+    run = Run(histories={"pretrain": pd.DataFrame({"epoch": [epochs * (k + 1) / n for k in range(n)],
+                                                   "train_loss": losses, "dev_loss": losses})},
+              pretrain_metrics={"dev_loss_before": before})
+    settings = NS(kind=kind, epochs=epochs, warmup_ratio=warmup, lr_schedule=schedule)
+    return pretrain_check(run, run.histories["pretrain"], settings, CHECK)
+
+
+def test_a_pretraining_is_checked_on_its_own_dev_loss():
+    moved = pretraining([0.150, 0.130, 0.128, 0.1275], before=0.22)
+    assert moved.trained and moved.curve == "dev loss" and moved.why.startswith("flattened")
+    still = pretraining([0.20, 0.18, 0.16, 0.14], before=0.22)               # falling as fast at its end
+    assert not still.trained and still.rising and still.why.startswith("still falling")
+    idle = pretraining([0.0991, 0.0990, 0.0991, 0.0990], before=0.0992)      # 0.2% below where it started
+    assert not idle.trained and idle.at_chance and idle.why.startswith("did not move: its dev loss went from 0.0992")
+    once = pretraining([0.13], before=0.22)                                   # one evaluation: no curve
+    assert not once.trained and "1 dev evaluation, too few" in once.why
+    unknown = pretrain_check(Run(), pd.DataFrame({"epoch": [1], "dev_loss": [0.1]}), NS(kind="mlm"), CHECK)
+    assert not unknown.trained and "no dev loss before" in unknown.why
+
+
+# ------------------------------------------------------------------ rows and their references
+
+class Heads(dict):
+    def model_dump(self, mode="python"):
+        return dict(self)
+
+
+UV = Heads(para="concat_uv", sts="concat_uv")
+COSINE = Heads(para="concat", sts="cosine")
+CROSS = Heads(para="cross", sts="cross")
 
 
 class Book:
-    """The ScoreBook part the row check reads: runs, seeds, experiments' settings, differences."""
+    """The ScoreBook part the check reads: runs, seeds, experiments' settings, values and differences."""
 
-    def __init__(self, runs, frozen, difference=None):
+    def __init__(self, runs, settings, difference=None, values=None):
         self.data = NS(runs={r.name: r for r in runs},
-                       params=NS(params=NS(ensembles={}),
-                                 experiments={r.name: NS(finetune=NS(freeze_encoder=r.name in frozen)) for r in runs}))
+                       params=NS(params=NS(ensembles={}, pretrainings={}),
+                                 experiments={n: NS(finetune=NS(freeze_encoder=frozen, heads=heads, warmup_ratio=0.0,
+                                                                lr_schedule="constant"), pretrain=None)
+                                              for n, (frozen, heads) in settings.items()}))
         self.confidence = 0.95
-        self._difference = difference
+        self._difference = difference or {}
+        self._values = values or {}
 
     def members(self, name):
         return [name]
 
     def difference(self, a, b, split, key):
-        return self._difference
+        return self._difference.get((a, b))
+
+    def value(self, name, split, key):
+        return self._values.get(name)
 
 
 def est(values):
     return stats.Estimate(float(np.mean(values)), np.asarray(values, dtype=float), ())
 
 
-def test_a_fine_tuned_row_still_rising_counts_when_it_clearly_beats_the_frozen_reference():
-    rising = pd.DataFrame({"phase": ["sst"] * 4, "dev_score": [0.55, 0.6, 0.65, 0.7]})
-    ft, frozen = Run("ft", histories={"finetune": rising}), Run("frozen", histories={"finetune": rising})
-    better = Book([ft, frozen], frozen={"frozen"}, difference=est([0.1, 0.12, 0.14] * 50))
-    row = row_check("ft", better, CHECK, reference="frozen", key="sst_acc")
-    assert row.trained and "beats the frozen encoder (frozen) on dev sst_acc by +0.120" in row.evidence
-    # not when the difference could be 0, not for a frozen row, not without a reference
-    unclear = Book([ft, frozen], frozen={"frozen"}, difference=est([-0.01, 0.05, 0.1] * 50))
-    assert not row_check("ft", unclear, CHECK, reference="frozen", key="sst_acc").trained
-    assert not row_check("frozen", better, CHECK, reference="ft", key="sst_acc").trained
-    assert not row_check("ft", better, CHECK).trained
-    # nor for a row flat at chance: it learned nothing, whatever the reference did
-    flat = Run("flat", histories={"finetune": pd.DataFrame({"phase": ["sst"] * 4, "dev_score": [0.5] * 4})})
-    assert not row_check("flat", Book([flat, frozen], {"frozen"}, est([0.1] * 50)), CHECK, "frozen",
-                         key="sst_acc").trained
+RISING = pd.DataFrame({"phase": ["sst+para+sts"] * 8, "dev_score": [0.55, 0.6, 0.65, 0.7, 0.72, 0.74, 0.76, 0.78],
+                       "epoch": range(1, 9)})
+FLAT = pd.DataFrame({"phase": ["sst+para+sts"] * 8, "dev_score": [0.55, 0.6, 0.62, 0.63] + [0.63] * 4,
+                     "epoch": range(1, 9)})
+CLEARLY = est([0.1, 0.12, 0.14] * 50)
+
+
+def claim_check(sp, claim, chosen, book, key="sst_acc"):
+    return ClaimCheck(key, "SST", 0.01, "dev", references(sp, claim, chosen, book))
+
+
+def test_a_row_still_rising_counts_against_the_claims_own_frozen_row():
+    ft, frozen = Run("ft", histories={"finetune": RISING}), Run("frozen", histories={"finetune": FLAT})
+    book = Book([ft, frozen], {"ft": (False, COSINE), "frozen": (True, UV)}, {("ft", "frozen"): CLEARLY})
+    sp = NS(frozen_reference="", reference_run="", encoder_alone=[])
+    chosen = {"FT": "ft", "Frozen": "frozen"}
+    claim = NS(kind="difference", rows=("FT", "Frozen"))
+    row = row_check("ft", book, CHECK, claim_check(sp, claim, chosen, book))
+    assert row.trained and "beats frozen (the claim's frozen row) on dev SST by +0.120" in row.evidence
+    # not when the difference could be 0, not for the frozen side, not on a no-effect claim
+    unclear = Book([ft, frozen], {"ft": (False, COSINE), "frozen": (True, UV)}, {("ft", "frozen"): est([-0.01, 0.1] * 50)})
+    assert not row_check("ft", unclear, CHECK, claim_check(sp, claim, chosen, unclear)).trained
+    reversed_claim = NS(kind="difference", rows=("Frozen", "FT"))
+    assert "ft" not in references(sp, reversed_claim, chosen, book)
+    assert references(sp, NS(kind="no_effect", rows=("FT", "Frozen")), chosen, book) == {}
+
+
+def test_a_reference_with_other_heads_never_stands_in():
+    """002's laptop run: a cross-encoder or cosine row still rising beat the frozen [u, v] reference
+    on STS by its head design alone, and counted as trained; only a reference with the row's own
+    heads may answer for it."""
+    cos, cross = Run("cos", histories={"finetune": RISING}), Run("cross", histories={"finetune": RISING})
+    uv, ref = Run("uv", histories={"finetune": RISING}), Run("ref", histories={"finetune": FLAT})
+    settings = {"cos": (False, COSINE), "cross": (False, CROSS), "uv": (False, UV), "ref": (True, UV)}
+    book = Book([cos, cross, uv, ref], settings,
+                {(r, "ref"): CLEARLY for r in ("cos", "cross", "uv")})
+    sp = NS(frozen_reference="", reference_run="ref", encoder_alone=[])
+    chosen = {"Cos": "cos", "Cross": "cross", "UV": "uv"}
+    claim = NS(kind="difference", rows=("Cross", "Cos"))
+    check = claim_check(sp, claim, chosen, book, key="sts_pearson")
+    assert check.references == {}
+    assert not row_check("cross", book, CHECK, check).trained
+    assert not row_check("cos", book, CHECK, check).trained
+    same = NS(kind="difference", rows=("UV", "Cos"))
+    check = claim_check(sp, same, chosen, book, key="sts_pearson")
+    assert check.references == {"uv": ("ref", "the table's frozen reference, with the same heads")}
+    assert row_check("uv", book, CHECK, check).trained and not row_check("cos", book, CHECK, check).trained
+
+
+def test_nothing_excuses_a_curve_at_chance_or_a_pretraining_that_did_not_move():
+    flat = Run("flat", histories={"finetune": pd.DataFrame({"phase": ["sst"] * 8, "dev_score": [0.5] * 8,
+                                                            "epoch": range(1, 9)})})
+    frozen = Run("frozen", histories={"finetune": FLAT})
+    book = Book([flat, frozen], {"flat": (False, UV), "frozen": (True, UV)}, {("flat", "frozen"): CLEARLY})
+    check = ClaimCheck("sst_acc", "SST", 0.01, "dev", {"flat": ("frozen", "the claim's frozen row")})
+    assert not row_check("flat", book, CHECK, check).trained
+    idle = pd.DataFrame({"epoch": [0.25, 0.5, 0.75, 1.0], "train_loss": [0.1] * 4, "dev_loss": [0.0991] * 4})
+    pre = Run("pre", histories={"pretrain": idle, "finetune": RISING}, pretrain_metrics={"dev_loss_before": 0.0992})
+    book = Book([pre, frozen], {"pre": (False, UV), "frozen": (True, UV)}, {("pre", "frozen"): CLEARLY})
+    book.data.params.experiments["pre"].pretrain = "nli"
+    book.data.params.params.pretrainings["nli"] = NS(kind="nli", epochs=1, warmup_ratio=0.1, lr_schedule="linear")
+    row = row_check("pre", book, CHECK, ClaimCheck("sst_acc", "SST", 0.01, "dev", {"pre": ("frozen", "x")}))
+    assert not row.trained and row.reference == ""
+    assert row.evidence.startswith("pre pretrain, dev loss: did not move")
+
+
+def laptop_sequential(phase_scores):
+    """A 002 row at the laptop scale: Para, STS, SST one after another, 125 updates each, dev
+    evaluated 6 times a phase, the rate warming up over 10% of the run and decaying to 0."""
+    updates = [int(p * 125 + 125 * (k + 1) / 6) for p in range(3) for k in range(6)]
+    lr = [1e-4 * min((u + 1) / 37, 1 - (u - 37) / 338) for u in updates]
+    return pd.DataFrame({"epoch": [round(u / 125, 4) for u in updates], "update": updates, "lr": lr,
+                         "phase": ["para"] * 6 + ["sts"] * 6 + ["sst"] * 6,
+                         "dev_score": [s for scores in phase_scores for s in scores]})
+
+
+def test_the_laptop_runs_concatenation_rows_of_002_are_undertrained():
+    """docs/results.md's laptop run: r002_concat and r002_concat_smart still rose in their Para and
+    STS phases; both beat the frozen [u, v] reference (r002_frozen) on STS, which made "SMART lowers
+    STS" read reproduced and "concatenation beats the cosine head on STS" read reversed. Their heads
+    are not the reference's: both claims are undertrained."""
+    concat = laptop_sequential([[0.78, 0.80, 0.81, 0.82, 0.835, 0.85], [0.80, 0.84, 0.86, 0.88, 0.905, 0.93],
+                                [0.55, 0.60, 0.62, 0.63, 0.63, 0.63]])
+    smart = laptop_sequential([[0.77, 0.79, 0.81, 0.82, 0.83, 0.845], [0.78, 0.82, 0.85, 0.88, 0.90, 0.92],
+                               [0.56, 0.61, 0.63, 0.64, 0.64, 0.64]])
+    cos = laptop_sequential([[0.76, 0.78, 0.80, 0.81, 0.811, 0.811], [0.88, 0.90, 0.91, 0.912, 0.912, 0.912],
+                             [0.55, 0.60, 0.63, 0.63, 0.63, 0.63]])
+    runs = [Run("r002_concat", histories={"finetune": concat}), Run("r002_concat_smart", histories={"finetune": smart}),
+            Run("r002_cos_sim", histories={"finetune": cos}),
+            Run("r002_frozen", histories={"finetune": laptop_sequential([[0.6, 0.7, 0.72, 0.72, 0.72, 0.72]] * 3)})]
+    settings = {"r002_concat": (False, CROSS), "r002_concat_smart": (False, CROSS), "r002_cos_sim": (False, COSINE),
+                "r002_frozen": (True, UV)}
+    book = Book(runs, settings, {(r, "r002_frozen"): CLEARLY for r in settings})
+    for r in runs:
+        book.data.params.experiments[r.name].finetune.warmup_ratio = 0.1
+        book.data.params.experiments[r.name].finetune.lr_schedule = "linear"
+    sp = NS(frozen_reference="", reference_run="r002_frozen", encoder_alone=[])
+    chosen = {"Cos-Sim": "r002_cos_sim", "Concat": "r002_concat", "Concat+SMART": "r002_concat_smart"}
+    for rows in (("Concat", "Concat+SMART"), ("Concat", "Cos-Sim")):
+        claim = NS(kind="difference", rows=rows)
+        check = ClaimCheck("sts_pearson", "STS", claim_tolerance(CHECK, 0.062), "dev",
+                           references(sp, claim, chosen, book))
+        row = row_check(chosen[rows[0]], book, CHECK, check)
+        assert not row.trained and row.reference == ""
+        assert "still rising" in row.evidence and "finetune para" in row.evidence
+    assert row_check("r002_cos_sim", book, CHECK, check).trained
+
+
+def test_the_encoder_alone_beside_an_effect_several_times_the_papers():
+    """004's R4 - R2 on STS: +0.640 here against the paper's +0.069; R3 and R1 (the same heads over
+    the frozen encoder) give +0.600 of it, so the method made +0.040."""
+    runs = [Run(n) for n in ("r4", "r2", "r3", "r1")]
+    settings = {"r4": (False, COSINE), "r2": (False, UV), "r3": (True, COSINE), "r1": (True, UV)}
+    book = Book(runs, settings, {("r3", "r1"): est([0.58, 0.6, 0.62] * 50)},
+                values={"r4": 0.84, "r2": 0.20, "r3": 0.80, "r1": 0.20})
+    view = NS(kind="difference", paper_difference=0.069, difference=0.640, better_run="r4", worse_run="r2",
+              split="dev")
+    alone = encoder_alone(view, ["r3", "r1"], 3.0, book, "sts_pearson")
+    assert (alone.better, alone.worse) == ("r3", "r1")
+    assert alone.difference == pytest.approx(0.60) and alone.made == pytest.approx(0.04)
+    assert alone.interval.low > 0.5
+    # within 3 times the paper's effect, nothing is added; a row with no frozen twin says so
+    assert encoder_alone(NS(**{**vars(view), "difference": 0.2}), ["r3", "r1"], 3.0, book, "sts_pearson") is None
+    del book.data.params.experiments["r3"]
+    alone = encoder_alone(view, ["r1"], 3.0, book, "sts_pearson")
+    assert alone.better is None and alone.difference is None and "no run here trains r4's heads" in alone.note
+    # a frozen row is its own encoder alone: both rows frozen, the whole effect is the encoder's with those heads
+    view = NS(**{**vars(view), "better_run": "r1", "worse_run": "r1"})
+    assert encoder_alone(view, [], 3.0, book, "sts_pearson").made == pytest.approx(0.640)
+
+
+def test_plateau_reads_a_loss_the_other_way():
+    c = CurveCheck("r", "pretrain", "mlm", False, "")
+    loss = np.array([5.0, 3.0, 2.5, 2.49, 2.49, 2.49, 2.49, 2.49])
+    assert plateau(c, loss, np.arange(8.0), 0.0, CHECK, 0.1, lower=True).trained
+    c = CurveCheck("r", "pretrain", "mlm", False, "")
+    assert not plateau(c, np.linspace(5.0, 1.0, 8), np.arange(8.0), 0.0, CHECK, 0.1, lower=True).trained
 
 
 def test_no_gain_claims_are_one_sided():
@@ -139,7 +383,7 @@ def test_the_scorecard_counts_each_claim_row_once_trained_only_where_every_claim
     from minbert.report.training import RowCheck
 
     def row(name, trained):
-        return NS(name=name, trained=trained)
+        return NS(name=name, trained=trained, evidence=f"{name} did not train")
 
     # "ft" counts as trained on one claim's column (the frozen reference) but not on another's
     claims = [NS(training=[row("ft", True), row("frozen", True)]), NS(training=[row("ft", False), row("b", True)]),
@@ -148,4 +392,5 @@ def test_the_scorecard_counts_each_claim_row_once_trained_only_where_every_claim
     assert rows == {"ft": False, "frozen": True, "b": True}
     card = Scorecard(claims, {}, False, rows=rows)
     assert card.rows_trained == 2 and card.rows_untrained == ["ft"]
+    assert card.evidence == [("ft", "ft did not train")]                     # said once
     assert RowCheck("x").trained is False                      # no history: not trained

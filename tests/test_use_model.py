@@ -23,7 +23,7 @@ from minbert.data.read import read_split
 from minbert.entry import run
 from stages import export, finetune, predict
 
-# compares numbers between two ways of computing them: CI runs it again with bf16 as `auto`
+# compares numbers between two ways of computing them: CI runs it again with the other precision as `auto`
 pytestmark = pytest.mark.numbers
 
 FT = {"epochs": 1, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.0, "max_steps_per_epoch": 3,

@@ -101,6 +101,9 @@ def unread_pretraining(pre: PretrainParams) -> dict[str, tuple[Any, str]]:
         out["nli"] = (NliParams(), f"it is the `nli` kind's section (this is `{pre.kind}`)")
     if pre.kind == "para_first" and pre.dev_size is not None:
         out["dev_size"] = (None, "paraphrase-first evaluates on all of Quora's dev split")
+    if pre.kind == "para_first" and pre.evals_per_epoch != 1:
+        out["evals_per_epoch"] = (1, "paraphrase-first evaluates as its fine-tuning settings say "
+                                     "(finetune.evals_per_epoch)")
     return out
 
 

@@ -105,6 +105,11 @@ class PretrainParams(Strict):
                                                                     "schedule is built on the cut epochs")
     dev_size: int | None = Field(None, ge=1, description="mlm and nli: evaluate on a seeded subset of at most this "
                                                          "many dev examples (quick runs)")
+    evals_per_epoch: int = Field(1, ge=1, le=100, description="mlm and nli: dev loss evaluations per epoch, evenly "
+                                                              "spaced over its updates, the last at its end: each a "
+                                                              "row of history.csv and a candidate for the model kept "
+                                                              "(a one-epoch pretraining needs several for the "
+                                                              "report's training check to see its curve flatten)")
     precision: Precision | None = Field(
         None, description="`auto`, `bf16`, `fp16` or `fp32` for this pretraining only (e.g. `fp32` to keep a pretraining "
                           "in float32 while fine-tuning runs in bf16); null: the base's `precision`")

@@ -205,6 +205,11 @@ class StudyPaper(Strict):
         "", description="instead of `frozen_reference`, for a table that prints no frozen-encoder row: an experiment "
                         "with the encoder frozen, run beside the table's rows but not one of them, that plays the "
                         "same part in the training check")
+    encoder_alone: list[str] = Field(
+        [], description="experiments with the encoder frozen (and no pretraining), run beside the table's rows but not "
+                        "rows of it, each a row's heads over the untouched encoder: where our effect on a claim is "
+                        "several times the paper's, the claim shows what these give the two rows' heads "
+                        "(`report.encoder_alone_ratio`; a frozen row is its own)")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -287,17 +292,36 @@ class StudyParams(Strict):
 class TrainingCheckParams(Strict):
     """When a row counts as trained, so that a claim's verdict judges the method and not a run cut
     short (docs/report.md, "The training check"): on each phase of each training stage of each of
-    its seeds, the dev selection score must have evaluations enough to show a curve, rise clearly
-    above what a constant prediction scores, and have flattened: its best over the last `window` of
-    the evaluations at most `tolerance` above its best before them."""
-    min_evaluations: int = Field(3, ge=2, description="fewer dev evaluations in a phase cannot show a plateau (raise "
+    its seeds, the dev selection score and the claim's own column must have evaluations enough to
+    show a curve, rise clearly above what a constant prediction scores, and have flattened: their
+    best over the last `window` of the learning-rate budget at most the claim's tolerance above their
+    best before (`share` of the claim's size, between `min_tolerance` and `tolerance`); a pretraining
+    must have lowered its own dev loss and flattened."""
+    min_evaluations: int = Field(4, ge=3, description="fewer dev evaluations in a phase cannot show a plateau (raise "
                                                       "`finetune.evals_per_epoch` for a short run)")
-    window: float = Field(0.25, gt=0, lt=1, description="the share of a phase's last evaluations whose gain is its "
-                                                        "last gain")
-    tolerance: float = Field(0.01, ge=0, description="the largest last gain (on the 0-1 selection score) of a curve "
-                                                     "that has flattened")
+    window: float = Field(0.25, gt=0, lt=1, description="the share of a phase's learning-rate budget (the learning rate "
+                                                        "summed over its updates) whose gain is its last gain: under a "
+                                                        "schedule that decays to 0 about its last half of updates")
+    window_evaluations: int = Field(2, ge=1, description="the fewest evaluations within the window that show a "
+                                                         "plateau")
+    share: float = Field(0.5, gt=0, le=1, description="the tolerance: this share of the claim's size (the paper's "
+                                                      "difference, or the claim's margin) on its column")
+    min_tolerance: float = Field(0.002, ge=0, description="the smallest tolerance (below it, the noise of one dev "
+                                                          "evaluation decides)")
+    tolerance: float = Field(0.01, ge=0, description="the largest tolerance, and the tolerance of a claim whose size "
+                                                     "the paper does not print")
     above_chance: float = Field(0.02, ge=0, description="how far the best score must rise above a constant "
                                                         "prediction's (the majority class, a zero correlation)")
+    pretrain_min_drop: float = Field(0.01, ge=0, lt=1, description="a pretraining moved when its best dev loss is "
+                                                                   "at least this share below the starting model's")
+    pretrain_share: float = Field(0.1, gt=0, le=1, description="a pretraining flattened when its loss fell by at "
+                                                               "most this share of its whole drop over the window")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.min_tolerance > self.tolerance:
+            raise ValueError(f"min_tolerance ({self.min_tolerance:g}) is above tolerance ({self.tolerance:g})")
+        return self
 
 
 class ReportParams(Strict):
@@ -307,6 +331,9 @@ class ReportParams(Strict):
                                                "page lists per task")
     training_check: TrainingCheckParams = Field(TrainingCheckParams(), description="when a claim's row counts as "
                                                                                    "trained")
+    encoder_alone_ratio: float = Field(3.0, ge=1, description="where our effect on a claim is this many times the "
+                                                              "paper's or more, the claim shows what the encoder alone "
+                                                              "gives the two rows' heads (`paper.encoder_alone`)")
 
 
 # ---------------------------------------------------------------- scales

@@ -133,6 +133,7 @@ def check_papers(params: Params, runnable: set, where: str, experiments: dict, g
                     raise MinBertError(f"{where}: key '{key}.rows[{j}].best_of' (row '{row.label}'): '{name}' is no "
                                        f"experiment, ensemble or study{close(name, runnable | studies)}")
         check_reference(st, runnable, f"{where}: key '{key}", experiments, groups)
+        check_encoder_alone(st, runnable, f"{where}: key '{key}", experiments)
         check_test_claims(st, f"{where}: key '{key}", params, experiments, groups)
         check_distinct_claims(st, f"{where}: key '{key}", params, experiments, groups)
 
@@ -200,6 +201,20 @@ def check_reference(st, runnable: set, where: str, experiments: dict, groups: di
     if exp is not None and not exp.finetune.freeze_encoder:
         raise MinBertError(f"{where}.{key}' (study '{st.name}'): '{name}' fine-tunes its encoder; the reference is "
                            f"a run with finetune.freeze_encoder: true")
+
+
+def check_encoder_alone(st, runnable: set, where: str, experiments: dict) -> None:
+    """A table's encoder-alone runs exist, freeze the encoder and start from the model as it is."""
+    for k, name in enumerate(st.paper.encoder_alone):
+        if name not in runnable:
+            raise MinBertError(f"{where}.encoder_alone[{k}]' (study '{st.name}'): unknown experiment '{name}'"
+                               f"{close(name, runnable)}")
+        exp = experiments.get(name)
+        if exp is not None and (not exp.finetune.freeze_encoder or exp.pretrain):
+            raise MinBertError(f"{where}.encoder_alone[{k}]' (study '{st.name}'): '{name}' "
+                               f"{'fine-tunes its encoder' if not exp.finetune.freeze_encoder else 'starts from a pretraining'}"
+                               f"; an encoder-alone run freezes the encoder as the model gives it "
+                               f"(finetune.freeze_encoder: true, no pretrain)")
 
 
 def check_pretrainings(params: Params, where: str) -> None:

@@ -24,6 +24,7 @@ data are hashed byte for byte (their text is what they output).
 from __future__ import annotations
 
 import ast
+import atexit
 import hashlib
 import importlib.util
 import os
@@ -33,11 +34,13 @@ from pathlib import Path
 
 from minbert.core.extensions import is_path
 from minbert.core.provenance import remembered
+from minbert.pipeline.kept import KeptByContent, is_code_hash, is_list_of_names
 
 PROJECT_PACKAGES = ("minbert", "stages", "workflow")
 NOT_JOB_CODE = {
     "minbert.pipeline.plan": "the planner: what it decides for a job is the job's description",
     "minbert.pipeline.code": "the planner's code closures",
+    "minbert.pipeline.kept": "what the planner parsed, kept between processes by content",
     "minbert.pipeline.registry": "the stage registry: what a job reads and writes is its description and job file",
     "minbert.params.load": "the params loader: a job receives its settings resolved",
     "minbert.params.catalogue": "catalogue expansion (grids, seeds): its result is in the settings",
@@ -94,17 +97,22 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return found
 
 
-def _code_data(tree: ast.AST, folder: Path) -> list[Path]:
-    """Files a module declares as part of its code: `CODE_DATA = ("templates",)` (folders or files,
+def _code_data_names(tree: ast.AST) -> list[str]:
+    """What a module declares as part of its code: `CODE_DATA = ("templates",)` (folders or files,
     relative to the module)."""
     for node in getattr(tree, "body", []):
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CODE_DATA" for t in node.targets):
-            out = []
-            for rel in ast.literal_eval(node.value):
-                p = folder / rel
-                out += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-            return out
+            return [str(rel) for rel in ast.literal_eval(node.value)]
     return []
+
+
+def _code_data(names: list[str], folder: Path) -> list[Path]:
+    """The files of a module's declared code data (`_code_data_names`), folders walked."""
+    out = []
+    for rel in names:
+        p = folder / rel
+        out += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+    return out
 
 
 _CLOSURES: dict[tuple, list[Path]] = {}
@@ -197,12 +205,21 @@ _FACTS: dict[tuple, tuple[list[Path], list[str]]] = {}
 
 def _module_facts(path: Path, name: str) -> tuple[list[Path], list[str]]:
     """A module's declared code data and the modules it imports, parsed once per process while the
-    file is unchanged (the closures of a plan's stages share most modules)."""
+    file is unchanged (the closures of a plan's stages share most modules), and kept between
+    processes by the file's content (minbert.pipeline.kept)."""
     st = os.stat(path)
     key = (str(path), name, st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _FACTS:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-        _FACTS[key] = (_code_data(tree, path.parent), sorted(_imports(tree, name, path.name == "__init__.py")))
+        data = path.read_bytes()
+        package = path.name == "__init__.py"
+
+        def facts() -> list:
+            tree = ast.parse(data, filename=str(path))
+            return [_code_data_names(tree), sorted(_imports(tree, name, package))]
+
+        names, imports = _PARSED.get(data, f"facts {name} {package}", facts,
+                                     lambda v: isinstance(v, list) and len(v) == 2 and all(map(is_list_of_names, v)))
+        _FACTS[key] = (_code_data(names, path.parent), imports)
     return _FACTS[key]
 
 
@@ -397,7 +414,11 @@ def code_hash(path: str | Path) -> str:
     st = os.stat(path)
     key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _CODE_HASHES:
-        _CODE_HASHES[key] = _code_hash(Path(path).read_bytes(), str(path))
+        data = Path(path).read_bytes()
+        if str(path).endswith(".py"):           # parsed: kept between processes
+            _CODE_HASHES[key] = _PARSED.get(data, "hash .py", lambda: _code_hash(data, str(path)), is_code_hash)
+        else:
+            _CODE_HASHES[key] = _code_hash(data, str(path))
     return _CODE_HASHES[key]
 
 
@@ -409,3 +430,9 @@ def _code_hash(data: bytes, path: str) -> str:
         except (SyntaxError, ValueError):
             pass
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- kept between processes
+
+_PARSED = KeptByContent("code", (Path(__file__),))
+atexit.register(_PARSED.save)

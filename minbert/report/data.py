@@ -31,6 +31,7 @@ class RunResults:
     predictions: dict = field(default_factory=dict)   # (task, split) -> DataFrame
     histories: dict = field(default_factory=dict)     # training stage -> DataFrame
     history_notes: list = field(default_factory=list)  # a history that is missing or cut short, said on the page
+    pretrain_metrics: dict | None = None        # the shared pretraining's metrics.json (its dev loss before it)
 
     def split_metrics(self, split: str) -> dict:
         return ((self.metrics or {}).get(split)) or {}
@@ -133,6 +134,10 @@ def load_run(layout: Layout, name: str, kind: str, pretrain: str | None = None) 
         history = load_history(path)
         if history is not None:
             run.histories["pretrain"] = history
+        metrics = Path(layout.pretrain_metrics(pretrain))
+        run.pretrain_metrics = read_json(metrics) if metrics.is_file() else None
+        if run.pretrain_metrics is not None and not isinstance(run.pretrain_metrics, dict):
+            raise MinBertError(f"{metrics}: expected a JSON object; re-run python -m stages.pretrain --name {pretrain}")
         note = history_note(path, history, Path(layout.pretrain_model(pretrain)).exists(), "pretrain",
                             f"python -m stages.pretrain --name {pretrain}")
         run.history_notes += [note] if note else []

@@ -16,9 +16,10 @@ from minbert.data.downsample import target_sizes
 from minbert.params.studies import PAPER_OVERALL
 from minbert.report.best import best_of, dev_score
 from minbert.report.data import ReportData
+from minbert.report.effects import encoder_alone, references, table_frozen_runs
 from minbert.report.scores import ScoreBook, metric_value
 from minbert.report.tables import SUMMARIES, description, summarise_values
-from minbert.report.training import row_check
+from minbert.report.training import ClaimCheck, claim_tolerance, row_check
 from minbert.scoring import stats
 
 VERDICTS = ("reproduced", "not significant", "reversed", "differs", "inconclusive", "undertrained", "not run")
@@ -33,8 +34,9 @@ VERDICT_TITLES = {
     "differs": "no effect: the interval excludes 0 and reaches beyond the claim's margin; no gain: the first row "
                "improves on the second (the interval lies above 0) beyond the margin",
     "inconclusive": "no effect or no gain: the interval contains 0 but reaches beyond the claim's margin",
-    "undertrained": "a row of the claim did not train (its dev curve did not flatten, or stayed at chance): the "
-                    "comparison would judge the run, not the paper's method",
+    "undertrained": "a row of the claim did not train (a dev curve of a stage, on its selection score or the claim's "
+                    "column, did not flatten or stayed at chance, or its pretraining did not move): the comparison "
+                    "would judge the run, not the paper's method",
     "not run": "one of the two rows has no dev scores (with predictions) yet",
 }
 
@@ -110,10 +112,13 @@ class ClaimView:
     margin_reason: str = ""
     quote: str = ""                             # the paper's words
     proxy: str = ""                             # why this comparison stands for what the paper states
-    seeds: int = 0                              # the seeds behind the verdict (the fewer of the two rows')
+    seeds: tuple = ()                           # the seeds behind each row (better, worse): their real counts
     seed_differences: list = field(default_factory=list)   # ours, seed by seed (where both rows ran the seeds)
     training: list = field(default_factory=list)   # RowCheck of each row (the training check)
     judged: str = ""                            # an undertrained claim's verdict had its rows trained
+    tolerance: float | None = None              # the training check's tolerance for this claim (on its column)
+    alone: object = None                        # EncoderAlone: where our effect is several times the paper's
+    formula: str = ""                           # an overall column: its paper's formula, named beside it
 
 
 @dataclass
@@ -136,12 +141,17 @@ class PaperTableView:
     overall_name: str = ""                      # the paper's overall column, as printed ("" when it has none)
     stand_ins: bool = False                     # a row's run is not the paper's method (a "compares to" column)
 
+    @property
+    def formula_name(self) -> str:
+        return FORMULA_NAME[self.formula]
+
     def span(self, split: str) -> int:
         return sum(1 for s, *_ in self.columns if s == split)
 
 
 FORMULA_TEXT = {"leaderboard": "(SST acc + Para acc + (STS r + 1) / 2) / 3, the leaderboard score",
                 "mean": "the plain mean of SST acc, Para acc and STS r"}
+FORMULA_NAME = {"leaderboard": "leaderboard", "mean": "plain mean"}     # beside an overall wherever it shows
 
 
 def paper_metric_key(metric: str, formula: str) -> str:
@@ -268,34 +278,39 @@ def _summary(view: PaperTableView, printed: dict, kinds: list[str], book: ScoreB
     return out
 
 
-def claim_view(study: str, sp, claim, chosen: dict, formula: str, book: ScoreBook, check=None) -> ClaimView:
+def claim_view(study: str, sp, claim, chosen: dict, formula: str, book: ScoreBook, settings=None) -> ClaimView:
     """A claim of the paper (`sp`: the study's paper table) on the runs chosen for its rows, with
-    our difference, its interval, the seeds behind it and the verdict; `check`: the training
-    check's settings (TrainingCheckParams), under which a claim whose row did not train is
-    "undertrained" (the verdict it would have is kept as `judged`)."""
+    our difference, its interval, the seeds behind it and the verdict; `settings`: the report's
+    (ReportParams), under which a claim whose row did not train is "undertrained" (the verdict it
+    would have is kept as `judged`) and an effect several times the paper's is read against the
+    encoder alone."""
     key = paper_metric_key(sp.column(claim.column).metric, formula)
     first, second = claim.rows
     view = ClaimView(study, claim.text, first, second, claim.column, claim.split, sp.paper_difference(claim),
                      chosen[first], chosen[second], kind=claim.kind, margin=claim.margin,
-                     margin_reason=claim.margin_reason, quote=claim.quote, proxy=claim.proxy)
+                     margin_reason=claim.margin_reason, quote=claim.quote, proxy=claim.proxy,
+                     formula=FORMULA_NAME[formula] if sp.column(claim.column).metric == "overall" else "")
     est = None
     if view.better_run and view.worse_run:
         try:
             est = book.difference(view.better_run, view.worse_run, claim.split, key)
         except MinBertError:        # scored on different examples: no paired difference, so no verdict
             est = None
-        view.seeds = min(len(book.members(view.better_run)), len(book.members(view.worse_run)))
+        view.seeds = tuple(len(book.members(r)) for r in (view.better_run, view.worse_run))
         view.seed_differences = seed_differences(view.better_run, view.worse_run, claim.split, key, book)
     if est is not None:
         view.difference, view.interval = est.value, est.interval(book.confidence)
     view.verdict = claim_verdict(view.paper_difference, est, book.confidence, claim.margin, claim.kind,
                                  view.seed_differences)
-    if check is not None and view.verdict != "not run":
-        reference = chosen.get(sp.frozen_reference) if sp.frozen_reference else (sp.reference_run or None)
-        view.training = [row_check(run, book, check, reference, claim.split, key)
-                         for run in (view.better_run, view.worse_run)]
-        if not all(r.trained for r in view.training):
-            view.judged, view.verdict = view.verdict, "undertrained"
+    if settings is None or view.verdict == "not run":
+        return view
+    cfg = settings.training_check
+    view.tolerance = claim_tolerance(cfg, claim.margin if claim.kind != "difference" else view.paper_difference)
+    check = ClaimCheck(key, claim.column, view.tolerance, claim.split, references(sp, claim, chosen, book))
+    view.training = [row_check(run, book, cfg, check) for run in (view.better_run, view.worse_run)]
+    if not all(r.trained for r in view.training):
+        view.judged, view.verdict = view.verdict, "undertrained"
+    view.alone = encoder_alone(view, table_frozen_runs(sp, chosen, book), settings.encoder_alone_ratio, book, key)
     return view
 
 
@@ -332,8 +347,8 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
     view.summary = _summary(view, sp.summary, [k for k in ("mean", "std") if k in sp.summary or k in study.summary],
                             book)
     chosen = {r.label: r.run for r in view.rows}
-    check = data.params.params.report.training_check
-    view.claims = [claim_view(study.name, sp, claim, chosen, paper.overall, book, check) for claim in sp.claims]
+    settings = data.params.params.report
+    view.claims = [claim_view(study.name, sp, claim, chosen, paper.overall, book, settings) for claim in sp.claims]
     view.scale = scale_line(data.params, paper, [r for r in chosen.values() if r], data.data_summary, sp.data)
     return view
 
@@ -352,8 +367,18 @@ class Scorecard:
     scales: list = field(default_factory=list)  # [(study, its scale line)]: how these runs' scale differs
     devices: list = field(default_factory=list)   # where the numbers were made, from the run records
     scale: str = ""                             # the catalogue's scale: "laptop: ..." (params `scale`)
-    seeds: list = field(default_factory=list)   # the distinct numbers of seeds behind the judged verdicts
+    seeds: list = field(default_factory=list)   # the distinct numbers of seeds of the judged claims' rows
     rows: dict = field(default_factory=dict)    # each claim row checked -> whether it trained in every claim
+
+    @property
+    def evidence(self) -> list[tuple[str, str]]:
+        """(row, why) of each row that did not train: its first claim's evidence, said once."""
+        seen: dict[str, str] = {}
+        for claim in self.claims:
+            for row in claim.training:
+                if not row.trained and row.name not in seen:
+                    seen[row.name] = row.evidence
+        return sorted(seen.items())
 
     @property
     def rows_trained(self) -> int:
@@ -388,7 +413,7 @@ def scorecard(tables: dict[str, PaperTableView], data: ReportData) -> Scorecard:
     scales = [(name, t.scale) for name, t in tables.items() if t.scale and t.claims]
     params = data.params.params
     scale = f"{params.scale}: {params.scales[params.scale].description}" if params.scale in params.scales else ""
-    seeds = sorted({c.seeds for c in claims if c.verdict in JUDGED})
+    seeds = sorted({n for c in claims if c.verdict in JUDGED for n in c.seeds})
     return Scorecard(claims, counts, demo, scales, devices_of(data), scale, seeds, rows_checked(claims))
 
 

@@ -156,9 +156,26 @@ def provenance(data: ReportData) -> dict:
         "total_seconds": sum(stage_totals.values()),
         "models": sorted(models.items()),
         "pretrainings": {n: p.model_dump() for n, p in data.params.params.pretrainings.items()},
-        "data_summary": data.data_summary,
+        "data_summary": split_rows(data.data_summary),
         "params_yaml": yaml.safe_dump(data.params.raw, sort_keys=False, allow_unicode=True),
     }
+
+
+def split_rows(summary: list[dict]) -> list[dict]:
+    """The prepare summary's rows, each with `split_off`: the rows read that went to another split
+    of the same file (a dev split held out of a training file, NLI's split by premise), so that read =
+    kept + dropped + split off; and `split_to`, the files they went to."""
+    out = []
+    for r in summary:
+        r = dict(r)
+        read, kept, dropped = (r.get(k) for k in ("rows_read", "rows_kept", "rows_dropped"))
+        if all(isinstance(x, int) for x in (read, kept, dropped)) and read > kept + dropped:
+            r["split_off"] = read - kept - dropped
+            task = str(r.get("file", "")).split("-")[0]
+            r["split_to"] = [str(o.get("file")) for o in summary if o is not None and o.get("file") != r.get("file")
+                             and str(o.get("file", "")).split("-")[0] == task and o.get("rows_read") == read]
+        out.append(r)
+    return out
 
 
 def run_overview(data: ReportData, book: ScoreBook) -> list[dict]:

@@ -16,9 +16,9 @@ from minbert.scoring import stats
 def metric_columns() -> list[tuple[str, str, str]]:
     """(metrics.json key, column header, what it is) of the overall scores and of every task of the
     registry, the params' own tasks included (so read when the report renders, not when imported)."""
-    return ([("overall", "Overall", "(SST acc + Para acc + (STS r + 1) / 2) / 3, the leaderboard score")]
+    return ([("overall", "Overall (leaderboard)", "(SST acc + Para acc + (STS r + 1) / 2) / 3, the leaderboard score")]
             + [(t.metric_key, t.metric_header, t.metric_title) for t in TASKS.values()]
-            + [("mean", "Mean", "plain mean of the three task metrics")])
+            + [("mean", "Mean (plain)", "plain mean of the three task metrics")])
 TOLERANCE = 1e-6                                # metrics.json against the same metric recomputed
 
 

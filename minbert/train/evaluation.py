@@ -25,6 +25,7 @@ from minbert.model.checkpoint import checkpoint_dict
 from minbert.model.multitask import MultitaskModel, predict_task
 from minbert.model.tokenizer import Tokenizer
 from minbert.train.losses import task_loss
+from minbert.train.points import eval_points  # noqa: F401  (the loop reads it from here)
 from minbert.train.training import Plan, Training, TrainState
 
 log = logging.getLogger("minbert.train.loop")
@@ -52,12 +53,6 @@ def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Toke
                         TASKS[task].metric_key, metric_undefined(task, res["prediction"], data.labels))
         out[f"{task}_loss"] = res["loss"]
     return summarise(out)
-
-
-def eval_points(n_updates: int, evals: int) -> list[int]:
-    """After which of an epoch's updates (1-based) dev is evaluated: `evals` points evenly spaced, the
-    last at the epoch's end (fewer when the epoch has fewer updates)."""
-    return sorted({max(1, round(n_updates * (j + 1) / evals)) for j in range(evals)}) if n_updates else []
 
 
 def diverged(tr: Training, what: str) -> None:

@@ -237,6 +237,8 @@ def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[
             weighted = cfg.task_weights.get(task, 1.0) * loss
             if len(parts) > 1:                  # the part's share of the whole batch's mean
                 weighted = weighted * (len(y) / n)
+            if not weighted.requires_grad:      # a head with no parameter over a frozen encoder: nothing to learn
+                continue
             if pcgrad:
                 pc_losses.append(weighted)
             else:

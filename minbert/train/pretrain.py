@@ -51,6 +51,7 @@ from minbert.train.mlm import MlmObjective, build_mlm_head
 from minbert.train.nli import NliObjective, nli_examples, subset_examples
 from minbert.train.optim import AdamW, build_adamw, set_lr
 from minbert.train.pretrained import PretrainFiles, write_pretrained
+from minbert.train.points import eval_points
 from minbert.train.resumable import SavedParts, load_training_state, save_training_state
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ class PretrainState:
     step: int = 0                     # updates made (the lr schedule's position)
     history: list = field(default_factory=list)
     best_loss: float = math.inf       # the lowest dev loss so far; its weights are best.pt beside last.pt
-    best_epoch: int = 0
+    best_epoch: float = 0             # where the lowest dev loss was (a fraction of an epoch within one)
     dev_before: float | None = None   # the starting model's dev loss
 
 
@@ -241,29 +242,43 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
         log.info("%s: dev loss before training %.4f", desc, state.dev_before)
     schedule = (pparams.epochs * steps_per_epoch, int(pparams.warmup_ratio * pparams.epochs * steps_per_epoch))
     progress = _progress(at.state_dir)
+    updates = _Updates(objective, optimizer, params, pparams, runtime, schedule, scaler, progress)
     while state.epoch < pparams.epochs:
         epoch = state.epoch + 1
         sampler.set_epoch(epoch)
         batches = [b for _, b in zip(range(steps_per_epoch), sampler)]
-        t0 = time.perf_counter()
-        train_loss = train_epoch(_Updates(objective, optimizer, params, pparams, runtime, schedule, scaler, progress),
-                                 state, batches,
-                                 f"{desc} epoch {epoch}/{pparams.epochs}")
-        dev_loss = mean_dev_loss(objective, runtime, pparams.batch_size)
-        _check_finite(saved, desc, epoch, train_loss, dev_loss, runtime)
-        state.history.append({"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss})
+        best, new_best = _evaluated_epoch(updates, state, batches, best, saved, desc)
         state.epoch = epoch
-        log.info("%s epoch %d: train loss %.4f, dev loss %.4f (%.1fs, %d steps)", desc, epoch, train_loss,
-                 dev_loss, time.perf_counter() - t0, len(batches))
-        new_best = dev_loss < state.best_loss
-        if new_best:
-            state.best_loss, state.best_epoch = dev_loss, epoch
-            best = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
         if state.epoch < pparams.epochs:    # the last epoch's state is not needed: the run ends right after it
             saved.save(state, best, new_best)
     for m, weights in zip(modules, best):
         m.load_state_dict(weights)
     return state.history, state.dev_before
+
+
+def _evaluated_epoch(u: _Updates, state: PretrainState, batches: list, best, saved: Resumable,
+                     desc: str) -> tuple[list | None, bool]:
+    """The next epoch's updates over `batches`, the dev loss after each of its `evals_per_epoch` parts
+    (a history row each, at its fraction of the epoch) and the best weights so far; returns them and
+    whether this epoch found better ones."""
+    epoch, pparams, new_best, start = state.epoch + 1, u.pparams, False, 0
+    for end in eval_points(len(batches), pparams.evals_per_epoch):
+        t0 = time.perf_counter()
+        train_loss = train_epoch(u, state, batches[start:end], f"{desc} epoch {epoch}/{pparams.epochs}",
+                                 (start, len(batches)))
+        dev_loss = mean_dev_loss(u.objective, u.runtime, pparams.batch_size)
+        _check_finite(saved, desc, epoch, train_loss, dev_loss, u.runtime)
+        at = round(epoch - 1 + end / len(batches), 4)
+        at = int(at) if float(at).is_integer() else at
+        state.history.append({"epoch": at, "train_loss": train_loss, "dev_loss": dev_loss})
+        log.info("%s epoch %g: train loss %.4f, dev loss %.4f (%.1fs, %d steps)", desc, at, train_loss,
+                 dev_loss, time.perf_counter() - t0, end - start)
+        if dev_loss < state.best_loss:
+            new_best = True
+            state.best_loss, state.best_epoch = dev_loss, at
+            best = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in u.objective.modules()]
+        start = end
+    return best, new_best
 
 
 def _progress(state_dir):
@@ -294,8 +309,11 @@ class _Updates:
     progress: object | None = None    # minbert.core.progress.Progress: where the run is, for `minbert progress`
 
 
-def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], desc: str) -> float:
-    """One epoch's updates over `batches`; returns its mean train loss (read from the device once)."""
+def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], desc: str,
+                part: tuple[int, int] = (0, 0)) -> float:
+    """An epoch's updates over `batches` (`part`: where they start in an epoch of how many updates, when
+    they are a part of it between two dev evaluations); returns their mean train loss (read from the
+    device once)."""
     for m in u.objective.modules():
         m.train()
     total, count = 0.0, 0
@@ -325,7 +343,7 @@ def train_epoch(u: _Updates, state: PretrainState, batches: list[list[int]], des
         if u.progress is not None and u.progress.due():
             seconds = time.perf_counter() - t0
             u.progress.update(phase=u.pparams.kind, phases=1, epoch=state.epoch + 1, epochs=u.pparams.epochs,
-                              epoch_update=i + 1, epoch_updates=len(batches), update=state.step,
+                              epoch_update=part[0] + i + 1, epoch_updates=part[1] or len(batches), update=state.step,
                               updates=u.schedule[0], updates_per_second=(state.step - start) / max(seconds, 1e-9),
                               seconds_left=eta(state.step - start, u.schedule[0] - start, seconds))
     bar.close()

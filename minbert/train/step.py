@@ -130,7 +130,8 @@ class CapturedSteps:
         with self._amp():
             loss, out = tr.objective(task)(inputs)
         tr.totals.add_loss(task, loss, int(inputs["labels"].shape[0]), self.update, tr.totals.flagged)
-        (tr.cfg.task_weights.get(task, 1.0) * loss).backward()
+        if loss.requires_grad:      # a task whose head has no parameter over a frozen encoder learns nothing
+            (tr.cfg.task_weights.get(task, 1.0) * loss).backward()
         return out
 
     def _apply(self, tasks: frozenset) -> None:

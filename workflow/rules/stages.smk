@@ -15,7 +15,8 @@
 # among the jobs ready to run, the head of the longest chain (a pretraining) starts first.
 #
 # With `--config in_process=true` (and `--force-use-threads`) the stages run inside Snakemake's own
-# process instead: the catalogue smoke test runs hundreds of tiny jobs without a Python start-up each.
+# process instead, as plain rules: the catalogue smoke test runs hundreds of tiny jobs without a Python
+# start-up each, and without Snakemake re-planning after each one.
 
 wildcard_constraints:
     name=dag.NAME_PATTERN,
@@ -36,9 +37,12 @@ for rule_name, stage_name, sample_job, name_pattern in SNAKE.groups:   # in DAG 
                  "{params.cmd} > {log} 2>&1") if "gpu" in dag.stage_resources(stage_name, GPUS) \
         else "{params.cmd} > {log} 2>&1"
     if config.get("in_process", False):
-        checkpoint:
+        # plain rules: a build of many tiny jobs from nothing runs each of them anyway, and judging
+        # every job's readers again after each job costs Snakemake more than the jobs (time grows
+        # with the square of their number); the whole DAG is known at the start, as in a dry run
+        rule:
             name: rule_name
-            input: lambda wc, s=stage_name: SNAKE.inputs_after(checkpoints, s, wc, workflow.dryrun)
+            input: lambda wc, s=stage_name: SNAKE.inputs_after(checkpoints, s, wc, dry_run=True)
             output: dag.snakemake_outputs(sample_job)
             log: dag.snakemake_log(sample_job)
             message: MESSAGES and dag.stage_message(stage_name)
