@@ -173,7 +173,7 @@ def render_dvc(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: L
 def built(all_jobs: list[Job], repo: Path = REPO) -> list[str]:
     """The dvc.yaml stages whose outputs are all there (what a run built): `dvc commit --force` of every
     stage stops at the first whose outputs are missing (an export the default target does not build)."""
-    return [RESOLVE_STAGE] + [_dvc_stage_name(j) for j in all_jobs if all((repo / o).exists() for o in j.outputs)]
+    return [RESOLVE_STAGE] + [dvc_stage_name(j) for j in all_jobs if all((repo / o).exists() for o in j.outputs)]
 
 
 def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
