@@ -89,16 +89,17 @@ def model_file(path: str | Path) -> Path:
                        f"finetune stage first (snakemake --cores all {folder}/finetune/model.pt)")
 
 
-def load_multitask(path: str | Path):
+def load_multitask(path: str | Path, trust_remote_code: bool = False):
     """(MultitaskModel, Tokenizer, where it came from) from an experiment folder, a model.pt or an
-    export folder (minbert.share.export); a one-line error for anything else."""
+    export folder (minbert.share.export; the user's code it carries runs only with
+    `trust_remote_code`); a one-line error for anything else."""
     from minbert.model.checkpoint import load_checkpoint, model_from_checkpoint
 
     p = Path(path)
     if p.is_dir() and (p / EXPORT_MANIFEST).is_file():
         from minbert.share.export import read_export
 
-        model, tokenizer = model_from_checkpoint(read_export(p), str(p))
+        model, tokenizer = model_from_checkpoint(read_export(p, trust_remote_code), str(p))
         return model, tokenizer, p
     if p.is_dir() and ((p / "finetune").is_dir() or (p / "retrain_heads").is_dir()):
         p = model_file(p)
@@ -120,7 +121,8 @@ class Model:
     `precision` ("auto", "bf16", "fp16", "fp32") or `bf16=True` set them."""
 
     def __init__(self, path: str | Path, device: str = "auto", batch_size: int | None = None,
-                 bf16: bool | None = None, threads: int | None = None, precision: str | None = None):
+                 bf16: bool | None = None, threads: int | None = None, precision: str | None = None,
+                 trust_remote_code: bool = False):
         from minbert.core.runtime import pick_device, precision_on, set_threads
 
         for key, value in (("batch_size", batch_size), ("threads", threads)):
@@ -131,7 +133,7 @@ class Model:
             raise MinBertError(f"precision {precision!r}: expected {', '.join(PRECISIONS)}")
         self.device = pick_device(device)       # refused before the model is read
         set_threads(threads)
-        self.model, self.tokenizer, self.source = load_multitask(path)
+        self.model, self.tokenizer, self.source = load_multitask(path, trust_remote_code)
         self.model.to(self.device).eval()
         stage = predict_settings(path)
         precision = precision or ("bf16" if bf16 else "fp32" if bf16 is False else stage.get("precision", "auto"))
@@ -281,7 +283,10 @@ def _result_frame(spec, res: dict) -> pd.DataFrame:
 
 
 def load_model(path: str | Path, device: str = "auto", batch_size: int | None = None, bf16: bool | None = None,
-               threads: int | None = None, precision: str | None = None) -> Model:
+               threads: int | None = None, precision: str | None = None, trust_remote_code: bool = False) -> Model:
     """Load a trained model once (an experiment folder, its model.pt, or an export folder); it
-    predicts as the experiment's predict stage did unless told otherwise (`Model`)."""
-    return Model(path, device=device, batch_size=batch_size, bf16=bf16, threads=threads, precision=precision)
+    predicts as the experiment's predict stage did unless told otherwise (`Model`). An export of a
+    model with a head or loss of the user's carries that code (minbert.share.code): it is checked
+    against the export's record and runs only with `trust_remote_code=True`, as transformers asks."""
+    return Model(path, device=device, batch_size=batch_size, bf16=bf16, threads=threads, precision=precision,
+                 trust_remote_code=trust_remote_code)

@@ -4,6 +4,7 @@ where a running pipeline stands.
     minbert predict MODEL [INPUT] [--task sst] [--out FILE]    # INPUT: .tsv/.csv/.jsonl/.txt, or stdin
     minbert submission SOURCE --out DIR                      # the CS224N starter's six prediction files + zip
                                                              # (the zip beside DIR, the starter's name)
+    minbert export EXPERIMENT [--out DIR]                    # a trained experiment in the Hugging Face format
     minbert upload FOLDER REPO_ID                            # an export folder to the Hugging Face Hub
     minbert estimate [--params params.yaml]                  # how long its pipeline will take here
     minbert progress [--watch [SECONDS]]                     # where a running pipeline stands
@@ -27,11 +28,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from minbert.api import load_model, model_sources
 from minbert.core.devices import DEVICES
 from minbert.core.errors import MinBertError
+from minbert.core.io import MAX_INPUT_BYTES, _human, read_input, write_text
+from minbert.core.layout import Layout
+from minbert.core.outputs import folders_read, refuse_over_inputs, writable_folder, writable_output
 from minbert.core.tasks import TASKS
 from minbert.data.read import refuse_repeated_columns
+from minbert.entry import run
 from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, tasks_for, text_columns
+from minbert.share.submission import write_submission
 
 FORMATS = ("tsv", "csv", "jsonl", "txt")
 SUFFIXES = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt"}
@@ -168,8 +175,6 @@ def _cell(v) -> str:
 
 
 def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
-    from minbert.core.io import write_text
-
     if fmt == "jsonl":
         text = frame.to_json(orient="records", lines=True, force_ascii=False, double_precision=6)
         text = text if text.endswith("\n") or not text else text + "\n"
@@ -192,9 +197,6 @@ def write_output(frame: pd.DataFrame, out: str | None, fmt: str) -> None:
 def check_out(out: str | None, input_name: str, model: str) -> None:
     """--out names a file that can be written, and none that the command reads (the input, the model
     or anything in its folder); checked before the model runs."""
-    from minbert.api import model_sources
-    from minbert.core.outputs import refuse_over_inputs, writable_output
-
     if out in (None, "-"):
         return
     writable_output(out, "predictions", "--out", "predictions.tsv")
@@ -206,8 +208,6 @@ def check_out(out: str | None, input_name: str, model: str) -> None:
 
 def read_stdin() -> bytes:
     """stdin, in chunks (Ctrl-C stops it at once) and no more than any input file may be."""
-    from minbert.core.io import MAX_INPUT_BYTES, _human
-
     chunks, total = [], 0
     while chunk := sys.stdin.buffer.read(1 << 20):
         total += len(chunk)
@@ -219,9 +219,6 @@ def read_stdin() -> bytes:
 
 
 def predict_command(a) -> None:
-    from minbert.api import load_model
-    from minbert.core.io import read_input
-
     for flag, value in (("--batch-size", a.batch_size), ("--threads", a.threads)):
         if value is not None and value < 1:
             raise MinBertError(f"{flag} {value}: expected a positive number (e.g. {flag} 32)")
@@ -241,7 +238,7 @@ def predict_command(a) -> None:
     fmt = input_format(name, text, a.format)
     frame, lines = read_rows(name, text, fmt)
     model = load_model(a.model, device=a.device, batch_size=a.batch_size, threads=a.threads,
-                       precision="bf16" if a.bf16 else a.precision)
+                       precision="bf16" if a.bf16 else a.precision, trust_remote_code=a.trust_remote_code)
     with model.registry.active():            # the model's own tasks, heads and losses
         for t in a.task or []:
             model.has(t)
@@ -262,11 +259,52 @@ def predict_command(a) -> None:
 
 
 def submission_command(a) -> None:
-    from minbert.share.submission import write_submission
-
     written = write_submission(a.source, a.out, zip_path=a.zip, results=a.results)
     for path in written:
         print(path)
+
+
+def export_command(a) -> None:
+    """The pipeline's export job for the experiment (as the export stage runs it), its model and
+    predictions being what params.yaml describes now; into its own folder, or --out."""
+    from minbert.pipeline.exporting import export
+    from minbert.pipeline.plan import job_for
+
+    layout = Layout(a.results)
+    job = job_for(a.params, "export", a.experiment, layout)
+    for stage in (job.settings["model_stage"], "predict"):
+        made_now(job_for(a.params, stage, a.experiment, layout), layout.metrics(a.experiment))
+    if a.out is not None:
+        check_export_out(a.out, job)
+    files = export(job, out=a.out, force=a.force)
+    print(f"{a.out or job.writes['export'][0]}: {len(files)} files (README.md: its model card)")
+
+
+def made_now(job, target: str) -> None:
+    """A one-line error unless the job's last run was of the description the params give it now."""
+    try:
+        ran = json.loads(Path(job.run_record).read_text(encoding="utf-8"))["description"]
+    except (OSError, ValueError, KeyError, TypeError):
+        ran = None
+    if ran is None:
+        raise MinBertError(f"{job.id}: has not run (no {job.run_record}); run the pipeline first: snakemake --cores "
+                           f"all {target} (or dvc repro)")
+    if {k: v for k, v in ran.items() if k not in ("read_hashes", "runtime")} != job.description():
+        raise MinBertError(f"{job.id}: its last run had other settings, inputs or code than the params give it now; "
+                           f"run the pipeline first: snakemake --cores all {target} (or dvc repro)")
+
+
+def check_export_out(out: str, job) -> None:
+    """--out: a new folder, or an export folder to replace; never a folder the export reads or the
+    pipeline owns, nor any other existing folder (it is replaced whole)."""
+    from minbert.share.export import MANIFEST
+
+    writable_folder(out, "--out")
+    target = Path(out)
+    if target.exists() and not (target / MANIFEST).is_file() and any(target.iterdir()):
+        raise MinBertError(f"{out}: a folder that is not an export (no {MANIFEST}); the export replaces its folder "
+                           f"whole: give --out a new folder")
+    refuse_over_inputs(out, "--out", files=job.read_paths, folders=folders_read(job.read_paths, job.results))
 
 
 def upload_command(a) -> None:
@@ -323,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
     p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the code of a head or loss of the user's that an export folder carries (code/: read it "
+                        "first); without it such a model is refused")
     p.set_defaults(func=predict_command)
 
     s = sub.add_parser("submission", help="the CS224N starter's six prediction files and the submission zip",
@@ -339,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "predictions are checked against: every row present (default: the one SOURCE "
                                      "lies in)")
     s.set_defaults(func=submission_command)
+    x = export_parser(sub)
 
     u = sub.add_parser("upload", help="upload an export folder to the Hugging Face Hub (network, a token)",
                        description="Upload an export folder (results/exports/E) to a Hub model repository with "
@@ -348,9 +390,25 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--private", action="store_true")
     u.add_argument("--revision", help="a branch of the repository (default: main)")
     u.set_defaults(func=upload_command)
-    ap.commands = {"predict": p, "submission": s, "upload": u, "estimate": estimate_parser(sub),
+    ap.commands = {"predict": p, "submission": s, "export": x, "upload": u, "estimate": estimate_parser(sub),
                    "progress": progress_parser(sub)}
     return ap
+
+
+def export_parser(sub) -> argparse.ArgumentParser:
+    x = sub.add_parser("export", help="an experiment's model in the Hugging Face format, with its model card",
+                       description="Export a trained experiment as the pipeline's export stage does (results/exports/E, "
+                                   "or --out): the encoder for transformers and sentence-transformers, every head, the "
+                                   "code of your own modules it uses, and a model card (docs/sharing.md). Its model and "
+                                   "predictions must be what params.yaml describes now.")
+    x.add_argument("experiment", metavar="EXPERIMENT", help="an experiment's name in params.yaml")
+    x.add_argument("--out", help="the export folder (default: results/exports/EXPERIMENT, the pipeline's; elsewhere: "
+                                 "a new folder, or an export folder to replace)")
+    x.add_argument("--params", default="params.yaml", help="the params file (default: params.yaml)")
+    x.add_argument("--results", default="results", help="the results folder (default: results)")
+    x.add_argument("--force", action="store_true", help="export again even when the pipeline's export is in place")
+    x.set_defaults(func=export_command)
+    return x
 
 
 def progress_parser(sub) -> argparse.ArgumentParser:
@@ -406,8 +464,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from minbert.entry import run
-
     args = parse(argv)
     run(lambda _: args.func(args))
 

@@ -2,26 +2,22 @@
 
     python -m stages.export --experiment E [--params params.yaml]
 
-Runs for the experiments listed in params.yaml's `export.experiments`; writes results/exports/E/
-(config.json, model.safetensors, tokenizer, sentence-transformers files, heads, README.md:
-minbert.share.export). Uploading is separate: `minbert upload results/exports/E NAME/REPO`.
+Runs for the experiments listed in params.yaml's `export.experiments` (an engine's jobs), or by hand
+for any trained experiment (as `minbert export E`, which runs the same job: minbert.pipeline.exporting);
+writes results/exports/E/ (config.json, model.safetensors, tokenizer, sentence-transformers files,
+heads, the user's modules' code, README.md: minbert.share.export). Uploading is separate:
+`minbert upload results/exports/E NAME/REPO`.
 """
 from __future__ import annotations
 
 from minbert.entry import run
-from minbert.params.settings import ExportSettings
-from minbert.pipeline.runinfo import running
-from minbert.pipeline.stage import folder_of, stage_call
-from minbert.share.export import export_experiment
+from minbert.pipeline.exporting import export
+from minbert.pipeline.stage import stage_call
 
 
 def main(argv=None):
     call = stage_call("export", __doc__, argv)
-    s, job = ExportSettings(**call.job.settings), call.job
-    with running(job, force=call.args.force) as r:
-        r.fields["files"] = export_experiment(s, call.name, job.reads["model"][0], job.reads["record"][0],
-                                              folder_of(job.reads["predictions"]), job.reads["splits"],
-                                              job.writes["export"][0], fingerprint=r.fingerprint)
+    export(call.job, force=call.args.force)
 
 
 if __name__ == "__main__":

@@ -174,8 +174,11 @@ def test_minbert_predict_the_api_and_the_export_answer_for_the_declared_tasks(sn
         assert any(k.startswith("heads.snli.") for k in f.keys()) and "heads.sts.bilinear.weight" in f.keys()
     from minbert.api import load_model
 
-    with dag.in_repo(snake_repo):            # the module is named by its path in the project
-        answer = load_model(export, device="cpu").predict("snli", [("A man plays.", "A person plays.")])
+    # the export carries the modules' code (code/) and its record: it loads from any folder once trusted
+    assert set(manifest["declared"]["code"]) == {HEADS, TWICE, LOSSES}
+    assert all((export / "code" / rel).is_file() for files in manifest["declared"]["code"].values() for rel in files)
+    model = load_model(export, device="cpu", trust_remote_code=True)
+    answer = model.predict("snli", [("A man plays.", "A person plays.")])
     assert list(answer.columns) == ["prediction", "class", "prob_0", "prob_1", "prob_2"]
 
 

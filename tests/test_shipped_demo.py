@@ -7,6 +7,7 @@ set from the command line re-runs exactly that experiment's chain, under DVC (`d
 a queued two-value sweep) and under Snakemake (`--config set=...`)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -103,7 +104,9 @@ def test_dvc_exp_run_s_queues_a_two_value_sweep_on_the_shipped_params_each_rerun
     each of which ran exactly the chain of the experiment whose key it set (its log, `dvc queue
     logs`), each with its params and scores in `dvc exp show`; the workspace stays the baseline."""
     run([DVC, "exp", "run", "-S", f"{KEY}=concat,concat_mult", "--queue"], demo_repo)
-    run([DVC, "exp", "run", "--run-all", "--jobs", "2"], demo_repo)
+    log = run([DVC, "exp", "run", "--run-all", "--jobs", "2"], demo_repo)
+    # dvc.lock committed (docs/workflow.md): the queued copies have every output's hash, no warning
+    assert "No file hash info found" not in log, log[-3000:]
     out = run([DVC, "exp", "show", "--json"], demo_repo)
     shown = json.loads(out[out.index("["):])
     exps = {e["name"]: e["revs"][0]["data"] for rev in shown for e in (rev.get("experiments") or [])}
@@ -133,6 +136,8 @@ COVERED = {
     "python3 -m pytest tests/test_schedules.py tests/test_heads.py tests/test_train.py tests/test_finetune_stages.py":
         "CI (bash .ci/run runs every test file)",
     "python3 -m pytest -m slow tests/test_train.py": "CI (bash .ci/run runs every test file)",
+    "minbert export mlm_multitask": "test_minbert_export_as_docs_sharing_says",
+    "minbert export mlm_multitask --out shared/mlm_multitask": "test_minbert_export_as_docs_sharing_says",
 }
 # run here as written but for what the note says
 CHANGED = {
@@ -255,3 +260,77 @@ def test_every_documented_command_runs_on_the_demo_or_says_what_it_needs(demo_re
     linked = set(re.findall(r'href="experiments/([^"#]+\.html)"', (demo_repo / "reports" / "final.html").read_text()))
     assert linked and {"final.html"} | linked <= pages, (linked - pages)
     assert "0 waiting" in ran["minbert progress --watch"]
+
+
+# ---------------------------------------------------------------- sentences of the docs, run
+
+def plain_plan(folder: Path) -> set[str]:
+    run([sys.executable, "-m", "workflow.dag", "--resolve"], folder)    # the job files as params.yaml says
+    return snakemake_plan(folder)
+
+
+def test_minbert_export_as_docs_sharing_says(demo_repo):
+    """docs/sharing.md: into the pipeline's folder the command is the export job (up to date after the
+    build); --out writes a folder of its own; the demo's card names its data as synthetic (README)."""
+    minbert = [sys.executable, "-m", "minbert.cli"]        # the copy's code (its folder first on the path)
+    out = run([*minbert, "export", "mlm_multitask"], demo_repo)
+    assert "export@mlm_multitask: up to date" in out, out
+    out = run([*minbert, "export", "mlm_multitask", "--out", "shared/mlm_multitask"], demo_repo)
+    assert "shared/mlm_multitask: " in out and "files (README.md: its model card)" in out
+    card = (demo_repo / "shared/mlm_multitask/README.md").read_text()
+    assert card.split("## Provenance")[0] == \
+        (demo_repo / "results/exports/mlm_multitask/README.md").read_text().split("## Provenance")[0]
+    assert "Trained on the minBERT demo data: synthetic" in card and "model-index" not in card.split("---")[1]
+    assert "- synthetic-data" in card.split("---")[1] and not (demo_repo / "shared/mlm_multitask/code").exists()
+    shutil.rmtree(demo_repo / "shared")
+
+
+def test_a_config_set_run_then_dvc_repro_then_snakemake_has_nothing_to_do(demo_repo):
+    """docs/workflow.md: a Snakemake run with `--config set=` replaces the chain's outputs;
+    results/finished keeps their hashes, no copy, so the next plain run trains the chain again
+    ("Settings from the command line", planned); `dvc repro` restores them from its run cache instead,
+    as hard links with the cache's dates, and Snakemake then has nothing to do though it ran those jobs
+    itself last ("The two engines' records")."""
+    run([SNAKEMAKE, "--cores", "1", "--config", f"set={KEY}=concat"], demo_repo, timeout=900)
+    assert (demo_repo / "results/benchmarks/finetune/cross_encoder.tsv").is_file()   # Snakemake's record of its run
+    assert plain_plan(demo_repo) == CHAIN
+    kept = [p for p in (demo_repo / "results" / "finished").rglob("*") if p.is_file()]
+    assert kept and all(p.suffix == ".json" and p.stat().st_size < 64_000 for p in kept)
+    log = run([DVC, "repro"], demo_repo)              # the earlier outputs, from DVC's run cache as hard links
+    restored = set(re.findall(r"Stage '([^']+)' is cached - skipping run", log))
+    assert restored == {j.replace("@", "-") for j in CHAIN} and not stages_run(log) - {"resolve"}, log[-3000:]
+    log = run([SNAKEMAKE, "-n", "--cores", "2"], demo_repo)
+    assert "Nothing to be done" in log, log[-3000:]
+
+
+def test_dvc_commits_what_was_built(demo_repo):
+    """docs/workflow.md: a plain `dvc commit --force` stops at an output the default target does not
+    build (the export); `python -m workflow.dag --dvc-commit` records the stages whose outputs are
+    there, and leaves Snakemake nothing to do."""
+    export, aside = demo_repo / "results/exports/mlm_multitask", demo_repo / "exported-aside"
+    export.rename(aside)
+    try:
+        with dates_kept(demo_repo):        # what it commits before it stops, DVC links back with new dates
+            r = subprocess.run([DVC, "commit", "--force"], cwd=demo_repo, capture_output=True, text=True, timeout=600)
+        assert r.returncode != 0 and "output 'results/exports/mlm_multitask' does not exist" in r.stdout + r.stderr
+        out = run([sys.executable, "-m", "workflow.dag", "--dvc-commit"], demo_repo)
+        assert "recorded 25 of 26 stages in dvc.lock" in out, out
+    finally:
+        aside.rename(export)
+    assert "up to date" in run([DVC, "status"], demo_repo)
+    assert snakemake_plan(demo_repo) == set()
+
+
+@contextlib.contextmanager
+def dates_kept(folder: Path):
+    """The dates of everything under results/ and reports/ put back afterwards, files before folders."""
+    import os
+
+    paths = [p for top in ("results", "reports") for p in [folder / top, *(folder / top).rglob("*")]]
+    dates = {p: (p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in paths if not p.is_symlink()}
+    try:
+        yield
+    finally:
+        for p in sorted(dates, key=lambda q: len(q.parts), reverse=True):
+            if p.exists():
+                os.utime(p, ns=dates[p])

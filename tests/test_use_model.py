@@ -305,7 +305,10 @@ def test_the_model_card_holds_metadata_scores_with_intervals_and_provenance(trai
     assert meta["license"] == "mit" and meta["library_name"] == "sentence-transformers"
     # data.dir is the demo's (the default): no Hub scores claiming SST-5, Quora or STS; the card says so
     assert "model-index" not in meta and "synthetic-data" in meta["tags"]
-    assert "Trained on the minBERT demo data: synthetic" in text and "not on SST-5, Quora or STS" in text
+    assert "Trained on the minBERT demo data: synthetic" in text
+    assert "The scores of sentiment (SST-5), paraphrase (Quora), similarity (STS) are on the synthetic demo data" in text
+    assert "- sentiment (SST-5): synthetic demo data (not the data set its name says), from `data/demo/ids-sst-train.csv`" \
+        in text
     # the base model is a local folder: named in the text, no Hub id in the metadata
     assert "base_model" not in meta and "A BERT encoder: `" in text
     for task in ("sst", "para", "sts"):
@@ -317,7 +320,8 @@ def test_the_model_card_holds_metadata_scores_with_intervals_and_provenance(trai
     export_record = json.loads((trained / "runs" / "export" / "bi.json").read_text())
     assert f"training fingerprint: `{record['fingerprint']}`" in text
     assert f"export fingerprint: `{export_record['fingerprint']}`" in text
-    assert "lr: 0.001" in text and "training rows, sst: 32" in text and "| test |" not in text   # test: no labels
+    assert "lr: 0.001" in text and "| test |" not in text     # test: no labels
+    assert "`data/demo/ids-sst-test-student.csv`; 32 rows in the prepared training split" in text
 
 
 def test_a_card_names_its_base_model_through_its_pretraining_and_real_data_scores_go_to_the_hub():
@@ -338,6 +342,50 @@ def test_a_card_names_its_base_model_through_its_pretraining_and_real_data_score
     assert "model: sentence-transformers/all-MiniLM-L6-v2 after pretraining mlm_x" in text    # not `model: null`
     demo = model_card(s.model_copy(update={"demo_data": True}), "e", files, score, training, {}, {})
     assert "model-index" not in yaml.safe_load(demo.split("---\n")[1])
+
+
+def test_a_cards_data_comes_from_each_tasks_declaration(tmp_path):
+    """The demo's built-in tasks are named as synthetic; a task of the user's read from real files
+    (the CS224N CFIMDB files, declared with their paths) is named by those files, and only its scores
+    go to the Hub's metadata; a task of the user's read from the demo folder is synthetic too."""
+    from minbert.core.tasks import TASKS
+    from minbert.params.settings import ExportSettings
+    from minbert.share.export import model_card
+
+    real = tmp_path / "cs224n"            # the real files' layout; the card reads the declaration, not them
+    real.mkdir()
+    demo = os.path.join(REPO, "data", "demo")
+    tasks = {"imdb": {"classes": ["negative", "positive"], "files": {
+                 "format": "tsv", "train": str(real / "ids-cfimdb-train.csv"), "dev": str(real / "ids-cfimdb-dev.csv"),
+                 "texts": ["sentence"], "label": "sentiment", "id": "id"}},
+             "sst_score": {"range": [0, 4], "files": {
+                 "format": "tsv", "train": f"{demo}/ids-sst-train.csv", "dev": f"{demo}/ids-sst-dev.csv",
+                 "texts": ["sentence"], "label": "sentiment", "id": "id"}}}
+    s = ExportSettings(model_stage="finetune", predicts=["sst", "imdb", "sst_score"], license="mit", language="en",
+                       data="data/demo", demo_data=True, tasks=tasks)
+    score = {"dev": {"sst": (0.5, 0.45, 0.55, 200), "imdb": (0.9, 0.87, 0.93, 245), "sst_score": (0.6, 0.5, 0.7, 200)}}
+    with s.registry.active():            # the export job's registry: its settings' declared tasks
+        text = model_card(s, "e", {"pooling": "mean of the token vectors", "cross": {}}, score, {},
+                          {"sst": 600, "imdb": 1707}, {})
+    assert set(TASKS) == {"sst", "para", "sts", "cfimdb"}
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert "synthetic-data" in meta["tags"]                  # the SST rows are the demo's
+    assert [r["dataset"]["type"] for r in meta["model-index"][0]["results"]] == ["imdb"]
+    assert "Trained on the minBERT demo data: synthetic, template-generated sentences in the layout of sentiment " \
+           f"(SST-5), sst_score (`data/demo`, `{demo}`), not those data sets" in text
+    assert f"and on imdb from the files `{real}/ids-cfimdb-train.csv`, `{real}/ids-cfimdb-dev.csv`." in text
+    assert f"- imdb: real data, from `{real}/ids-cfimdb-train.csv`, `{real}/ids-cfimdb-dev.csv`; 1707 rows in the " \
+           "prepared training split" in text
+    assert "- sentiment (SST-5): synthetic demo data (not the data set its name says), from `data/demo/ids-sst-train.csv`" \
+        in text and f"- sst_score: synthetic demo data (not the data set its name says), from `{demo}/ids-sst-train.csv`" \
+        in text
+    assert "The scores of sentiment (SST-5), sst_score are on the synthetic demo data" in text
+    # the built-in CFIMDB task with data.dir the real folder: real data, named by its files
+    s = ExportSettings(model_stage="finetune", predicts=["cfimdb"], license="mit", language="en", data=str(real))
+    text = model_card(s, "e", {"pooling": "mean", "cross": {}}, {"dev": {"cfimdb": (0.9, 0.87, 0.93, 245)}}, {}, {}, {})
+    assert f"Trained on binary sentiment (CFIMDB) from the files `{real}/ids-cfimdb-train.csv`, " \
+           f"`{real}/ids-cfimdb-dev.csv`, `{real}/ids-cfimdb-test-student.csv`." in text
+    assert "synthetic" not in text and yaml.safe_load(text.split("---\n")[1])["model-index"]
 
 
 def test_the_demo_export_names_its_hub_base_model_and_its_synthetic_data(repo_root, monkeypatch):

@@ -43,10 +43,10 @@ from minbert.params.overrides import dvc_rewrite_problems, split_set  # noqa: E4
 from minbert.params.unread import unread_settings  # noqa: E402
 from minbert.pipeline import finished  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
-from minbert.pipeline.plan import write_job_file  # noqa: E402
+from minbert.pipeline.plan import _made_from, write_job_file  # noqa: E402
 from minbert.pipeline.registry import STAGES  # noqa: E402
 from minbert.pipeline.runinfo import UpToDate  # noqa: E402
-from workflow.dvc import render_dvc  # noqa: E402
+from workflow.dvc import built, dvc_commit, render_dvc  # noqa: E402
 from workflow.dvc_plots import write_template  # noqa: E402
 from workflow.gpu_slot import visible_gpus  # noqa: E402
 
@@ -73,7 +73,39 @@ def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO
             write_job_file(job)
         finished.prune(LAYOUT.results, all_jobs)
         _prune_job_files(all_jobs)
+        _date_job_files(all_jobs)
     return all_jobs
+
+
+def _date_job_files(all_jobs: list[Job]) -> None:
+    """Give a job file whose description made the job's outputs now in place (its run record says so)
+    a date no later than the oldest of them, Snakemake's benchmark included, as a rewritten one gets
+    (minbert.pipeline.plan.write_job_file): Snakemake, which compares dates, then runs nothing after a
+    run it did not make. DVC makes such runs: it runs a job again after a Snakemake run (Snakemake's
+    benchmark stays, older than the job file DVC's `resolve` rewrote), or restores a job's outputs
+    from its cache as hard links, with the dates the cache's copies have."""
+    for job in all_jobs:
+        path = Path(job.job_file)
+        made = [Path(o) for o in job.outputs] + [Path(LAYOUT.benchmark(job.stage, job.name))]
+        try:
+            oldest = min((t for p in made for t in _mtimes(p)), default=None)
+            if oldest is None or path.stat().st_mtime <= oldest:
+                continue
+        except OSError:
+            continue
+        started = _made_from(job, job.description())
+        if started is not None:
+            os.utime(path, (min(started, oldest), min(started, oldest)))
+
+
+def _mtimes(path: Path):
+    """The dates of a file, or of a folder and everything in it; none for a path that is not there."""
+    if path.is_dir():
+        yield path.stat().st_mtime
+        for root, _, names in os.walk(path):
+            yield from (os.stat(os.path.join(root, n)).st_mtime for n in names)
+    elif path.exists():
+        yield path.stat().st_mtime
 
 
 def _prune_job_files(all_jobs: list[Job]) -> None:
@@ -346,14 +378,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml differs from the generated one")
     ap.add_argument("--resolve", action="store_true", help="rewrite the job description files that changed "
                                                            "(dvc.yaml must be up to date)")
+    ap.add_argument("--dvc-commit", action="store_true", help="record in dvc.lock the outputs of every stage "
+                                                              "whose outputs are there (after a Snakemake run)")
     a = ap.parse_args(argv)
     dvc_path = REPO / "dvc.yaml"
     if a.write_dvc or a.resolve:          # `dvc plots show` offline: its page template, scripts inlined
-
         write_template(REPO)
     lp = load(a.params, REPO)
     all_jobs = jobs(lp)
-    if a.write_dvc:
+    if a.dvc_commit:
+        if not dvc_commit(all_jobs, REPO):
+            raise MinBertError("dvc commit --force failed (its message above); is this a DVC repository (dvc init)?")
+        print(f"recorded {len(built(all_jobs, REPO)) - 1} of {len(all_jobs)} stages in dvc.lock (those whose "
+              f"outputs are there)")
+    elif a.write_dvc:
         dvc_path.write_text(render_dvc(a.params, REPO, lp, all_jobs), encoding="utf-8")
         print(f"wrote {dvc_path.relative_to(REPO)} ({len(all_jobs)} jobs)")
     elif a.check or a.resolve:

@@ -170,8 +170,15 @@ def render_dvc(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: L
     return HEADER + yaml.safe_dump(dvc_yaml(params_path, repo, lp, all_jobs), sort_keys=False, width=120)
 
 
+def built(all_jobs: list[Job], repo: Path = REPO) -> list[str]:
+    """The dvc.yaml stages whose outputs are all there (what a run built): `dvc commit --force` of every
+    stage stops at the first whose outputs are missing (an export the default target does not build)."""
+    return [RESOLVE_STAGE] + [dvc_stage_name(j) for j in all_jobs if all((repo / o).exists() for o in j.outputs)]
+
+
 def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
-    """Record the outputs in dvc.lock (`dvc commit --force`) without touching their timestamps.
+    """Record the outputs of the stages that were built in dvc.lock (`dvc commit --force STAGE...`)
+    without touching their timestamps.
 
     DVC re-links committed files into the workspace, which would make them look newer to
     Snakemake than the jobs that read them; restoring the times keeps a later Snakemake run a no-op.
@@ -184,7 +191,7 @@ def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
                 if p.exists():
                     st = p.stat()
                     times[p] = (st.st_atime_ns, st.st_mtime_ns)
-    ok = subprocess.run(["dvc", "commit", "--force", "--quiet"], cwd=repo).returncode == 0
+    ok = subprocess.run(["dvc", "commit", "--force", "--quiet", *built(all_jobs, repo)], cwd=repo).returncode == 0
     for p in sorted(times, key=lambda q: len(q.parts), reverse=True):   # files before their folders
         if p.exists():
             os.utime(p, ns=times[p], follow_symlinks=False)

@@ -11,7 +11,8 @@ A module is imported once per process and content (an edited file is imported an
 cannot be imported (an exception, or `sys.exit` while it is imported) is one line naming it
 (`ModuleProblem`). Beside its classes, an import notes the files of the user's code it ran (the
 module's own and the helper files it imports), with their content hashes: what a checkpoint made
-with the code records (minbert.model.checkpoint).
+with the code records (minbert.model.checkpoint), and what an export copies and records as well
+(minbert.share.code), to be imported from its own folder (`use_module(..., home=)`).
 
 A head of your own is an `nn.Module` class with a `name`, the `view` it reads (`single`: one
 sentence's vector; `cross`: a cross-encoded pair's; `bi`: the two sentences' vectors u, v) and a
@@ -96,35 +97,44 @@ def _hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def use_module(module: str) -> Imported:
-    """Import the user's module (once per process and content) and say what it registered and which
-    files of the user's it ran; `ModuleProblem`, in one line, when it cannot be imported."""
-    key = _key(module)
+def use_module(module: str, home: str | Path | None = None) -> Imported:
+    """Import the user's module (once per process, content and home) and say what it registered and
+    which files of the user's it ran; `ModuleProblem`, in one line, when it cannot be imported.
+    `home`: the folder that stands for the project's (a module's path starts there, its helpers are
+    imported from there first): the working folder by default; an export's code/ folder for the code
+    it carries, kept apart from any module of the same names imported before (`_apart`)."""
+    key = _key(module, None if home is None else str(Path(home).resolve()))
     if key not in _IMPORTED:
         _IMPORTED[key] = _import(module, key)
     return _IMPORTED[key]
 
 
-def _key(module: str) -> tuple:
+def _key(module: str, home: str | None) -> tuple:
     if not is_path(module):
-        return ("name", module)
-    path = Path(module)
+        return ("name", module, home)
+    path = Path(home, module) if home is not None else Path(module)
     if not path.is_file():
         raise ModuleProblem(f"no file {module}; give a path from the project's folder or an importable module name")
-    return ("path", str(path.resolve()), content_hash(path))
+    return ("path", str(path.resolve()), home, content_hash(path))
 
 
 def _import(module: str, key: tuple) -> Imported:
+    home = key[2]
+    with _apart(Path(home)) if home is not None else contextlib.nullcontext():
+        return _run(module, key, home or os.getcwd())
+
+
+def _run(module: str, key: tuple, home: str) -> Imported:
     start, before = len(_REGISTERED), set(sys.modules)
     where = hashlib.sha256(key[1].encode()).hexdigest()[:8] if key[0] == "path" else ""
     stem = "".join(c if c.isalnum() else "_" for c in Path(module).stem)
-    name = f"minbert_user.{stem}_{where}_{key[2]}" if key[0] == "path" else module
+    name = f"minbert_user.{stem}_{where}_{key[3]}" if key[0] == "path" else module
     try:
         if key[0] == "path":
             spec = importlib.util.spec_from_file_location(name, key[1])
             loaded = importlib.util.module_from_spec(spec)
             sys.modules[name] = loaded
-            with _project_first():
+            with _first_on_path(home):
                 spec.loader.exec_module(loaded)
         else:
             loaded = importlib.import_module(module)
@@ -139,12 +149,12 @@ def _import(module: str, key: tuple) -> Imported:
     classes += [(k, c, r) for k, c, r in _REGISTERED[:start] if c.__module__ == loaded.__name__]
     files = sorted({f for f in (_file_of(sys.modules.get(m)) for m in ran) if f is not None})
     if key[0] == "path":        # its helpers, imported from this project's folder, are not kept for another's
-        for m in [m for m in ran - {name} if _helper(sys.modules.get(m))]:
+        for m in [m for m in ran - {name} if _helper(sys.modules.get(m), home)]:
             del sys.modules[m]
     return Imported(module, tuple(classes), tuple((f, content_hash(f)) for f in files))
 
 
-def _helper(module) -> bool:
+def _helper(module, home: str) -> bool:
     """A module of the user's that a module named by its path imported: a file of theirs, or a folder
     of the project's folder imported as a package of no `__init__`."""
     if module is None or _library(module.__name__):
@@ -152,20 +162,38 @@ def _helper(module) -> bool:
     if _file_of(module) is not None:
         return True
     folders = getattr(module, "__path__", None) if getattr(module, "__file__", None) is None else None
-    return bool(folders) and all(Path(f).resolve().is_relative_to(Path.cwd().resolve()) for f in folders)
+    return bool(folders) and all(Path(f).resolve().is_relative_to(Path(home).resolve()) for f in folders)
 
 
 @contextlib.contextmanager
-def _project_first():
+def _first_on_path(home: str):
     """The project's folder (where a module's path starts) first on the import path while a module
     named by its path runs, so that it imports its helpers as `folder.helper` from there, as a
     script of the project's would."""
-    base = os.getcwd()
-    sys.path.insert(0, base)
+    sys.path.insert(0, home)
     try:
         yield
     finally:
-        sys.path.remove(base)
+        sys.path.remove(home)
+
+
+@contextlib.contextmanager
+def _apart(home: Path):
+    """While a module is imported from `home` (not the working folder), the names of home's files
+    and folders are home's alone: the modules of those names imported before (the project's own) are
+    set aside, and given back after, while home's copies are not kept for anyone else."""
+    tops = {p.stem if p.is_file() else p.name for p in home.iterdir() if p.suffix == ".py" or p.is_dir()}
+    mine = {t for t in tops if t.isidentifier() and not _library(t)}
+    before = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] in mine}
+    sys.path.insert(0, str(home))
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.path.remove(str(home))
+        for n in [n for n in sys.modules if n.split(".")[0] in mine]:
+            del sys.modules[n]
+        sys.modules.update(before)
 
 
 def _reason(e: BaseException) -> str:

@@ -233,12 +233,14 @@ class Registry:
     code: Mapping[str, tuple] = field(default_factory=dict)   # module -> the user's files it ran (path, hash)
 
     @classmethod
-    def of(cls, modules: Sequence[str] = (), tasks: Mapping[str, Mapping] | None = None) -> Registry:
+    def of(cls, modules: Sequence[str] = (), tasks: Mapping[str, Mapping] | None = None,
+           home: str | Path | None = None) -> Registry:
         """The built-in things with the losses and heads of the user's `modules` and the declared
-        `tasks` ({name: declaration}); `RegistryProblem` naming the key at fault."""
+        `tasks` ({name: declaration}); `RegistryProblem` naming the key at fault. `home`: where the
+        modules are imported from (minbert.core.extensions.use_module: an export's code/ folder)."""
         declared = json.dumps(tasks or {}, sort_keys=True, default=str)
         try:
-            keys = tuple((m, use_module(m)) for m in modules)
+            keys = tuple((m, use_module(m, home)) for m in modules)
         except ModuleProblem as e:
             raise RegistryProblem("modules", str(e)) from None
         return _registry(keys, declared)

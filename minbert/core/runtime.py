@@ -71,6 +71,23 @@ def precision_on(setting: str, device: torch.device) -> str:
     return setting
 
 
+def slow_precision(device: torch.device, resolved: str) -> str | None:
+    """One line when the precision that runs is a slow one on this device: bf16 on a CPU that only
+    emulates it, fp16 on any CPU (CPUs have no fast float16 kernels: a MiniLM training step ran 24x
+    slower than in bf16 and 12x slower than in float32 on one thread of a CPU with avx512_bf16, and a
+    demo fine-tune 4x slower than in bf16 on another); None otherwise."""
+    if device.type != "cpu":
+        return None
+    if resolved == "bf16" and cpu_has_native_bf16() is False:
+        return ("precision: bf16 on a CPU without native bf16 (no avx512_bf16 / amx_bf16): bf16 autocast is "
+                "emulated and about 4x slower than float32 here; set precision: auto (or fp32) for speed")
+    if resolved == "fp16":
+        best = "bf16, native here" if cpu_has_native_bf16() else "float32 here"
+        return (f"precision: fp16 on a CPU: float16 autocast is made for GPUs and runs several times slower on a CPU "
+                f"than precision: auto ({best}); set precision: auto for speed")
+    return None
+
+
 def configure_precision(device: torch.device, precision: str, deterministic: bool = False) -> str:
     """Set up the process for a run on `device` in `precision` (a setting: auto | bf16 | fp16 |
     fp32) and return the precision that runs ('bf16', 'fp16' or 'fp32'). float32 on CUDA
@@ -81,10 +98,9 @@ def configure_precision(device: torch.device, precision: str, deterministic: boo
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    if device.type == "cpu" and resolved == "bf16" and cpu_has_native_bf16() is False:
-        logging.getLogger("minbert").warning(
-            "precision: bf16 on a CPU without native bf16 (no avx512_bf16 / amx_bf16): bf16 autocast is "
-            "emulated and about 4x slower than float32 here; set precision: auto (or fp32) for speed")
+    note = slow_precision(device, resolved)
+    if note:
+        logging.getLogger("minbert").warning(note)
     if deterministic:
         make_deterministic(device)
     return resolved

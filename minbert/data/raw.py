@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from minbert.core.datasets import RAW_SPLITS, raw_path  # noqa: F401  (the prepare stage's, named there)
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
 from minbert.core.layout import NLI_SOURCE
@@ -39,13 +40,6 @@ from minbert.data.read import (
     parse_label,
     refuse_repeated_columns,
 )
-
-RAW_SPLITS = {"train": "train", "dev": "dev", "test": "test-student"}   # our split -> file suffix
-
-
-def raw_path(data_dir: str | Path, task: str, split: str) -> Path:
-    """Where the raw CS224N file of `task`/`split` lives, e.g. data/demo/ids-sst-test-student.csv."""
-    return Path(data_dir) / f"{TASKS[task].file_prefix}-{RAW_SPLITS[split]}.csv"
 
 
 def class_label(spec: Task, value: str):

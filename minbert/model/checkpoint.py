@@ -5,7 +5,8 @@ A model trained with the user's code (a head or loss of a module the params name
 `declared`: its tasks of the user's, the modules, and the files of the user's code they ran with the
 hash of each (minbert.core.extensions.content_hash). Loading it imports the modules again and
 refuses, in one line, a file that is gone or whose code has changed since: the model would answer
-with code that did not train it.
+with code that did not train it. An export carries copies of those files and the same record, its
+paths in its code/ folder (minbert.share.code), and is checked by the same `check_code`.
 """
 from __future__ import annotations
 
@@ -41,24 +42,35 @@ def declared(model: MultitaskModel) -> dict:
     return {k: v for k, v in out.items() if v}
 
 
-def registry_of(found: dict, source: str) -> Registry:
+def registry_of(found: dict, source: str, home: str | None = None) -> Registry:
     """The registry of a model's declared tasks and modules, its user code checked against the files
-    it was trained with (a one-line error naming `source`)."""
+    it was trained with (a one-line error naming `source`); `home`: the folder the code is imported
+    from and its record's paths start in (an export's code/ folder; a checkpoint's paths are absolute)."""
     try:
-        registry = Registry.of(found.get("modules") or [], found.get("tasks") or {})
+        registry = Registry.of(found.get("modules") or [], found.get("tasks") or {}, home)
     except RegistryProblem as e:
         raise MinBertError(f"{source}: the model's {e.key.split('.')[0]}: {e}") from None
     except (TypeError, ValueError, KeyError) as e:
         raise MinBertError(f"{source}: its declared tasks or modules are not readable ({type(e).__name__}); re-run "
                            f"the stage that writes it") from None
+    check_code(found, source, home)
+    return registry
+
+
+def check_code(found: dict, source: str, home: str | Path | None = None) -> None:
+    """The one check of a model's user code, for a checkpoint and an export alike: every file its
+    record (`declared.code`: {module: {path: hash}}) names is there, with the hash recorded
+    (minbert.core.extensions.content_hash); a path starts in `home` when one is given (an export's
+    code/ folder, which holds copies of the files that trained it)."""
+    redo = "put back the code that trained it, or train the model again" if home is None else \
+        "put back the code it came with, or export the model again"
     for module, files in (found.get("code") or {}).items():
         for path, digest in files.items():
-            problem = "is gone" if not Path(path).is_file() else \
-                "has changed since" if content_hash(path) != digest else None
+            where = Path(home, path) if home is not None else Path(path)
+            problem = "is gone" if not where.is_file() else "has changed since" if content_hash(where) != digest else None
             if problem:
                 raise MinBertError(f"{source}: the model was trained with the code of module '{module}', and its file "
-                                   f"{path} {problem}; put back the code that trained it, or train the model again")
-    return registry
+                                   f"{where} {problem}; {redo}")
 
 
 def checkpoint_dict(model: MultitaskModel, tokenizer: Tokenizer, **extra) -> dict:
@@ -110,8 +122,9 @@ def stored_heads(heads: dict) -> dict:
 
 
 def model_from_checkpoint(ckpt: dict, source: str = "checkpoint") -> tuple[MultitaskModel, Tokenizer]:
-    """The model a checkpoint dict describes, in the registry of its own declarations (`declared`)."""
-    registry = registry_of(ckpt.get("declared") or {}, source)
+    """The model a checkpoint dict describes, in the registry of its own declarations (`declared`;
+    an export's dict says where its code is, `code_home`: minbert.share.export.read_export)."""
+    registry = registry_of(ckpt.get("declared") or {}, source, ckpt.get("code_home"))
     try:
         with registry.active():
             heads = HeadsParams(**stored_heads(ckpt["heads"]))

@@ -138,10 +138,11 @@ class FinetuneParams(Strict):
                           "planned for every epoch); null: train every epoch")
     gradient_accumulation_steps: int = Field(
         1, ge=1, le=64, description="split each task's batch of an update into this many micro-batches whose "
-                                    "gradients add up before the one optimiser step: the same update (same "
-                                    "`batch_size`, same examples, the same numbers up to float rounding) in about "
-                                    "1/N of the activation memory, at the cost of N smaller passes. Not with PCGrad, "
-                                    "SMART or a loss that is a statistic of the whole batch (`pearson`, "
+                                    "gradients add up before the one optimiser step: the update of `batch_size` "
+                                    "(the same examples; in float32 without dropout the same numbers up to float "
+                                    "rounding, with dropout or in bf16 an equally valid run with other numbers) in "
+                                    "about 1/N of the activation memory, at the cost of N smaller passes. Not with "
+                                    "PCGrad, SMART or a loss that is a statistic of the whole batch (`pearson`, "
                                     "`mse+pearson`, `ranking`, or one of yours that declares it), which need the "
                                     "whole batch at once")
     tracking: list[Literal["dvclive", "tensorboard"]] = Field(

@@ -416,9 +416,10 @@ def machine_here(device_type: str, threads: int | None = None, cores: int | None
 
 def estimate_lines(params: str, device: str | None = None, threads: int | None = None, cores: int | None = None,
                    jobs_per_gpu: int = 4, cpu_time: bool = False) -> list[str]:
-    """`minbert estimate`: what it prints (the estimate, and a line when the cores were busy).
-    `cpu_time`: every cost measured in CPU seconds (`measure`)."""
-    from minbert.core.runtime import MAX_THREADS, pick_device, precision_on
+    """`minbert estimate`: what it prints (the estimate, a line when the cores were busy, and one when
+    the precision that runs is a slow one on this device). `cpu_time`: every cost measured in CPU
+    seconds (`measure`)."""
+    from minbert.core.runtime import MAX_THREADS, pick_device, precision_on, slow_precision
 
     for flag, n in (("--threads", threads), ("--cores", cores), ("--jobs-per-gpu", jobs_per_gpu)):
         if n is not None and not 1 <= n <= MAX_THREADS:
@@ -435,4 +436,5 @@ def estimate_lines(params: str, device: str | None = None, threads: int | None =
     captured = dev.type == "cuda" and base.cuda_graphs
     where = (f"{dev.type} ({precision_on(base.precision, dev)}, {'captured' if captured else 'eager'} steps, "
              f"sentences of {length} word pieces{', in CPU seconds' if cpu_time else ''})")
-    return [describe(priced, where, machine)] + ([busy] if busy else [])
+    notes = (busy, slow_precision(dev, precision_on(base.precision, dev)))
+    return [describe(priced, where, machine)] + [note for note in notes if note]

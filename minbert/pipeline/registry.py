@@ -285,7 +285,7 @@ STAGES: dict[str, Stage] = {s.name: replace(s, io=_in_own_registry(s.io)) for s 
     Stage("export", "export {name} in the Hugging Face format", {"threads": 1, "mem_mb": 8000, "runtime": 20},
           _export_io, names=lambda lp: lp.params.export.experiments,
           settings=lambda lp, n: S.export_settings(lp, lp.experiments[n]), model=ExportSettings, named="experiment",
-          named_in=lambda lp: lp.experiments, hint="list it in export.experiments", reported=False,
+          by_hand=lambda lp: lp.experiments, reported=False,   # by hand (minbert export): any experiment
           code=_loads_models),
 ]}
 

@@ -20,6 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from minbert.core.errors import MinBertError
+from minbert.core.io import atomic_path, write_text
+from minbert.core.layout import Layout, prediction_file
+from minbert.core.outputs import refuse_over_inputs, writable_folder, writable_output
 
 HEADERS = {"sst": "Predicted_Sentiment", "para": "Predicted_Is_Paraphrase", "sts": "Predicted_Similiary"}
 SPLITS = ("dev", "test")
@@ -74,9 +77,6 @@ def write_submission(source: str | Path, out_dir: str | Path = "predictions", zi
     claims, as the evaluate stage checks it (every id of <results>/data/<task>-<split>.tsv once, no
     other; `results`: the results folder, default the one the predictions lie in): a file with rows
     missing never becomes a submission."""
-    from minbert.core.io import atomic_path, write_text
-    from minbert.core.layout import Layout, prediction_file
-    from minbert.core.outputs import refuse_over_inputs, writable_folder, writable_output
     from minbert.scoring.evaluate import check_against_split, read_predictions
 
     folder = predictions_folder(source)

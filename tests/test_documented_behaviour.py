@@ -1,0 +1,119 @@
+"""Sentences of the docs that describe behaviour, checked on tiny runs where the demo would cost
+minutes: gradient accumulation's numbers (docs/finetuning.md: the whole batch's in float32 without
+dropout, tests/test_trainer_options.py; another run's with dropout or in bf16), the one line that
+fp16 on a CPU is slow, and Snakemake's benchmark of a job DVC ran again (docs/workflow.md, "The two
+engines' records")."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+import torch
+from test_train import finetune_experiment, make_exp, restore_threads, state_dict, write_prepared  # noqa: F401
+
+NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0, "heads": {"dropout": 0.0}}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    return write_prepared(tmp_path_factory.mktemp("data"), n_train=40, n_dev=16)
+
+
+def largest_difference(tiny_model_dir, prepared, out, precision: str, **finetune) -> float:
+    """The largest weight difference between one run on whole batches of 8 and one in 4 micro-batches."""
+    ft = {"epochs": 1, "max_steps_per_epoch": 3, "batch_size": 8, **finetune}
+    runs = []
+    for name, parts in (("whole", 1), ("accumulated", 4)):
+        exp = make_exp(tiny_model_dir, gradient_accumulation_steps=parts, **ft)
+        exp = exp.model_copy(update={"precision": precision})
+        finetune_experiment(exp, prepared, out / name)
+        runs.append(state_dict(out / name / "model.pt"))
+    return max(float((runs[0][k].float() - runs[1][k].float()).abs().max()) for k in runs[0])
+
+
+def test_accumulation_is_the_whole_batch_in_float32_without_dropout_and_another_run_otherwise(tiny_model_dir,
+                                                                                              prepared, tmp_path):
+    exact = largest_difference(tiny_model_dir, prepared, tmp_path / "exact", "fp32", **NO_DROPOUT)
+    dropout = largest_difference(tiny_model_dir, prepared, tmp_path / "dropout", "fp32")
+    bf16 = largest_difference(tiny_model_dir, prepared, tmp_path / "bf16", "bf16", **NO_DROPOUT)
+    assert exact < 1e-5                       # float rounding (test_trainer_options compares every weight)
+    assert dropout > 100 * max(exact, 1e-7)   # other masks: other numbers
+    assert bf16 > 100 * max(exact, 1e-7)      # each slice rounded on its own, in bf16's 8 bits
+
+
+def test_fp16_on_a_cpu_is_said_in_one_line(caplog):
+    from minbert.core.runtime import configure_precision
+
+    cpu = torch.device("cpu")
+    with caplog.at_level(logging.WARNING, logger="minbert"):
+        assert configure_precision(cpu, "fp16") == "fp16"
+    lines = [r.getMessage() for r in caplog.records if "fp16" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("precision: fp16 on a CPU: float16 autocast is made for GPUs and "
+                                                   "runs several times slower on a CPU than precision: auto (")
+    assert "\n" not in lines[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="minbert"):
+        configure_precision(cpu, "fp32")
+    assert not caplog.records
+
+
+def test_the_estimate_says_it_too(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """`minbert estimate` of params that run fp16 on a CPU prints the same line after its estimate."""
+    from pathlib import Path
+
+    from minbert import cli
+
+    demo = Path(__file__).resolve().parents[1] / "data" / "demo"
+    (tmp_path / "params.yaml").write_text(f"data: {{dir: {demo}, nli_file: null}}\nbase: {{model: {tiny_model_dir}, "
+                                          f"precision: fp16, finetune: {{epochs: 1}}}}\nexperiments: {{plain: {{}}}}\n")
+    monkeypatch.chdir(tmp_path)
+    cli.main(["estimate", "--device", "cpu", "--threads", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("about ") and "on cpu (fp16, " in lines[0]
+    assert [x for x in lines if x.startswith("precision: fp16 on a CPU: ")], lines
+
+
+def test_a_job_file_is_dated_no_later_than_the_outputs_its_description_made(tmp_path, monkeypatch):
+    """DVC ran a job again after Snakemake had run it (Snakemake's benchmark older than the job file
+    DVC's `resolve` rewrote), or restored its outputs from its cache (hard links with the cache's old
+    dates): planning dates the job file no later than the oldest of them, Snakemake's benchmark included,
+    when its run record says they were made from that description; a job file of another description
+    keeps its date (the job runs)."""
+    import datetime as dt
+    import json
+
+    from minbert.core.layout import Layout
+    from workflow import dag
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(dag, "LAYOUT", Layout())
+    now = time.time()
+
+    class Job:
+        def __init__(self, name, described, ran):
+            self.stage, self.name = "finetune", name
+            self.job_file, self.run_record = f"jobs/{name}.json", f"runs/{name}.json"
+            self.outputs = [f"out/{name}/model.pt", f"out/{name}/predictions"]
+            self.described = described
+            bench = Layout().benchmark("finetune", name)
+            for path in (self.job_file, self.outputs[0], f"{self.outputs[1]}/a.csv", bench):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "w").close()
+            os.makedirs(os.path.dirname(self.run_record), exist_ok=True)
+            with open(self.run_record, "w") as f:
+                started = dt.datetime.fromtimestamp(now - 300).isoformat()
+                json.dump({"description": {**ran, "runtime": {}}, "started": started}, f)
+
+        def description(self):
+            return self.described
+
+    made, other = Job("made", {"settings": 1}, {"settings": 1}), Job("other", {"settings": 2}, {"settings": 1})
+    for job in (made, other):
+        for path, age in ((job.job_file, 30), (job.outputs[0], 10), (f"{job.outputs[1]}/a.csv", 20),
+                          (Layout().benchmark("finetune", job.name), 200)):
+            os.utime(path, (now - age, now - age))
+    dag._date_job_files([made, other])
+    assert os.path.getmtime(made.job_file) <= now - 200              # before the benchmark, the oldest
+    assert os.path.getmtime(other.job_file) == pytest.approx(now - 30)   # another description: it runs
