@@ -333,19 +333,11 @@ def estimate(lp: LoadedParams, cost: StepCost, machine: Machine | None = None) -
     priced = []
     for job in jobs:
         seconds, updates = job_seconds(job, rows, cost, lp, len(jobs))
-        deps = sorted({maker[h] for h in (_holder(d, maker) for d in job.deps) if h is not None} - {job.id})
+        # the planner names each read by the output that holds it (Job.deps): the jobs that make them
+        deps = sorted({maker[d] for d in job.deps if d in maker} - {job.id})
         priced.append(Priced(job.id, job.stage, seconds, deps, runs_network(job), updates))
     wall, chain, chain_seconds = schedule(priced, machine)
     return Estimate(priced, wall, chain, chain_seconds)
-
-
-def _holder(path: str, maker: dict) -> str | None:
-    cur = path
-    while cur:
-        if cur in maker:
-            return cur
-        cur = cur.rpartition("/")[0]
-    return None
 
 
 # ---------------------------------------------------------------- saying it
