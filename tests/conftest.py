@@ -204,11 +204,12 @@ def _compares_with_tolerance(item) -> bool:
         return False
 
 
-@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item):
+    if item.get_closest_marker("numbers") is None and _compares_with_tolerance(item):
+        item.add_marker(pytest.mark.numbers)
+
+
 def pytest_collection_modifyitems(session, config, items):
-    for item in items:
-        if item.get_closest_marker("numbers") is None and _compares_with_tolerance(item):
-            item.add_marker(pytest.mark.numbers)
     try:
         seconds = json.loads(DURATIONS.read_text())
     except (OSError, ValueError):

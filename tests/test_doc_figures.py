@@ -143,3 +143,28 @@ def test_a_stale_count_or_an_unrecorded_time_is_caught(tmp_path, record, planned
                                            ("laptop-b7a6f2f", 17), ("laptop-b7a6f2f", "1 h 54 min 34 s")]
     counts, times = values(next(r for r in record["runs"] if r["id"] == "laptop-b7a6f2f"))
     assert 105 not in planned and 82 in counts and 17 not in counts and "1 h 54 min 34 s" in times
+
+
+def test_a_runs_record_sums_its_run_records(tmp_path, capsys):
+    """`python -m workflow.runs` prints what docs/runs.yaml keeps of a run: jobs and seconds by stage
+    from the stages' run records, and the span from the first start to the last end."""
+    import json
+
+    from workflow.runs import main
+
+    runs = tmp_path / "results" / "runs"
+    (runs / "finetune").mkdir(parents=True)
+    records = {"prepare.json": {"stage": "prepare", "wall_seconds": 1.4, "started": "2026-01-01T10:00:00",
+                                "finished": "2026-01-01T10:00:01", "git_revision": "abcdef0123", "device": "cpu"},
+               "finetune/a.json": {"stage": "finetune", "wall_seconds": 60.2, "started": "2026-01-01T10:00:02",
+                                   "finished": "2026-01-01T10:01:02", "git_revision": "abcdef0123", "device": "cpu"},
+               "finetune/b.json": {"stage": "finetune", "wall_seconds": 59.6, "started": "2026-01-01T10:00:02",
+                                   "finished": "2026-01-01T10:01:40", "git_revision": "abcdef0123", "device": "cpu"}}
+    for name, record in records.items():
+        (runs / name).write_text(json.dumps(record))
+    assert main(["--results", str(tmp_path / "results"), "--id", "x"]) == 0
+    [entry] = yaml.safe_load(capsys.readouterr().out)
+    assert entry["id"] == "x" and entry["revisions"] == ["abcdef0"] and entry["devices"] == ["cpu"]
+    assert entry["stage_jobs"] == {"finetune": 2, "prepare": 1} and entry["jobs"] == 3
+    assert entry["stage_seconds"] == {"finetune": 120, "prepare": 1} and entry["job_seconds"] == 121
+    assert entry["wall_seconds"] == 100

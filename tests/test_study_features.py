@@ -216,7 +216,7 @@ def test_hidden_and_attention_dropout_are_set_separately(tiny_model_dir):
 
 
 def test_the_momentum_copy_runs_without_dropout(tiny_model_dir, prepared, tmp_path, monkeypatch):
-    import minbert.train.regularisers as regularisers
+    import minbert.train.loop as loop
 
     modes = []
     original = objectives.bregman_term
@@ -225,7 +225,7 @@ def test_the_momentum_copy_runs_without_dropout(tiny_model_dir, prepared, tmp_pa
         modes.append(teacher_out.requires_grad)
         return original(student, teacher_out, kind)
 
-    real_teacher = regularisers.MomentumModel
+    real_teacher = loop.MomentumModel      # the loop's name for it: the class it builds
 
     class Recording(real_teacher):
         def update(self, model):
@@ -233,7 +233,7 @@ def test_the_momentum_copy_runs_without_dropout(tiny_model_dir, prepared, tmp_pa
             return super().update(model)
 
     monkeypatch.setattr(objectives, "bregman_term", spy)
-    monkeypatch.setattr(regularisers, "MomentumModel", Recording)
+    monkeypatch.setattr(loop, "MomentumModel", Recording)
     exp = make_exp(tiny_model_dir, epochs=1, max_steps_per_epoch=2, smart={"enabled": True, "lambda_s": 0.0, "mu": 1.0})
     finetune_experiment(finetune_settings(exp), prepared, tmp_path / "run")
     assert ("teacher training", False) in modes and ("teacher training", True) not in modes

@@ -3,7 +3,7 @@ each stage ran, their summed wall times, the span from the first job's start to 
 the revisions and devices. The docs state a run's times and counts only as such a record holds them
 (tests/test_doc_figures.py), so a figure can be traced to the records it came from:
 
-    python -m minbert.report.runs --results results --id laptop-<revision> > entry.yaml
+    python -m workflow.runs --results results --id laptop-<revision> > entry.yaml
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections import Counter
 import yaml
 
 from minbert.core.layout import Layout
+from minbert.report.data import run_infos
 
 
 def summarise(infos: list[dict]) -> dict:
@@ -38,8 +39,6 @@ def summarise(infos: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    from minbert.report.data import run_infos
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="results", help="the results folder whose run records to read")
     parser.add_argument("--id", default="run", help="the record's name in docs/runs.yaml")
