@@ -94,10 +94,7 @@ class RowCheck:
             return f"{self.name}: no training history to check"
         if not failing:
             return f"{self.name}: trained ({len(self.curves)} curve{'s' if len(self.curves) != 1 else ''} passed)"
-        c = failing[0]
-        more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
-        phase = f" {c.phase}" if c.phase and c.stage != "pretrain" else ""
-        text = f"{c.run} {c.stage.replace('_', ' ')}{phase}, {c.curve}: {c.why}{more}"
+        text = self._first_failure(lambda c: c.why)
         return f"{text}; {self.reference}" if self.reference else text
 
     @property
@@ -108,10 +105,16 @@ class RowCheck:
             return f"{self.name}: no history"
         if not failing:
             return f"{self.name}: trained"
+        return self._first_failure(lambda c: c.brief or c.why)
+
+    def _first_failure(self, how) -> str:
+        """The run, stage, phase and curve of the first failing curve, `how(curve)` it failed, and
+        how many more failed."""
+        failing = self.failing
         c = failing[0]
         more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
         phase = f" {c.phase}" if c.phase and c.stage != "pretrain" else ""
-        return f"{c.run} {c.stage.replace('_', ' ')}{phase}, {c.curve}: {c.brief or c.why}{more}"
+        return f"{c.run} {c.stage.replace('_', ' ')}{phase}, {c.curve}: {how(c)}{more}"
 
 
 def claim_tolerance(cfg, size: float | None) -> float:
