@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import child_env, error_line
+from conftest import child_env, error_line, minbert_in_process as minbert_here
 from test_train import restore_threads, write_prepared  # noqa: F401  (tests/ is on sys.path; fixture)
 
 from minbert.core.errors import MinBertError
@@ -78,19 +78,6 @@ def _in(folder):
     from workflow.repo import in_repo
 
     return in_repo(folder)
-
-
-def minbert_here(args, capsys, cwd: Path):
-    from minbert import cli
-
-    code = 0
-    with _in(cwd):
-        try:
-            cli.main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

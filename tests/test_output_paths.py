@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO, child_env, error_line
+from conftest import REPO, child_env, error_line, minbert_in_process as minbert
 from test_evaluate import write_predictions
 
 from minbert.core.errors import MinBertError
@@ -152,17 +152,6 @@ def test_a_socket_a_symlink_loop_and_a_folder_are_refused(tmp_path):
 
 
 # ---------------------------------------------------------------- minbert predict --out
-
-def minbert(args, capsys) -> tuple[int, str, str]:
-    from minbert import cli
-
-    code = 0
-    try:
-        cli.main([str(a) for a in args])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def sentences(tmp_path) -> Path:

@@ -11,23 +11,11 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import error_line
+from conftest import error_line, minbert_in_process as minbert
 
 from minbert.core.errors import MinBertError
 
 LONG = "x" * 131073
-
-
-def minbert(args, capsys) -> tuple[int, str, str]:
-    from minbert import cli
-
-    code = 0
-    try:
-        cli.main([str(a) for a in args])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

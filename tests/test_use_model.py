@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import child_env, error_line
+from conftest import child_env, error_line, minbert_in_process as minbert_here
 from test_train import restore_threads, write_prepared  # noqa: E402, F401  (tests/ is on sys.path; fixture)
 
 from minbert.data.read import read_split
@@ -58,19 +58,6 @@ def minbert_cli(args, stdin: str | None = None, cwd=None):
     env = child_env(REPO, OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "minbert.cli", *map(str, args)], input=stdin, capture_output=True,
                           text=True, env=env, cwd=cwd, timeout=300)
-
-
-def minbert_here(args, capsys):
-    """`minbert ARGS` in this process (quicker than a new Python for each call): (status, stdout, stderr)."""
-    from minbert import cli
-
-    code = 0
-    try:
-        cli.main([str(a) for a in args])
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # On a GPU the predict stage and the command are two processes whose kernels (cuBLAS's and the
