@@ -63,7 +63,7 @@ def run_jobs(args, n: int, together: bool, env: dict) -> tuple[float, list[float
     """(updates/s of all jobs together, each job's rate): n jobs at once, or one after another."""
     cmd = [sys.executable, __file__, "--worker", "--device", args.device, "--shape", args.shape,
            "--batch", str(args.batch), "--steps", str(args.steps)]
-    t0, rates, procs = time.perf_counter(), [], []
+    rates, procs = [], []
     for _ in range(n):
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
         if together:

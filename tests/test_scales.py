@@ -61,6 +61,7 @@ def test_the_chosen_scale_is_merged_over_every_row_and_declared_beside_the_paper
     a, b, c = lp.experiments["a.seed11711"], lp.experiments["b.seed11712"], lp.experiments["c"]
     assert (a.finetune.epochs, a.finetune.lr) == (1, 5.0e-5)        # the scale wins over the row's own lr
     assert (c.finetune.epochs, c.finetune.lr) == (1, 5.0e-5)
+    assert b.pretrain == "mlm" and (b.finetune.epochs, b.finetune.lr) == (1, 5.0e-5)   # the row's own keys kept
     assert lp.params.pretrainings["mlm"].epochs == 1
     assert [d.setting for d in lp.params.papers["000"].differs] == ["dev sets", "epochs", "MLM"]
     assert [d.setting for d in lp.params.papers["004"].differs] == ["epochs"]
