@@ -306,7 +306,9 @@ def claim_view(study: str, sp, claim, chosen: dict, formula: str, book: ScoreBoo
         return view
     cfg = settings.training_check
     view.tolerance = claim_tolerance(cfg, claim.margin if claim.kind != "difference" else view.paper_difference)
-    check = ClaimCheck(key, claim.column, view.tolerance, claim.split, references(sp, claim, chosen, book))
+    printed = {chosen[r.label]: v for r in sp.rows if chosen.get(r.label) and not r.stand_in
+               and (v := (getattr(r, claim.split, None) or {}).get(claim.column)) is not None}
+    check = ClaimCheck(key, claim.column, view.tolerance, claim.split, references(sp, claim, chosen, book), printed)
     view.training = [row_check(run, book, cfg, check) for run in (view.better_run, view.worse_run)]
     if not all(r.trained for r in view.training):
         view.judged, view.verdict = view.verdict, "undertrained"

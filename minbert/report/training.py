@@ -69,6 +69,7 @@ class ClaimCheck:
     tolerance: float
     split: str = "dev"
     references: dict = field(default_factory=dict)   # row -> (frozen run, why it answers the claim)
+    printed: dict = field(default_factory=dict)      # row -> the paper's own value of it on the claim's column
 
 
 @dataclass
@@ -212,21 +213,35 @@ def plateau(check: CurveCheck, values: np.ndarray, place: np.ndarray, start: flo
     best = (lambda v: -np.min(v)) if lower else np.max
     check.last_gain = float(best(inside) - best(before))
     where = f"its last {cfg.window:.0%} of learning-rate budget ({len(inside)} of {len(values)} evaluations)"
+    gain, limit = side_by_side(check.last_gain, tolerance)
     if check.last_gain > tolerance:
         check.rising = True
-        check.brief = f"still {'falling' if lower else 'rising'} ({fmt_delta(abs(check.last_gain))} > {tolerance:.3g})"
+        moved = gain.lstrip("+") if lower else gain
+        check.brief = f"still {'falling' if lower else 'rising'} ({gain} > {limit})"
         check.why = (f"still {'falling' if lower else 'rising'}: {where} "
-                     f"{'lowered it by' if lower else 'gained'} {fmt_delta(abs(check.last_gain))}"
-                     f" (more than {tolerance:.3g})")
+                     f"{'lowered it by' if lower else 'gained'} {moved} (more than {limit})")
         return check
     check.trained = True
-    check.why = f"flattened: {where} gained {fmt_delta(check.last_gain)} (at most {tolerance:.3g})"
+    check.why = (f"flattened: {where} {'lowered it by' if lower else 'gained'} "
+                 f"{gain.lstrip('+') if lower and check.last_gain > 0 else gain} (at most {limit})")
     return check
 
 
+def side_by_side(gain: float, tolerance: float) -> tuple[str, str]:
+    """A gain and the tolerance it is held to as the page prints them: with digits enough that the
+    printed numbers compare as the numbers do ('+0.0104' against '0.0100', never '+0.010' against
+    '0.01' for a gain above it)."""
+    digits = 3
+    while digits < 7 and round(gain, digits) == round(tolerance, digits) and gain != tolerance:
+        digits += 1
+    return fmt_delta(gain, digits), (f"{tolerance:.3g}" if digits == 3 else f"{tolerance:.{digits}f}")
+
+
 def score_curve(check: CurveCheck, values: np.ndarray, place: np.ndarray, start: float, cfg, tolerance: float,
-                chance: float | None) -> CurveCheck:
-    """A curve of dev scores: evaluations enough, above chance, flattened."""
+                chance: float | None, printed: float | None = None) -> CurveCheck:
+    """A curve of dev scores: evaluations enough, above chance, flattened. `printed`: the paper's own
+    value of the row on this curve's column; where it is at chance too, a curve at chance reproduces
+    the paper's row rather than failing to learn, and is held to flattening alone."""
     keep = np.isfinite(values)
     values, place = values[keep], place[keep]
     check.evaluations = len(values)
@@ -237,6 +252,11 @@ def score_curve(check: CurveCheck, values: np.ndarray, place: np.ndarray, start:
         return check
     check.best, check.chance = float(values.max()), chance
     if chance is not None and check.best < chance + cfg.above_chance:
+        if printed is not None and printed < chance + cfg.above_chance:
+            check = plateau(check, values, place, start, cfg, tolerance)
+            check.why += (f"; at chance ({fmt_metric(check.best)} against {fmt_metric(chance)}) as the paper's "
+                          f"own row is ({fmt_metric(printed)})")
+            return check
         check.at_chance = True
         check.brief = f"at chance ({fmt_metric(check.best)} against {fmt_metric(chance)})"
         check.why = (f"flat at chance: its best {fmt_metric(check.best)} against {fmt_metric(chance)} for a "
@@ -246,9 +266,10 @@ def score_curve(check: CurveCheck, values: np.ndarray, place: np.ndarray, start:
 
 
 def stage_checks(run, stage: str, history: pd.DataFrame, schedule: tuple[float, str], cfg,
-                 claim: ClaimCheck) -> list[CurveCheck]:
+                 claim: ClaimCheck, printed: float | None = None) -> list[CurveCheck]:
     """Each phase of a fine-tuning or head re-training history: its selection score, and the claim's
-    column where the phase trains the column's tasks (and it is not the selection score itself)."""
+    column where the phase trains the column's tasks (and it is not the selection score itself);
+    `printed`: the paper's value of the row on that column (score_curve)."""
     if "dev_score" not in history.columns or history.empty:
         return [CurveCheck(run.name, stage, "", False, "its history has no dev scores")]
     phases = history["phase"].astype(str) if "phase" in history.columns else pd.Series([""] * len(history))
@@ -264,7 +285,7 @@ def stage_checks(run, stage: str, history: pd.DataFrame, schedule: tuple[float, 
         if values is not None and needs and set(needs) <= set(tasks) and tasks != needs:
             out.append(score_curve(CurveCheck(run.name, stage, phase, False, "", curve=f"{claim.split} {claim.column}"),
                                    values[rows], place[rows], start, cfg, claim.tolerance,
-                                   column_chance(run, claim.key)))
+                                   column_chance(run, claim.key), printed))
         start = float(place[rows][-1])
     return out
 
@@ -336,7 +357,8 @@ def row_check(name: str, book: ScoreBook, cfg, claim: ClaimCheck) -> RowCheck:
             if stage == "pretrain":
                 check.curves.append(pretrain_check(run, history, pretraining_of(exp, book), cfg))
             else:
-                check.curves += stage_checks(run, stage, history, stage_schedule(exp, stage), cfg, claim)
+                check.curves += stage_checks(run, stage, history, stage_schedule(exp, stage), cfg, claim,
+                                             claim.printed.get(name))
     failing = check.failing
     reference = claim.references.get(name)
     if failing and reference and all(c.rising and c.stage != "pretrain" for c in failing):
