@@ -16,9 +16,21 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import child_env, shared_data_dir
-from test_workflow import DVC, SNAKEMAKE, commands_run, job_ids, make_copy, needs_dvc, needs_snakemake, run
+from test_workflow import (
+    DVC,
+    SNAKEMAKE,
+    commands_run,
+    dvc_changed,
+    dvc_repro_all,
+    git_dvc_project,
+    job_ids,
+    make_copy,
+    needs_dvc,
+    needs_snakemake,
+    run,
+)
 
-from workflow import dag, dvc
+from workflow import dag
 
 REPO = Path(__file__).resolve().parents[1]
 HEADS, LOSSES = "examples/extending/heads.py", "examples/extending/losses.py"
@@ -252,23 +264,9 @@ def test_an_edit_to_a_modules_helper_reruns_the_jobs_that_use_it_under_snakemake
 def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
     if DVC is None:
         pytest.skip("dvc is not installed")
-    folder = make_copy(repo_root, with_twice(tmp_path_factory.mktemp("extending-dvc") / "repo"), tiny_model_dir,
-                       extending_params("models/tiny"))
-    run(["git", "init", "-q"], folder)
-    if not (folder / ".dvc").is_dir():
-        run([DVC, "init", "-q"], folder)
-    run(["git", "add", "-A"], folder)
-    run(["git", "commit", "-q", "-m", "copy"], folder)
-    log = run([DVC, "repro"], folder)
-    ran = set(re.findall(r"Running stage '([^']+)'", log)) - {"resolve"}
-    assert ran == {dvc.dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
-    return folder
-
-
-def dvc_status(folder: Path) -> set[str]:
-    run([DVC, "repro", "resolve"], folder)
-    out = run([DVC, "status", "--json"], folder)
-    return set(json.loads(out[out.index("{"):])) - {"resolve"}
+    return dvc_repro_all(git_dvc_project(make_copy(
+        repo_root, with_twice(tmp_path_factory.mktemp("extending-dvc") / "repo"), tiny_model_dir,
+        extending_params("models/tiny"))))
 
 
 @pytest.mark.slow
@@ -283,14 +281,14 @@ def test_the_declared_tasks_and_a_modules_edit_under_dvc(dvc_repo):
     metrics = json.loads((dvc_repo / "results/experiments/mine/metrics.json").read_text())["dev"]
     assert {"snli_acc", "sst_score_pearson"} <= set(metrics) and (dvc_repo / "reports/experiments/mine.html").is_file()
     assert (dvc_repo / "results/exports/mine/heads.safetensors").is_file()
-    assert dvc_status(dvc_repo) == set()
+    assert dvc_changed(dvc_repo) == set()
     before = (dvc_repo / HEADS).read_text()
     (dvc_repo / HEADS).write_text(EDITS["code"](before))
     try:
-        assert dvc_status(dvc_repo) == {j.replace("@", "-") for j in USING_THE_MODULES}
+        assert dvc_changed(dvc_repo) == {j.replace("@", "-") for j in USING_THE_MODULES}
     finally:
         (dvc_repo / HEADS).write_text(before)
-    assert dvc_status(dvc_repo) == set()
+    assert dvc_changed(dvc_repo) == set()
 
 
 @pytest.mark.slow
@@ -304,9 +302,9 @@ def test_an_edit_to_a_modules_helper_reruns_the_jobs_that_use_it_under_dvc(dvc_r
         run([DVC, "repro", "resolve"], dvc_repo)
         stale = sorted(j.replace("@", "-") for j in USING_THE_MODULES)
         run([DVC, "commit", "--force", "resolve", *stale], dvc_repo)      # the split taken as done: nothing trains
-        assert dvc_status(dvc_repo) == set()
+        assert dvc_changed(dvc_repo) == set()
         with edited(dvc_repo / HELPER, "code"):
-            assert dvc_status(dvc_repo) == set(stale)
+            assert dvc_changed(dvc_repo) == set(stale)
 
 
 # ---------------------------------------------------------------- the page's examples

@@ -785,7 +785,7 @@ def _wait_for_text(path: Path, text: str, process, timeout: float = 300) -> str:
 
 
 def _engine_repo(tmp_path, tiny_model_dir, epochs: int):
-    from test_workflow import DVC, SNAKEMAKE, make_copy, run
+    from test_workflow import DVC, SNAKEMAKE, git_dvc_project, make_copy, run
 
     if SNAKEMAKE is None or DVC is None:
         pytest.skip("snakemake and dvc are not installed (pip install -e .[workflow])")
@@ -794,12 +794,7 @@ def _engine_repo(tmp_path, tiny_model_dir, epochs: int):
                        "finetune": {"epochs": epochs, "batch_size": 8, "max_steps_per_epoch": 2,
                                     "downsample": {"mode": "fixed", "size": 16}}},
               "experiments": {"a": {}}}
-    repo = make_copy(REPO, tmp_path / "repo", tiny_model_dir, params)
-    run(["git", "init", "-q"], repo)
-    if not (repo / ".dvc").is_dir():
-        run([DVC, "init", "-q"], repo)
-    run(["git", "add", "-A"], repo)
-    run(["git", "commit", "-q", "-m", "copy"], repo)
+    repo = git_dvc_project(make_copy(REPO, tmp_path / "repo", tiny_model_dir, params))
     run([SNAKEMAKE, "--cores", "1", "results/data/sst-train.tsv"], repo)       # prepared: only fine-tuning to do
     return repo
 

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import time
-from pathlib import Path
 
 import pytest
 from test_reruns import (
@@ -25,37 +24,29 @@ from test_reruns import (
     set_key,
     snakemake_plan,
 )
-from test_workflow import DVC, SNAKEMAKE, dag, dvc, make_copy, needs_dvc, run
+from test_workflow import (
+    DVC,
+    SNAKEMAKE,
+    dvc_changed,
+    dvc_repro_all,
+    git_dvc_project,
+    make_copy,
+    needs_dvc,
+    run,
+    stages_run,
+)
 
 
 @pytest.fixture(scope="module")
 def dvc_repo(repo_root, tmp_path_factory, tiny_model_dir):
     if DVC is None:
         pytest.skip("dvc is not installed")
-    folder = make_copy(repo_root, tmp_path_factory.mktemp("dvc") / "repo", tiny_model_dir, PARAMS)
-    run(["git", "init", "-q"], folder)
-    if not (folder / ".dvc").is_dir():
-        run([DVC, "init", "-q"], folder)
-    run(["git", "add", "-A"], folder)
-    run(["git", "commit", "-q", "-m", "copy"], folder)
-    log = run([DVC, "repro"], folder)
-    assert stages_run(log) == {"resolve"} | {dvc.dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
-    return folder
-
-
-def stages_run(log: str) -> set[str]:
-    return set(re.findall(r"Running stage '([^']+)'", log))
+    return dvc_repro_all(git_dvc_project(make_copy(repo_root, tmp_path_factory.mktemp("dvc") / "repo",
+                                                   tiny_model_dir, PARAMS)))
 
 
 def dvc_names(ids: set[str]) -> set[str]:
     return {i.replace("@", "-") for i in ids}
-
-
-def dvc_status(folder: Path) -> set[str]:
-    """The stages `dvc status` calls changed once the description files are current."""
-    run([DVC, "repro", "resolve"], folder)
-    out = run([DVC, "status", "--json"], folder)
-    return set(json.loads(out[out.index("{"):])) - {"resolve"}
 
 
 @pytest.mark.slow
@@ -83,7 +74,7 @@ def test_dvc_reruns_exactly_what_an_edit_changes(dvc_repo, edit):
     expected, direct = dvc_names(EDITS[edit][2]), dvc_names(EDITS[edit][3])
     undo = apply(dvc_repo, EDITS[edit])
     try:
-        assert dvc_status(dvc_repo) == direct          # the jobs the edit concerns directly
+        assert dvc_changed(dvc_repo) == direct          # the jobs the edit concerns directly
         ran = stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"}
         if "predict_batch_size" in edit:       # downstream of equal predictions needs no re-run
             assert expected - {"report"} >= ran - {"report"} >= {s for s in expected if s.startswith("predict")}
@@ -101,7 +92,7 @@ def test_dvc_reruns_exactly_what_an_edit_changes(dvc_repo, edit):
 def test_dvc_stops_where_the_outputs_come_out_the_same(dvc_repo):
     undo = apply(dvc_repo, SAME_OUTPUTS)
     try:
-        assert dvc_status(dvc_repo) == {"prepare"}
+        assert dvc_changed(dvc_repo) == {"prepare"}
         assert stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"} == {"prepare", "report"}
     finally:
         undo()
@@ -184,7 +175,7 @@ def test_dvc_restores_a_deleted_predictions_file(dvc_repo):
     dates = {p: p.stat() for p in (dvc_repo / "results").rglob("*")}
     path.unlink()
     # the stage that writes it, and its readers (c is exported: its export reads the predictions too)
-    assert dvc_status(dvc_repo) == {"predict-c", "evaluate-c", "export-c", "report"}
+    assert dvc_changed(dvc_repo) == {"predict-c", "evaluate-c", "export-c", "report"}
     run([DVC, "repro"], dvc_repo)
     assert path.read_bytes() == before
     assert "up to date" in run([DVC, "status"], dvc_repo)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import child_env
-from test_workflow import DVC, SNAKEMAKE, commands_run, job_ids, run
+from test_workflow import DVC, SNAKEMAKE, commands_run, job_ids, run, stages_run
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(DVC is None or SNAKEMAKE is None, reason="needs dvc and snakemake")]
@@ -73,10 +73,6 @@ def demo_repo(repo_root, tmp_path_factory, tiny_model_dir):
     run(["git", "add", "-A"], folder)
     run(["git", "commit", "-q", "-m", "results"], folder)
     return folder
-
-
-def stages_run(log: str) -> set[str]:
-    return set(re.findall(r"Running stage '([^']+)'", log))
 
 
 def snakemake_plan(folder: Path, *config: str) -> set[str]:

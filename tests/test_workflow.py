@@ -89,6 +89,36 @@ def job_ids(folder: Path, commands: set[str]) -> set[str]:
     return {by_cmd[c] for c in commands}
 
 
+
+def git_dvc_project(folder: Path) -> Path:
+    """The copy as a DVC user keeps it: a git repository, DVC initialised, everything committed."""
+    run(["git", "init", "-q"], folder)
+    if not (folder / ".dvc").is_dir():
+        run([DVC, "init", "-q"], folder)
+    run(["git", "add", "-A"], folder)
+    run(["git", "commit", "-q", "-m", "copy"], folder)
+    return folder
+
+
+def stages_run(log: str) -> set[str]:
+    """The stages a `dvc repro` log shows running (`resolve` included)."""
+    return set(re.findall(r"Running stage '([^']+)'", log))
+
+
+def dvc_repro_all(folder: Path) -> Path:
+    """A first `dvc repro`, which runs every job's stage once."""
+    ran = stages_run(run([DVC, "repro"], folder)) - {"resolve"}
+    assert ran == {dvc.dvc_stage_name(j) for j in dag.jobs("params.yaml", repo=folder)}
+    return folder
+
+
+def dvc_changed(folder: Path) -> set[str]:
+    """The stages `dvc status` calls changed once the description files are current."""
+    run([DVC, "repro", "resolve"], folder)
+    out = run([DVC, "status", "--json"], folder)
+    return set(json.loads(out[out.index("{"):])) - {"resolve"}
+
+
 # ---------------------------------------------------------------- the DAG
 
 def test_committed_dvc_yaml_is_the_generated_one(repo_root):
