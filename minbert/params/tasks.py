@@ -19,6 +19,8 @@ nothing.
 """
 from __future__ import annotations
 
+from typing import Annotated, ClassVar, Literal
+
 import os
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
