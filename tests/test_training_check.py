@@ -55,7 +55,7 @@ class Run:
 def curve(scores, cfg=CHECK, tolerance=0.01, place=None, chance=None):
     scores = np.asarray(scores, dtype=float)
     place = np.arange(1, len(scores) + 1, dtype=float) if place is None else place
-    return score_curve(CurveCheck("r", "finetune", "sst", False, ""), scores, place, 0.0, cfg, tolerance, chance)
+    return score_curve(CurveCheck("r", "finetune", "sst", False, "", chance=chance), scores, place, 0.0, cfg, tolerance)
 
 
 def history(phase, scores, **columns):

@@ -238,8 +238,9 @@ def side_by_side(gain: float, tolerance: float) -> tuple[str, str]:
 
 
 def score_curve(check: CurveCheck, values: np.ndarray, place: np.ndarray, start: float, cfg, tolerance: float,
-                chance: float | None, printed: float | None = None) -> CurveCheck:
-    """A curve of dev scores: evaluations enough, above chance, flattened. `printed`: the paper's own
+                printed: float | None = None) -> CurveCheck:
+    """A curve of dev scores: evaluations enough, above chance (`check.chance`, what a constant
+    prediction scores there; None where unknown), flattened. `printed`: the paper's own
     value of the row on this curve's column; where it is at chance too, a curve at chance reproduces
     the paper's row rather than failing to learn, and is held to flattening alone."""
     keep = np.isfinite(values)
@@ -250,7 +251,7 @@ def score_curve(check: CurveCheck, values: np.ndarray, place: np.ndarray, start:
         check.why = (f"{len(values)} dev evaluation{'s' if len(values) != 1 else ''}, too few to show whether it "
                      f"flattened (at least {cfg.min_evaluations}: raise evals_per_epoch)")
         return check
-    check.best, check.chance = float(values.max()), chance
+    check.best, chance = float(values.max()), check.chance
     if chance is not None and check.best < chance + cfg.above_chance:
         if printed is not None and printed < chance + cfg.above_chance:
             check = plateau(check, values, place, start, cfg, tolerance)
@@ -278,14 +279,14 @@ def stage_checks(run, stage: str, history: pd.DataFrame, schedule: tuple[float, 
     for phase in dict.fromkeys(phases):
         rows = (phases == phase).to_numpy()
         tasks = [t for t in phase.split("+") if t]
-        out.append(score_curve(CurveCheck(run.name, stage, phase, False, ""), history["dev_score"].to_numpy(float)[rows],
-                               place[rows], start, cfg, claim.tolerance, chance_score(run, tasks)))
+        out.append(score_curve(CurveCheck(run.name, stage, phase, False, "", chance=chance_score(run, tasks)),
+                               history["dev_score"].to_numpy(float)[rows], place[rows], start, cfg, claim.tolerance))
         needs = column_tasks(claim.key)
         values = column_values(history, claim.key)
         if values is not None and needs and set(needs) <= set(tasks) and tasks != needs:
-            out.append(score_curve(CurveCheck(run.name, stage, phase, False, "", curve=f"{claim.split} {claim.column}"),
-                                   values[rows], place[rows], start, cfg, claim.tolerance,
-                                   column_chance(run, claim.key), printed))
+            out.append(score_curve(CurveCheck(run.name, stage, phase, False, "", curve=f"{claim.split} {claim.column}",
+                                              chance=column_chance(run, claim.key)),
+                                   values[rows], place[rows], start, cfg, claim.tolerance, printed))
         start = float(place[rows][-1])
     return out
 
