@@ -153,7 +153,6 @@ def test_a_socket_a_symlink_loop_and_a_folder_are_refused(tmp_path):
 
 # ---------------------------------------------------------------- minbert predict --out
 
-
 def sentences(tmp_path) -> Path:
     path = tmp_path / "in.txt"
     path.write_text("A gripping film.\nDull.\n")

@@ -89,7 +89,6 @@ def job_ids(folder: Path, commands: set[str]) -> set[str]:
     return {by_cmd[c] for c in commands}
 
 
-
 def git_dvc_project(folder: Path) -> Path:
     """The copy as a DVC user keeps it: a git repository, DVC initialised, everything committed."""
     run(["git", "init", "-q"], folder)

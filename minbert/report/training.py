@@ -214,16 +214,14 @@ def plateau(check: CurveCheck, values: np.ndarray, place: np.ndarray, start: flo
     check.last_gain = float(best(inside) - best(before))
     where = f"its last {cfg.window:.0%} of learning-rate budget ({len(inside)} of {len(values)} evaluations)"
     gain, limit = side_by_side(check.last_gain, tolerance)
+    moved = f"lowered it by {gain.lstrip('+')}" if lower else f"gained {gain}"     # a loss's drop, unsigned
     if check.last_gain > tolerance:
         check.rising = True
-        moved = gain.lstrip("+") if lower else gain
         check.brief = f"still {'falling' if lower else 'rising'} ({gain} > {limit})"
-        check.why = (f"still {'falling' if lower else 'rising'}: {where} "
-                     f"{'lowered it by' if lower else 'gained'} {moved} (more than {limit})")
+        check.why = f"still {'falling' if lower else 'rising'}: {where} {moved} (more than {limit})"
         return check
     check.trained = True
-    check.why = (f"flattened: {where} {'lowered it by' if lower else 'gained'} "
-                 f"{gain.lstrip('+') if lower and check.last_gain > 0 else gain} (at most {limit})")
+    check.why = f"flattened: {where} {moved} (at most {limit})"
     return check
 
 
