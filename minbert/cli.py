@@ -362,8 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--trust-remote-code", action="store_true",
-                   help="run the code of a head or loss of the user's that an export folder carries (code/: read it "
-                        "first); without it such a model is refused")
+                   help="run the code a model names or carries (a head or loss of the user's: a module's path or "
+                        "name, an export's code/: read it first); without it such a model is refused")
     p.set_defaults(func=predict_command)
 
     s = sub.add_parser("submission", help="the CS224N starter's six prediction files and the submission zip",

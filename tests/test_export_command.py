@@ -136,7 +136,8 @@ def test_a_copy_elsewhere_answers_once_trusted_and_is_refused_in_one_line_before
     sys.path.insert(0, str(project))
     try:
         with _in(project):           # the experiment's own model, in the project
-            ours = load_model("results/experiments/own", device="cpu", precision="fp32").sentiment([TEXT.strip()])
+            ours = load_model("results/experiments/own", device="cpu", precision="fp32",
+                              trust_remote_code=True).sentiment([TEXT.strip()])
     finally:
         sys.path.remove(str(project))
     header, row = r.stdout.splitlines()

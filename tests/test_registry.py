@@ -435,22 +435,23 @@ def test_a_checkpoint_made_with_user_code_refuses_that_code_changed(tmp_path, ti
     save_checkpoint(path, model, Tokenizer(tiny_model_dir, 32))
     ckpt = torch.load(path, weights_only=True)
     assert ckpt["declared"]["modules"] == [head] and list(ckpt["declared"]["code"][head]) == [str(Path(head).resolve())]
-    loaded, _, _ = load_checkpoint(path)
+    loaded, _, _ = load_checkpoint(path, trust_remote_code=True)
     assert type(loaded.heads["sts"]).__name__ == "Wide" and "sts" in loaded.registry.tasks
     original = Path(head).read_text()
     Path(head).write_text(original + "\n# a comment changes nothing it does\n")
-    load_checkpoint(path)
+    load_checkpoint(path, trust_remote_code=True)
     Path(head).write_text(original.replace("self.linear(parts[0])", "self.linear(parts[1])"))
-    with pytest.raises(MinBertError) as e:
-        load_checkpoint(path)
-    assert str(e.value) == (f"{path}: the model was trained with the code of module '{head}', and its file "
-                            f"{Path(head).resolve()} has changed since; put back the code that trained it, or train "
-                            f"the model again")
+    for trusted in (True, False):             # checked before anything is imported, trusted or not
+        with pytest.raises(MinBertError) as e:
+            load_checkpoint(path, trust_remote_code=trusted)
+        assert str(e.value) == (f"{path}: the model was trained with the code of module '{head}', and its file "
+                                f"{Path(head).resolve()} has changed since; put back the code that trained it, or "
+                                f"train the model again")
     Path(head).unlink()
-    with pytest.raises(MinBertError, match=r"cannot be imported|no file"):
-        load_checkpoint(path)
+    with pytest.raises(MinBertError, match=r"is gone; put back the code that trained it"):
+        load_checkpoint(path, trust_remote_code=True)
     Path(head).write_text(original)
-    load_checkpoint(path)
+    load_checkpoint(path, trust_remote_code=True)
 
 
 @pytest.mark.parametrize("text,said", [
