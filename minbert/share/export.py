@@ -25,6 +25,7 @@ so the pipeline's own code predicts from it. Uploading (`upload`) runs only when
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -175,6 +176,58 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
     return {"pooling": pooling, "cross": cross, "code": carried_modules(own), "modules": own.get("modules", [])}
 
 
+# ---------------------------------------------------------------- what it wrote, and what it may replace
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record_files(folder: Path) -> None:
+    """Write into minbert.json the files the export wrote, each with its sha256 (`files`): what a later
+    export may replace (`replaceable`), and nothing else."""
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    manifest["files"] = {rel: _digest(path) for rel, path in _entries(folder) if rel != MANIFEST}
+    _json(folder / MANIFEST, manifest)
+
+
+def _entries(folder: Path):
+    """(relative path, path) of every file, link and other non-folder entry under `folder`, sorted;
+    a link to a folder is an entry, never walked into."""
+    out = []
+    for top, dirs, files in os.walk(folder):
+        out += [Path(top, n) for n in files] + [Path(top, n) for n in dirs if Path(top, n).is_symlink()]
+    return sorted((p.relative_to(folder).as_posix(), p) for p in out)
+
+
+def replaceable(out: str | Path, experiment: str, force: bool = False) -> None:
+    """A one-line MinBertError unless the folder `out` is missing, empty, or an export of this format
+    holding nothing but the files it records as written (each with its content then): the first
+    other file is named, and never deleted. Another experiment's export is replaced only with `force`."""
+    folder = Path(out).resolve()
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return
+    redo = "give --out a new folder, or move your files out of it"
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT or \
+            not isinstance(manifest.get("files"), dict):
+        raise MinBertError(f"{out}: a folder that is not an export of this version (no {MANIFEST} listing the files "
+                           f"it wrote); the export replaces its folder whole: {redo}")
+    for rel, path in _entries(folder):
+        if rel != MANIFEST and (path.is_symlink() or not path.is_file() or manifest["files"].get(rel) != _digest(path)):
+            what = "is not a file the export wrote" if rel not in manifest["files"] else "has changed since it was exported"
+            raise MinBertError(f"{out}: {rel} {what}, and the export replaces its folder whole: {redo}")
+    if manifest.get("experiment") != experiment and not force:
+        raise MinBertError(f"{out}: holds the export of experiment '{manifest.get('experiment')}', not '{experiment}'; "
+                           f"give --force to replace it, or --out another folder")
+
+
 # ---------------------------------------------------------------- reading back
 
 def read_export(folder: str | Path, trust_remote_code: bool = False) -> dict:
@@ -293,6 +346,7 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
         files = export_model(model, tokenizer, tmp, extra={"experiment": name, "model_stage": s.model_stage})
         card = model_card(s, name, files, scores(predictions), training, rows, provenance)
         (tmp / "README.md").write_text(card, encoding="utf-8")
+        record_files(tmp)
         written = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
     return written
 
