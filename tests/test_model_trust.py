@@ -158,3 +158,72 @@ def test_a_damaged_export_is_one_line(plain_export, tmp_path, damage, said):
 def _edit(folder: Path, **entries) -> None:
     manifest = json.loads((folder / "minbert.json").read_text())
     (folder / "minbert.json").write_text(json.dumps({**manifest, **entries}))
+
+
+# ---------------------------------------------------------------- loading from threads
+
+BILINEAR = '''import time
+
+from torch import nn
+
+from minbert.core.extensions import register_head
+
+time.sleep(0.2)         # a slow import: another thread's runs meanwhile
+
+
+@register_head
+class Bilinear(nn.Module):
+    name, view = "bilinear", "bi"
+
+    def __init__(self, in_dim, outputs, hidden_layers, dropout):
+        super().__init__()
+        self.bilinear = nn.Bilinear(in_dim, in_dim, outputs)
+
+    def forward(self, u, v):
+        return self.bilinear(u, v).squeeze(-1)
+'''
+
+
+def test_models_and_params_load_from_several_threads_at_once(exported, tmp_path):
+    """Two exports and two params files (each naming its own module that registers 'bilinear'), from
+    eight threads at once: a false "the head name 'bilinear' is registered twice" or KeyError: 'ext'."""
+    import yaml
+
+    from minbert.api import load_model
+    from minbert.params import load_params
+    from test_extending import demo_params
+
+    exports = [tmp_path / f"export{k}" for k in range(2)]
+    for folder in exports:
+        shutil.copytree(exported, folder)
+    params = []
+    for k in range(2):
+        (tmp_path / f"ext{k}").mkdir()
+        (tmp_path / f"ext{k}" / "heads.py").write_text(BILINEAR)
+        params.append(tmp_path / f"params{k}.yaml")
+        params[-1].write_text(yaml.safe_dump(demo_params(modules=[str(tmp_path / f"ext{k}" / "heads.py")], experiments={
+            "a": {"finetune": {"heads": {"sts": "bilinear"}}}})))
+    jobs = [lambda f=f: load_model(f, device="cpu", trust_remote_code=True) for f in exports] + \
+        [lambda p=p: load_params(p) for p in params]
+    start, results = threading.Barrier(8), {}
+
+    def run(k: int) -> None:
+        start.wait()
+        try:
+            results[k] = jobs[k % 4]()
+        except Exception as e:  # noqa: BLE001  (what a thread raised is the finding)
+            results[k] = e
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    problems = [repr(r) for r in results.values() if isinstance(r, Exception)]
+    assert not problems, problems
+    for k in (0, 1, 4, 5):
+        assert type(results[k].model.heads["sst"]).__name__ == "GeluHead"
+        assert len(results[k].sentiment(["fine"])) == 1
+    for k in (2, 3, 6, 7):
+        head = results[k].registry.heads["bilinear"]
+        assert Path(head.module) == tmp_path / f"ext{k % 2}" / "heads.py" and head.cls.__name__ == "Bilinear"
