@@ -284,6 +284,10 @@ def test_a_loss_class_that_breaks_the_contract_is_one_line_naming_its_class(tmp_
     ("(output.float() - target.float()) ** 2", "returned a tensor of shape (3,), float32"),
     ("((output.float() - target.float()) ** 2).mean().detach()", "carries no gradient to the model"),
     ("((output - target) ** 2).mean().long()", "returned a tensor of shape (), int64"),
+    # a gradient required, but none reaching the head's output: trains nothing
+    ("output.new_tensor(0.5).requires_grad_()", "carries no gradient to the model"),
+    ("((output.float() - target.float()) ** 2).mean().detach().requires_grad_()", "carries no gradient to the model"),
+    ("(output.detach() * output.new_ones(1).requires_grad_()).mean()", "carries no gradient to the model"),
 ])
 def test_a_user_loss_whose_output_breaks_the_contract_is_one_line_naming_it(tmp_path, body, said):
     from minbert.train.losses import task_loss
@@ -316,6 +320,10 @@ def test_a_loss_checked_once_costs_nothing_after(tmp_path):
                              "return a float tensor of shape (B, 5)"),
     ("bi", 1, "", "sts", "returned shape (2, 1), float32"),
     ("bi", 1, ".squeeze(-1).long()", "sts", "returned shape (2,), int64"),
+    # the right shape and type, and nothing it could train: detached, or a fresh leaf
+    ("bi", 1, ".squeeze(-1).detach()", "sts", "returned an output for sts that does not reach the model's parameters"),
+    ("single", 5, ".detach().requires_grad_()", "sst", "returned an output for sst that does not reach the model's "
+                                                       "parameters"),
 ])
 def test_a_user_head_whose_output_breaks_the_contract_is_one_line_naming_it(tmp_path, tiny_model_dir, view, width,
                                                                             squeeze, task, said):
@@ -477,3 +485,41 @@ def test_one_module_named_twice_registers_its_names_once(tmp_path):
     path = loss_module(tmp_path, "ok.py", "ok")
     lp = validate_params(demo_params(modules=[path, str(Path(path).parent / "." / "ok.py")]))
     assert lp.registry.losses["ok"].module == path
+
+
+SHARED = '''from torch import nn
+
+from minbert.core.extensions import register_head
+
+
+@register_head
+class Shared(nn.Module):
+    name, view = "shared", "single"
+
+    def __init__(self, in_dim, outputs, hidden_layers, dropout):
+        super().__init__()
+        self.linear = nn.Linear(in_dim, outputs)
+
+    def forward(self, emb):
+        return self.linear(emb)
+'''
+
+
+def test_a_helper_that_registers_a_class_imported_by_two_modules_registers_it_once(tmp_path, monkeypatch):
+    """Each module named by its path imports its helpers anew (none kept for another), so the helper's
+    class was two objects: "registered twice", naming two modules that hold no such class."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "common.py").write_text(SHARED)
+    for name in ("a", "b"):
+        (tmp_path / "ext" / f"{name}.py").write_text("from ext.common import Shared  # noqa: F401\n")
+    lp = validate_params(demo_params(modules=["ext/a.py", "ext/b.py"], experiments={
+        "a": {"finetune": {"heads": {"sst": "shared"}}}}))
+    head = lp.registry.heads["shared"]
+    assert head.module == "ext/a.py" and head.where == "ext/a.py (class Shared of ext/common.py)"
+    # two classes that are not one (two helpers' own) are refused, each named where it is defined
+    (tmp_path / "ext" / "other.py").write_text(SHARED.replace("self.linear(emb)", "-self.linear(emb)"))
+    (tmp_path / "ext" / "b.py").write_text("from ext.other import Shared  # noqa: F401\n")
+    assert error_of(demo_params(modules=["ext/a.py", "ext/b.py"])) == (
+        "params.yaml: key 'modules': the head name 'shared' is registered twice: by ext/a.py (class Shared of "
+        "ext/common.py) and by ext/b.py (class Shared of ext/other.py); rename one of them")
