@@ -348,6 +348,20 @@ def test_a_user_head_whose_output_breaks_the_contract_is_one_line_naming_it(tmp_
 def test_a_task_may_not_take_a_name_the_pipeline_uses(name, taken):
     msg = error_of(demo_params(tasks={name: SNLI}))
     assert msg == f"params.yaml: key 'tasks': '{name}' is taken: it is {taken}; declare yours under another name", msg
+    # compared without case (the same files on a case-insensitive disk): NLI was accepted while nli was refused
+    upper = name.upper()
+    msg = error_of(demo_params(tasks={upper: SNLI}))
+    assert msg == (f"params.yaml: key 'tasks': '{upper}' is taken: it is {taken} (as '{name}': names are compared "
+                   f"without case, as the files they name); declare yours under another name"), msg
+
+
+def test_a_declared_task_differs_from_the_builtins_and_the_others_in_more_than_case():
+    assert error_of(demo_params(tasks={"STS": SNLI})) == (
+        "params.yaml: key 'tasks': 'STS' is a built-in task (as 'sts': names are compared without case, as the files "
+        "they name); declare yours under another name")
+    assert error_of(demo_params(tasks={"snli": SNLI, "SNLI": SNLI})) == (
+        "params.yaml: key 'tasks': 'SNLI' and 'snli' differ only in case: their files would be one file on a "
+        "case-insensitive disk; name them otherwise")
 
 
 def test_the_reserved_names_are_derived_from_what_uses_them():
