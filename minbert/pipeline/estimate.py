@@ -38,6 +38,7 @@ from minbert.params.catalogue import LoadedParams
 from minbert.params.load import load_params
 from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, typical_length
 from minbert.pipeline.plan import pipeline
+from minbert.train.schedules import sampling_probabilities, sequential_phases, unit_batches
 
 NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
 # Four captured MiniLM jobs side by side on one H200 by time slices each ran at its full speed
@@ -190,8 +191,6 @@ def planned_updates(cfg, tasks: list[str], sizes: dict[str, int]) -> Planned:
     """The updates minbert.train.training.Plan builds for `cfg` over `sizes`, summed in closed form
     (every epoch of a phase plans alike, a random schedule by its expectation): the cost of the
     estimate does not grow with the epochs or the updates."""
-    from minbert.train.schedules import sequential_phases
-
     sequential = cfg.schedule == "sequential"
     phases = sequential_phases(tasks) if sequential else [tasks]
     per_task, total = dict.fromkeys(tasks, 0.0), 0
@@ -209,8 +208,6 @@ def epoch_counts(schedule: str, sizes: dict[str, int], batch_size: int, unit: st
                  cap: int | None) -> tuple[dict[str, float], int]:
     """One epoch of minbert.train.schedules.epoch_plan counted without listing it: (the updates that
     train each task, the updates), the first `cap` only."""
-    from minbert.train.schedules import sampling_probabilities, unit_batches
-
     tasks, k = list(sizes), len(sizes)
     if schedule == "task_by_task":
         left, counts = cap or math.inf, {}
