@@ -14,12 +14,14 @@ import threading
 from pathlib import Path
 
 import pytest
+import test_export_command
 import torch
-from conftest import REPO, child_env, error_line, minbert_in_process as minbert_here
-from test_export_command import exported, project  # noqa: F401  (tests/ is on sys.path; fixtures)
+from conftest import REPO, child_env, error_line
+from conftest import minbert_in_process as minbert_here
 
 from minbert.core.errors import MinBertError
 
+project, exported = test_export_command.project, test_export_command.exported     # its fixtures: a trained project
 TRUST = "read it, and load it only if you trust it: load_model(..., trust_remote_code=True) or minbert predict " \
         "--trust-remote-code"
 PAYLOAD = "from pathlib import Path\n\nPath(__file__).with_name('RAN').write_text('payload ran')\n"
@@ -50,7 +52,7 @@ def planted(plain_export: Path, where: Path, modules: list[str]) -> Path:
 
 
 def run_in(folder: Path, *args: str, stdin: str = "A fine film.\n") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], input=stdin, capture_output=True, text=True, cwd=folder,
+    return subprocess.run([sys.executable, *args], input=stdin, capture_output=True, text=True, cwd=folder, check=False,
                           timeout=300, env=child_env(REPO, OMP_NUM_THREADS="1"))
 
 
@@ -188,10 +190,10 @@ def test_models_and_params_load_from_several_threads_at_once(exported, tmp_path)
     """Two exports and two params files (each naming its own module that registers 'bilinear'), from
     eight threads at once: a false "the head name 'bilinear' is registered twice" or KeyError: 'ext'."""
     import yaml
+    from test_extending import demo_params
 
     from minbert.api import load_model
     from minbert.params import load_params
-    from test_extending import demo_params
 
     exports = [tmp_path / f"export{k}" for k in range(2)]
     for folder in exports:

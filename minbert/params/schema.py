@@ -35,7 +35,17 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator, mo
 from minbert.core.devices import DEVICES, PRECISIONS
 from minbert.core.layout import NLI_SOURCE
 from minbert.core.tasks import DEFAULT_TASKS
-from minbert.params.fields import LR_SCHEDULE, MAX_BATCH, MAX_EPOCHS, MAX_STEPS, Downsample, Seed, Strict, known_task, refuse
+from minbert.params.fields import (
+    LR_SCHEDULE,
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_STEPS,
+    Downsample,
+    Seed,
+    Strict,
+    known_task,
+    refuse,
+)
 from minbert.params.finetune import FinetuneParams, RetrainHeadsParams
 from minbert.params.heads import batch_statistic_problem, head_problem
 from minbert.params.messages import raise_validation
