@@ -271,6 +271,7 @@ def test_an_export_elsewhere_runs_in_the_jobs_registry(tmp_path, monkeypatch):
     (lambda f: (f / "code" / "notes.md").write_text("mine"), "code/notes.md is not a file the export wrote"),
     (lambda f: (f / "README.md").write_text("my notes on the model"), "README.md has changed since it was exported"),
     (lambda f: (f / "link").symlink_to(f / "README.md"), "link is not a file the export wrote"),
+    (lambda f: (f / "code" / "drafts").mkdir(), "code/drafts/ is not a folder the export wrote"),
     (lambda f: (f / "minbert.json").write_text("{}"), "a folder that is not an export of this version"),
     (lambda f: (f / "minbert.json").write_text("not json"), "a folder that is not an export of this version"),
 ])

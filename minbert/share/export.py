@@ -194,12 +194,12 @@ def record_files(folder: Path) -> None:
     _json(folder / MANIFEST, manifest)
 
 
-def _entries(folder: Path):
-    """(relative path, path) of every file, link and other non-folder entry under `folder`, sorted;
-    a link to a folder is an entry, never walked into."""
+def _entries(folder: Path, folders: bool = False):
+    """(relative path, path) of every file, link and other non-folder entry under `folder` (with
+    `folders`, its folders too), sorted; a link to a folder is an entry, never walked into."""
     out = []
     for top, dirs, files in os.walk(folder):
-        out += [Path(top, n) for n in files] + [Path(top, n) for n in dirs if Path(top, n).is_symlink()]
+        out += [Path(top, n) for n in files] + [Path(top, n) for n in dirs if folders or Path(top, n).is_symlink()]
     return sorted((p.relative_to(folder).as_posix(), p) for p in out)
 
 
@@ -219,9 +219,15 @@ def replaceable(out: str | Path, experiment: str, force: bool = False) -> None:
             not isinstance(manifest.get("files"), dict):
         raise MinBertError(f"{out}: a folder that is not an export of this version (no {MANIFEST} listing the files "
                            f"it wrote); the export replaces its folder whole: {redo}")
-    for rel, path in _entries(folder):
-        if rel != MANIFEST and (path.is_symlink() or not path.is_file() or manifest["files"].get(rel) != _digest(path)):
-            what = "is not a file the export wrote" if rel not in manifest["files"] else "has changed since it was exported"
+    written = manifest["files"]
+    made = {parent.as_posix() for rel in written for parent in Path(rel).parents} - {"."}
+    for rel, path in _entries(folder, folders=True):
+        if path.is_dir() and not path.is_symlink():
+            if rel not in made:
+                raise MinBertError(f"{out}: {rel}/ is not a folder the export wrote, and the export replaces its folder "
+                                   f"whole: {redo}")
+        elif rel != MANIFEST and (path.is_symlink() or not path.is_file() or written.get(rel) != _digest(path)):
+            what = "is not a file the export wrote" if rel not in written else "has changed since it was exported"
             raise MinBertError(f"{out}: {rel} {what}, and the export replaces its folder whole: {redo}")
     if manifest.get("experiment") != experiment and not force:
         raise MinBertError(f"{out}: holds the export of experiment '{manifest.get('experiment')}', not '{experiment}'; "
