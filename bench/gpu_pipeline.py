@@ -500,7 +500,7 @@ def evaluation_pass(job_file: str, device: str) -> dict:
     job = Job.read(job_file, described["stage"], described["name"])
     dev_type = pick_device(device)
     precision = configure_precision(dev_type, job.settings["precision"])
-    model, tok, _ = load_checkpoint(job.reads["model"][0])
+    model, tok, _ = load_checkpoint(job.reads["model"][0], trust_remote_code=True)
     model.to(dev_type)
     dev = load_task_data(_folder(job.reads["splits"]), model.tasks, model.heads_cfg, tok, splits=("dev",),
                          cache_dir=_cache(job))["dev"]

@@ -91,22 +91,23 @@ def model_file(path: str | Path) -> Path:
 
 def load_multitask(path: str | Path, trust_remote_code: bool = False):
     """(MultitaskModel, Tokenizer, where it came from) from an experiment folder, a model.pt or an
-    export folder (minbert.share.export; the user's code it carries runs only with
-    `trust_remote_code`); a one-line error for anything else."""
+    export folder (minbert.share.export); a model that names modules of the user's (code it carries,
+    a path, an importable name) loads only with `trust_remote_code` (minbert.model.checkpoint); a
+    one-line error for anything else."""
     from minbert.model.checkpoint import load_checkpoint, model_from_checkpoint
 
     p = Path(path)
     if p.is_dir() and (p / EXPORT_MANIFEST).is_file():
         from minbert.share.export import read_export
 
-        model, tokenizer = model_from_checkpoint(read_export(p, trust_remote_code), str(p))
+        model, tokenizer = model_from_checkpoint(read_export(p, trust_remote_code), str(p), trust_remote_code)
         return model, tokenizer, p
     if p.is_dir() and ((p / "finetune").is_dir() or (p / "retrain_heads").is_dir()):
         p = model_file(p)
     elif p.is_dir():
         raise MinBertError(f"{p}: not a trained model; give an experiment's folder (results/experiments/E), its "
                            f"model.pt, or an export folder (results/exports/E)")
-    model, tokenizer, _ = load_checkpoint(p)
+    model, tokenizer, _ = load_checkpoint(p, trust_remote_code=trust_remote_code)
     return model, tokenizer, p
 
 
@@ -285,8 +286,9 @@ def _result_frame(spec, res: dict) -> pd.DataFrame:
 def load_model(path: str | Path, device: str = "auto", batch_size: int | None = None, bf16: bool | None = None,
                threads: int | None = None, precision: str | None = None, trust_remote_code: bool = False) -> Model:
     """Load a trained model once (an experiment folder, its model.pt, or an export folder); it
-    predicts as the experiment's predict stage did unless told otherwise (`Model`). An export of a
-    model with a head or loss of the user's carries that code (minbert.share.code): it is checked
-    against the export's record and runs only with `trust_remote_code=True`, as transformers asks."""
+    predicts as the experiment's predict stage did unless told otherwise (`Model`). A model with a head
+    or loss of the user's names the modules it comes from (an export carries their code:
+    minbert.share.code): their code is checked against the model's record and runs only with
+    `trust_remote_code=True`, as transformers asks; without it such a model is refused in one line."""
     return Model(path, device=device, batch_size=batch_size, bf16=bf16, threads=threads, precision=precision,
                  trust_remote_code=trust_remote_code)

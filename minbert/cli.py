@@ -275,7 +275,7 @@ def export_command(a) -> None:
     for stage in (job.settings["model_stage"], "predict"):
         made_now(job_for(a.params, stage, a.experiment, layout), layout.metrics(a.experiment))
     if a.out is not None:
-        check_export_out(a.out, job)
+        check_export_out(a.out, job, a.force)
     files = export(job, out=a.out, force=a.force)
     print(f"{a.out or job.writes['export'][0]}: {len(files)} files (README.md: its model card)")
 
@@ -294,16 +294,14 @@ def made_now(job, target: str) -> None:
                            f"run the pipeline first: snakemake --cores all {target} (or dvc repro)")
 
 
-def check_export_out(out: str, job) -> None:
-    """--out: a new folder, or an export folder to replace; never a folder the export reads or the
-    pipeline owns, nor any other existing folder (it is replaced whole)."""
-    from minbert.share.export import MANIFEST
+def check_export_out(out: str, job, force: bool = False) -> None:
+    """--out: a new folder, or an export to replace that holds nothing but what an export wrote (another
+    experiment's only with --force); never a folder the export reads or the pipeline owns, nor any
+    other existing folder (it is replaced whole)."""
+    from minbert.share.export import replaceable
 
     writable_folder(out, "--out")
-    target = Path(out)
-    if target.exists() and not (target / MANIFEST).is_file() and any(target.iterdir()):
-        raise MinBertError(f"{out}: a folder that is not an export (no {MANIFEST}); the export replaces its folder "
-                           f"whole: give --out a new folder")
+    replaceable(out, job.name, force)
     refuse_over_inputs(out, "--out", files=job.read_paths, folders=folders_read(job.read_paths, job.results))
 
 
@@ -362,8 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--trust-remote-code", action="store_true",
-                   help="run the code of a head or loss of the user's that an export folder carries (code/: read it "
-                        "first); without it such a model is refused")
+                   help="run the code a model names or carries (a head or loss of the user's: a module's path or "
+                        "name, an export's code/: read it first); without it such a model is refused")
     p.set_defaults(func=predict_command)
 
     s = sub.add_parser("submission", help="the CS224N starter's six prediction files and the submission zip",
@@ -406,7 +404,8 @@ def export_parser(sub) -> argparse.ArgumentParser:
                                  "a new folder, or an export folder to replace)")
     x.add_argument("--params", default="params.yaml", help="the params file (default: params.yaml)")
     x.add_argument("--results", default="results", help="the results folder (default: results)")
-    x.add_argument("--force", action="store_true", help="export again even when the pipeline's export is in place")
+    x.add_argument("--force", action="store_true", help="export again even when the pipeline's export is in place; "
+                                                         "with --out, replace another experiment's export")
     x.set_defaults(func=export_command)
     return x
 

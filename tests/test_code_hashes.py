@@ -79,6 +79,32 @@ def test_a_damaged_entry_is_computed_again(tmp_path, monkeypatch):
         assert code._module_facts(module, "m") == ([], ["json", "minbert.core"])
 
 
+def test_a_store_another_may_write_is_not_read(tmp_path, monkeypatch):
+    """An entry forged in the store hides an edit from the planner: the store is read only where only
+    the user can write it (a shared or group-writable folder is left unread)."""
+    monkeypatch.setenv("MINBERT_CACHE", str(tmp_path / "store"))
+    hashing = tmp_path / "hashing.py"
+    hashing.write_text("X = 1\n")
+    kept = KeptByContent("code", (hashing,))
+    assert kept.get(b"bytes", "hash .py", lambda: "0" * 16, lambda v: isinstance(v, str)) == "0" * 16
+    kept.save()
+    assert oct(kept.path.parent.stat().st_mode & 0o777) == oct(0o700)          # made for its owner alone
+    forged = json.loads(kept.path.read_text())
+    forged[next(iter(forged))] = "f" * 16
+    kept.path.write_text(json.dumps(forged))
+    for mode in (0o777, 0o770):
+        kept.path.parent.chmod(mode)
+        assert KeptByContent("code", (hashing,)).get(b"bytes", "hash .py", lambda: "0" * 16,
+                                                     lambda v: isinstance(v, str)) == "0" * 16     # not read
+    kept.path.parent.chmod(0o700)
+    kept.path.chmod(0o666)
+    assert KeptByContent("code", (hashing,)).get(b"bytes", "hash .py", lambda: "0" * 16,
+                                                 lambda v: isinstance(v, str)) == "0" * 16
+    kept.path.chmod(0o600)                    # the user's own: trusted as their files are (docs/workflow.md)
+    assert KeptByContent("code", (hashing,)).get(b"bytes", "hash .py", lambda: "0" * 16,
+                                                 lambda v: isinstance(v, str)) == "f" * 16
+
+
 def test_a_new_version_of_the_hashing_code_starts_a_new_store(tmp_path, monkeypatch):
     monkeypatch.setenv("MINBERT_CACHE", str(tmp_path / "store"))
     hashing = tmp_path / "hashing.py"

@@ -194,3 +194,47 @@ def test_an_estimate_measured_on_busy_cores_says_so():
     assert busy_note("cpu", load=0.4, cores=2) is None
     assert busy_note("cuda", load=9.0, cores=2) is None          # a GPU's step is not the CPU's load
     assert busy_note("cpu") is None or "busy" in busy_note("cpu")  # this machine's own load, read
+
+
+@pytest.mark.parametrize("schedule", ["round_robin", "drop_round_robin", "simultaneous", "task_by_task", "proportional",
+                                      "temperature", "sequential"])
+@pytest.mark.parametrize("cap", [None, 7])
+def test_the_planned_updates_are_the_loops_summed_in_closed_form(lp, schedule, cap):
+    """Every schedule's updates as minbert.train.training.Plan lists them: exactly (a random schedule:
+    the total exactly, each task's share by its expectation: what 300 epochs drew lies near it)."""
+    from minbert.pipeline.estimate import planned_updates
+    from minbert.train.training import Plan
+
+    sizes = {"sst": 95, "para": 230, "sts": 41}
+    cfg = lp.experiments["plain"].finetune.model_copy(update={
+        "schedule": schedule, "tasks": list(sizes), "batch_size": 10, "epochs": 300, "max_steps_per_epoch": cap,
+        "epoch_unit": "largest"})
+    plan, counted = Plan.build(cfg, list(sizes), sizes, 5), planned_updates(cfg, list(sizes), sizes)
+    drawn = {t: sum(t in u for ups in plan.epochs.values() for u in ups) for t in sizes}
+    assert counted.total == plan.total_updates and counted.phases == len(plan.phases)
+    if schedule in ("drop_round_robin", "proportional", "temperature"):      # within 4 binomial deviations
+        for t, expected in counted.per_task.items():
+            share = expected / counted.total
+            assert abs(drawn[t] - expected) <= 4 * math.sqrt(counted.total * share * (1 - share)), (t, drawn)
+    else:
+        assert counted.per_task == drawn
+
+
+def test_the_estimate_of_the_most_epochs_answers_at_once_and_more_are_refused(lp, tmp_path):
+    """1e7 epochs: no answer in 120 s (the loop over every planned update); the params accepted 1e9."""
+    import time
+
+    from minbert.core.errors import MinBertError
+
+    rows = train_rows(lp)
+    cfg = lp.experiments["plain"].finetune.model_copy(update={"epochs": 100_000, "schedule": "proportional"})
+    t0 = time.perf_counter()
+    _, updates = fit_seconds(cfg, ["sst", "sts"], rows["train"], rows["dev"], COST, 1)
+    assert time.perf_counter() - t0 < 0.1 and updates == 100_000 * 120
+    for epochs in (10**7, 10**9):
+        (tmp_path / "many.yaml").write_text(PARAMS.replace("DATA", str(REPO / "data" / "demo"))
+                                            .replace("epochs: 2", f"epochs: {epochs}"))
+        with pytest.raises(MinBertError) as e:
+            load_params(tmp_path / "many.yaml")
+        assert str(e.value) == (f"{tmp_path / 'many.yaml'}: key 'base.finetune.epochs': Input should be less than or "
+                                f"equal to 100000 (got {epochs})")

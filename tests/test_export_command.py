@@ -136,7 +136,8 @@ def test_a_copy_elsewhere_answers_once_trusted_and_is_refused_in_one_line_before
     sys.path.insert(0, str(project))
     try:
         with _in(project):           # the experiment's own model, in the project
-            ours = load_model("results/experiments/own", device="cpu", precision="fp32").sentiment([TEXT.strip()])
+            ours = load_model("results/experiments/own", device="cpu", precision="fp32",
+                              trust_remote_code=True).sentiment([TEXT.strip()])
     finally:
         sys.path.remove(str(project))
     header, row = r.stdout.splitlines()
@@ -234,8 +235,9 @@ def test_the_command_refuses_a_stale_model_an_unknown_name_and_a_folder_it_would
     mine = tmp_path / "my-folder"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    for out, says in ((mine, f"{mine}: a folder that is not an export (no minbert.json); the export replaces its "
-                             f"folder whole: give --out a new folder"),
+    for out, says in ((mine, f"{mine}: a folder that is not an export of this version (no minbert.json listing the "
+                             f"files it wrote); the export replaces its folder whole: give --out a new folder, or "
+                             f"move your files out of it"),
                       ("results/experiments/own/x", "results/experiments/own/x: lies inside "),
                       ("results/data", "results/data: a folder that is not an export")):
         code, _, err = minbert_here(["export", "own", "--out", out], capsys, project)
@@ -262,3 +264,41 @@ def test_an_export_elsewhere_runs_in_the_jobs_registry(tmp_path, monkeypatch):
     with _in(tmp_path):
         exporting.export(job_for("params.yaml", "export", "e"), out=str(tmp_path / "out"))
     assert seen and "sst_score" in seen[0]
+
+
+@pytest.mark.parametrize("change,said", [
+    (lambda f: (f / "thesis.tex").write_text("mine"), "thesis.tex is not a file the export wrote"),
+    (lambda f: (f / "code" / "notes.md").write_text("mine"), "code/notes.md is not a file the export wrote"),
+    (lambda f: (f / "README.md").write_text("my notes on the model"), "README.md has changed since it was exported"),
+    (lambda f: (f / "link").symlink_to(f / "README.md"), "link is not a file the export wrote"),
+    (lambda f: (f / "code" / "drafts").mkdir(), "code/drafts/ is not a folder the export wrote"),
+    (lambda f: (f / "minbert.json").write_text("{}"), "a folder that is not an export of this version"),
+    (lambda f: (f / "minbert.json").write_text("not json"), "a folder that is not an export of this version"),
+])
+def test_out_replaces_only_an_export_that_holds_nothing_but_what_it_wrote(project, exported, tmp_path, capsys,
+                                                                            change, said):
+    """`--out DIR` deleted a folder that merely held a file named minbert.json, a thesis.tex beside it."""
+    out = tmp_path / "out"
+    shutil.copytree(exported, out, symlinks=True)
+    change(out)
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    code, _, err = minbert_here(["export", "own", "--out", out], capsys, project)
+    assert code == 2 and error_line(err).startswith(f"error: {out}: {said}"), err
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+
+
+def test_out_replaces_its_own_export_and_another_experiments_only_with_force(project, exported, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(exported, out)
+    code, _, err = minbert_here(["export", "own", "--out", out], capsys, project)     # the same experiment's
+    assert code == 0, err
+    manifest = json.loads((out / "minbert.json").read_text())
+    assert manifest["experiment"] == "own" and sorted(manifest["files"]) == sorted(
+        p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name != "minbert.json"
+        or p.parent != out and p.is_file())
+    (out / "minbert.json").write_text(json.dumps({**manifest, "experiment": "other"}))
+    code, _, err = minbert_here(["export", "own", "--out", out], capsys, project)
+    assert code == 2 and error_line(err) == (f"error: {out}: holds the export of experiment 'other', not 'own'; give "
+                                             f"--force to replace it, or --out another folder")
+    code, _, err = minbert_here(["export", "own", "--out", out, "--force"], capsys, project)
+    assert code == 0 and json.loads((out / "minbert.json").read_text())["experiment"] == "own"

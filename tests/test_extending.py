@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -297,3 +299,22 @@ def test_a_ranking_trained_heads_logit_is_calibrated_by_a_logistic_fit():
     y = (rng.random(1000) < 1 / (1 + np.exp(-(3.0 * x - 0.5)))).astype(float)
     scale, shift = logistic_fit(x, y)
     assert scale == pytest.approx(3.0, rel=0.2) and shift == pytest.approx(-0.5, abs=0.25)
+
+
+def test_a_modules_path_is_one_spelling_so_one_job(tmp_path, monkeypatch):
+    """`./ext/heads.py` for `ext/heads.py` (the same file) described another job: it re-trained every
+    job that uses the module."""
+    from minbert.pipeline.plan import job_for
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ext").mkdir()
+    shutil.copyfile(REPO / "examples/extending/heads.py", tmp_path / "ext" / "heads.py")
+    described = set()
+    for spelling in ("ext/heads.py", "./ext/heads.py", "ext//heads.py", "ext/../ext/heads.py/"):
+        raw = demo_params(modules=[spelling, "ext/heads.py"], experiments={"a": {"finetune": {"heads": {
+            "sts": "bilinear"}}}})
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+        job = job_for("params.yaml", "finetune", "a")
+        assert job.settings["modules"] == ["ext/heads.py"]
+        described.add(json.dumps(job.description(), sort_keys=True))
+    assert len(described) == 1

@@ -161,15 +161,18 @@ def test_the_declared_tasks_run_through_the_pipeline_and_the_report(snake_repo):
 def test_minbert_predict_the_api_and_the_export_answer_for_the_declared_tasks(snake_repo, tmp_path):
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("sentence1\tsentence2\nA man plays a guitar.\tA person plays music.\n")
-    out = subprocess.run([sys.executable, "-m", "minbert.cli", "predict", "results/experiments/mine", str(pairs)],
+    command = [sys.executable, "-m", "minbert.cli", "predict", "results/experiments/mine"]
+    out = subprocess.run([*command, str(pairs)], cwd=snake_repo, env=child_env(snake_repo), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2 and "the model runs code it names (module " in out.stderr     # its modules: trusted?
+    out = subprocess.run([*command, str(pairs), "--trust-remote-code"],
                          cwd=snake_repo, env=child_env(snake_repo), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     header, row = out.stdout.splitlines()[:2]
     got = dict(zip(header.split("\t"), row.split("\t")))
     assert got["snli_class"] in ("entailment", "neutral", "contradiction") and "sts_score" in got
     assert abs(sum(float(got[f"snli_prob_{k}"]) for k in range(3)) - 1) < 1e-4
-    out = subprocess.run([sys.executable, "-m", "minbert.cli", "predict", "results/experiments/mine"],
-                         input="A gripping, funny film.\n", cwd=snake_repo, env=child_env(snake_repo),
+    out = subprocess.run([*command, "--trust-remote-code"], input="A gripping, funny film.\n", cwd=snake_repo, env=child_env(snake_repo),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0] == "sentence\tsst_score_score"

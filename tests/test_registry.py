@@ -284,6 +284,10 @@ def test_a_loss_class_that_breaks_the_contract_is_one_line_naming_its_class(tmp_
     ("(output.float() - target.float()) ** 2", "returned a tensor of shape (3,), float32"),
     ("((output.float() - target.float()) ** 2).mean().detach()", "carries no gradient to the model"),
     ("((output - target) ** 2).mean().long()", "returned a tensor of shape (), int64"),
+    # a gradient required, but none reaching the head's output: trains nothing
+    ("output.new_tensor(0.5).requires_grad_()", "carries no gradient to the model"),
+    ("((output.float() - target.float()) ** 2).mean().detach().requires_grad_()", "carries no gradient to the model"),
+    ("(output.detach() * output.new_ones(1).requires_grad_()).mean()", "carries no gradient to the model"),
 ])
 def test_a_user_loss_whose_output_breaks_the_contract_is_one_line_naming_it(tmp_path, body, said):
     from minbert.train.losses import task_loss
@@ -316,6 +320,10 @@ def test_a_loss_checked_once_costs_nothing_after(tmp_path):
                              "return a float tensor of shape (B, 5)"),
     ("bi", 1, "", "sts", "returned shape (2, 1), float32"),
     ("bi", 1, ".squeeze(-1).long()", "sts", "returned shape (2,), int64"),
+    # the right shape and type, and nothing it could train: detached, or a fresh leaf
+    ("bi", 1, ".squeeze(-1).detach()", "sts", "returned an output for sts that does not reach the model's parameters"),
+    ("single", 5, ".detach().requires_grad_()", "sst", "returned an output for sst that does not reach the model's "
+                                                       "parameters"),
 ])
 def test_a_user_head_whose_output_breaks_the_contract_is_one_line_naming_it(tmp_path, tiny_model_dir, view, width,
                                                                             squeeze, task, said):
@@ -340,6 +348,20 @@ def test_a_user_head_whose_output_breaks_the_contract_is_one_line_naming_it(tmp_
 def test_a_task_may_not_take_a_name_the_pipeline_uses(name, taken):
     msg = error_of(demo_params(tasks={name: SNLI}))
     assert msg == f"params.yaml: key 'tasks': '{name}' is taken: it is {taken}; declare yours under another name", msg
+    # compared without case (the same files on a case-insensitive disk): NLI was accepted while nli was refused
+    upper = name.upper()
+    msg = error_of(demo_params(tasks={upper: SNLI}))
+    assert msg == (f"params.yaml: key 'tasks': '{upper}' is taken: it is {taken} (as '{name}': names are compared "
+                   f"without case, as the files they name); declare yours under another name"), msg
+
+
+def test_a_declared_task_differs_from_the_builtins_and_the_others_in_more_than_case():
+    assert error_of(demo_params(tasks={"STS": SNLI})) == (
+        "params.yaml: key 'tasks': 'STS' is a built-in task (as 'sts': names are compared without case, as the files "
+        "they name); declare yours under another name")
+    assert error_of(demo_params(tasks={"snli": SNLI, "SNLI": SNLI})) == (
+        "params.yaml: key 'tasks': 'SNLI' and 'snli' differ only in case: their files would be one file on a "
+        "case-insensitive disk; name them otherwise")
 
 
 def test_the_reserved_names_are_derived_from_what_uses_them():
@@ -435,22 +457,23 @@ def test_a_checkpoint_made_with_user_code_refuses_that_code_changed(tmp_path, ti
     save_checkpoint(path, model, Tokenizer(tiny_model_dir, 32))
     ckpt = torch.load(path, weights_only=True)
     assert ckpt["declared"]["modules"] == [head] and list(ckpt["declared"]["code"][head]) == [str(Path(head).resolve())]
-    loaded, _, _ = load_checkpoint(path)
+    loaded, _, _ = load_checkpoint(path, trust_remote_code=True)
     assert type(loaded.heads["sts"]).__name__ == "Wide" and "sts" in loaded.registry.tasks
     original = Path(head).read_text()
     Path(head).write_text(original + "\n# a comment changes nothing it does\n")
-    load_checkpoint(path)
+    load_checkpoint(path, trust_remote_code=True)
     Path(head).write_text(original.replace("self.linear(parts[0])", "self.linear(parts[1])"))
-    with pytest.raises(MinBertError) as e:
-        load_checkpoint(path)
-    assert str(e.value) == (f"{path}: the model was trained with the code of module '{head}', and its file "
-                            f"{Path(head).resolve()} has changed since; put back the code that trained it, or train "
-                            f"the model again")
+    for trusted in (True, False):             # checked before anything is imported, trusted or not
+        with pytest.raises(MinBertError) as e:
+            load_checkpoint(path, trust_remote_code=trusted)
+        assert str(e.value) == (f"{path}: the model was trained with the code of module '{head}', and its file "
+                                f"{Path(head).resolve()} has changed since; put back the code that trained it, or "
+                                f"train the model again")
     Path(head).unlink()
-    with pytest.raises(MinBertError, match=r"cannot be imported|no file"):
-        load_checkpoint(path)
+    with pytest.raises(MinBertError, match=r"is gone; put back the code that trained it"):
+        load_checkpoint(path, trust_remote_code=True)
     Path(head).write_text(original)
-    load_checkpoint(path)
+    load_checkpoint(path, trust_remote_code=True)
 
 
 @pytest.mark.parametrize("text,said", [
@@ -476,3 +499,41 @@ def test_one_module_named_twice_registers_its_names_once(tmp_path):
     path = loss_module(tmp_path, "ok.py", "ok")
     lp = validate_params(demo_params(modules=[path, str(Path(path).parent / "." / "ok.py")]))
     assert lp.registry.losses["ok"].module == path
+
+
+SHARED = '''from torch import nn
+
+from minbert.core.extensions import register_head
+
+
+@register_head
+class Shared(nn.Module):
+    name, view = "shared", "single"
+
+    def __init__(self, in_dim, outputs, hidden_layers, dropout):
+        super().__init__()
+        self.linear = nn.Linear(in_dim, outputs)
+
+    def forward(self, emb):
+        return self.linear(emb)
+'''
+
+
+def test_a_helper_that_registers_a_class_imported_by_two_modules_registers_it_once(tmp_path, monkeypatch):
+    """Each module named by its path imports its helpers anew (none kept for another), so the helper's
+    class was two objects: "registered twice", naming two modules that hold no such class."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "common.py").write_text(SHARED)
+    for name in ("a", "b"):
+        (tmp_path / "ext" / f"{name}.py").write_text("from ext.common import Shared  # noqa: F401\n")
+    lp = validate_params(demo_params(modules=["ext/a.py", "ext/b.py"], experiments={
+        "a": {"finetune": {"heads": {"sst": "shared"}}}}))
+    head = lp.registry.heads["shared"]
+    assert head.module == "ext/a.py" and head.where == "ext/a.py (class Shared of ext/common.py)"
+    # two classes that are not one (two helpers' own) are refused, each named where it is defined
+    (tmp_path / "ext" / "other.py").write_text(SHARED.replace("self.linear(emb)", "-self.linear(emb)"))
+    (tmp_path / "ext" / "b.py").write_text("from ext.other import Shared  # noqa: F401\n")
+    assert error_of(demo_params(modules=["ext/a.py", "ext/b.py"])) == (
+        "params.yaml: key 'modules': the head name 'shared' is registered twice: by ext/a.py (class Shared of "
+        "ext/common.py) and by ext/b.py (class Shared of ext/other.py); rename one of them")

@@ -9,7 +9,12 @@ file adds nothing to another's.
 
 A module is imported once per process and content (an edited file is imported anew); one that
 cannot be imported (an exception, or `sys.exit` while it is imported) is one line naming it
-(`ModuleProblem`). Beside its classes, an import notes the files of the user's code it ran (the
+(`ModuleProblem`). Importing is safe from any thread: one process-wide lock holds while a module is
+imported (the import path and `sys.modules` are the process's), and each import takes the classes
+registered while it ran (a collector of its own), never another thread's. A class is one class by
+where it is defined (its file and content, its qualified name): a helper that registers a class and is
+imported by two modules (anew for each: a module named by its path keeps no helper for another)
+registers it once. Beside its classes, an import notes the files of the user's code it ran (the
 module's own and the helper files it imports), with their content hashes: what a checkpoint made
 with the code records (minbert.model.checkpoint), and what an export copies and records as well
 (minbert.share.code), to be imported from its own folder (`use_module(..., home=)`).
@@ -30,11 +35,17 @@ import importlib.util
 import os
 import sys
 import sysconfig
+import threading
+import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
 LIBRARY = ("minbert", "stages", "workflow")    # the project's own packages: never the user's code
 _REGISTERED: list[tuple[str, type, bool]] = []  # every class registered in this process: (kind, class, replace)
+_COLLECTOR: ContextVar[list | None] = ContextVar("minbert_registrations", default=None)   # the running import's
+_ORIGIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()    # class -> (its file, content hash, qualname)
+_LOCK = threading.RLock()            # held while a user's module is imported: sys.path and sys.modules are shared
 
 
 class ModuleProblem(ValueError):
@@ -47,8 +58,28 @@ def note_registration(kind: str, cls: type, replace: bool = False) -> type:
     the place of the built-in of its name (minbert.core.registry refuses any other taken name)."""
     if not isinstance(cls, type):
         raise TypeError(f"@register_{kind} decorates a class, not {cls!r}")
-    _REGISTERED.append((kind, cls, bool(replace)))
+    entry = (kind, cls, bool(replace))
+    _REGISTERED.append(entry)
+    collector = _COLLECTOR.get()
+    if collector is not None:
+        collector.append(entry)
+    path = _file_of(sys.modules.get(cls.__module__))
+    if path is not None:
+        _ORIGIN[cls] = (path, content_hash(path), cls.__qualname__)
     return cls
+
+
+def defined_in(cls: type) -> str | None:
+    """The user's file that defines a registered class (None: the library's, or a file no more)."""
+    origin = _ORIGIN.get(cls)
+    return origin[0] if origin else None
+
+
+def same_class(a: type | None, b: type | None) -> bool:
+    """One class: the same object, or the same definition (file, content, qualified name) imported
+    twice (a helper that registers it, imported anew by two modules)."""
+    return a is b or (a is not None and b is not None and _ORIGIN.get(a) is not None
+                      and _ORIGIN.get(a) == _ORIGIN.get(b))
 
 
 def register_head(cls: type | None = None, *, replace: bool = False):
@@ -62,10 +93,11 @@ def register_head(cls: type | None = None, *, replace: bool = False):
 @dataclass(frozen=True)
 class Imported:
     """What importing one of the user's modules gave: the classes it registered (kind, class,
-    replace) and the files of the user's code it ran (path, content hash)."""
+    replace), the files of the user's code it ran (path, content hash) and its own file."""
     module: str
     classes: tuple[tuple[str, type, bool], ...]
     files: tuple[tuple[str, str], ...]
+    file: str | None = None
 
 
 _IMPORTED: dict[tuple, Imported] = {}
@@ -97,38 +129,44 @@ def _hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def use_module(module: str, home: str | Path | None = None) -> Imported:
+def use_module(module: str, home: str | Path | None = None, keep_out: tuple[str, ...] = ()) -> Imported:
     """Import the user's module (once per process, content and home) and say what it registered and
     which files of the user's it ran; `ModuleProblem`, in one line, when it cannot be imported.
     `home`: the folder that stands for the project's (a module's path starts there, its helpers are
     imported from there first): the working folder by default; an export's code/ folder for the code
-    it carries, kept apart from any module of the same names imported before (`_apart`)."""
-    key = _key(module, None if home is None else str(Path(home).resolve()))
-    if key not in _IMPORTED:
-        _IMPORTED[key] = _import(module, key)
-    return _IMPORTED[key]
+    it carries, kept apart from any module of the same names imported before (`_apart`). `keep_out`:
+    folders that are not on the import path while it is imported (a model's: the working folder and
+    the export's own, so that a module named by its name comes from the environment). Safe from any
+    thread (one lock)."""
+    with _LOCK:
+        home = None if home is None else str(Path(home).resolve())
+        key = _key(module, home, tuple(sorted({str(Path(f).resolve()) for f in keep_out} - {home})))
+        if key not in _IMPORTED:
+            _IMPORTED[key] = _import(module, key)
+        return _IMPORTED[key]
 
 
-def _key(module: str, home: str | None) -> tuple:
+def _key(module: str, home: str | None, keep_out: tuple[str, ...]) -> tuple:
     if not is_path(module):
-        return ("name", module, home)
+        return ("name", module, home, keep_out)
     path = Path(home, module) if home is not None else Path(module)
     if not path.is_file():
         raise ModuleProblem(f"no file {module}; give a path from the project's folder or an importable module name")
-    return ("path", str(path.resolve()), home, content_hash(path))
+    return ("path", str(path.resolve()), home, content_hash(path), keep_out)
 
 
 def _import(module: str, key: tuple) -> Imported:
     home = key[2]
-    with _apart(Path(home)) if home is not None else contextlib.nullcontext():
+    with _apart(Path(home)) if home is not None else contextlib.nullcontext(), _path_without(key[-1]):
         return _run(module, key, home or os.getcwd())
 
 
 def _run(module: str, key: tuple, home: str) -> Imported:
-    start, before = len(_REGISTERED), set(sys.modules)
+    before, collected = set(sys.modules), []
     where = hashlib.sha256(key[1].encode()).hexdigest()[:8] if key[0] == "path" else ""
     stem = "".join(c if c.isalnum() else "_" for c in Path(module).stem)
     name = f"minbert_user.{stem}_{where}_{key[3]}" if key[0] == "path" else module
+    token = _COLLECTOR.set(collected)
     try:
         if key[0] == "path":
             spec = importlib.util.spec_from_file_location(name, key[1])
@@ -144,14 +182,27 @@ def _run(module: str, key: tuple, home: str) -> Imported:
         sys.modules.pop(name, None)
         raise ModuleProblem(f"module '{module}' cannot be imported ({_reason(e)}); fix it or remove it from "
                             f"modules") from None
+    finally:
+        _COLLECTOR.reset(token)
     ran = {m for m in set(sys.modules) - before} | {loaded.__name__}
-    classes = [(k, c, r) for k, c, r in _REGISTERED[start:] if not _library(c.__module__)]
-    classes += [(k, c, r) for k, c, r in _REGISTERED[:start] if c.__module__ == loaded.__name__]
+    classes = [(k, c, r) for k, c, r in collected if not _library(c.__module__)]
+    classes += [entry for entry in _registered_before(loaded) if entry not in classes]
     files = sorted({f for f in (_file_of(sys.modules.get(m)) for m in ran) if f is not None})
     if key[0] == "path":        # its helpers, imported from this project's folder, are not kept for another's
         for m in [m for m in ran - {name} if _helper(sys.modules.get(m), home)]:
             del sys.modules[m]
-    return Imported(module, tuple(classes), tuple((f, content_hash(f)) for f in files))
+    return Imported(module, tuple(classes), tuple((f, content_hash(f)) for f in files), _file_of(loaded))
+
+
+def _registered_before(loaded) -> list[tuple[str, type, bool]]:
+    """The classes registered before this import by the module itself or by a module of the user's it
+    imported that was imported already (so its registrations did not run again): the classes and
+    modules its namespace holds."""
+    names = {loaded.__name__} | {v.__name__ for v in vars(loaded).values()
+                                 if isinstance(v, type(sys)) and not _library(v.__name__)}
+    held = {id(v) for v in vars(loaded).values() if isinstance(v, type)}
+    return [(k, c, r) for k, c, r in _REGISTERED if not _library(c.__module__)
+            and (c.__module__ in names or id(c) in held)]
 
 
 def _helper(module, home: str) -> bool:
@@ -175,6 +226,27 @@ def _first_on_path(home: str):
         yield
     finally:
         sys.path.remove(home)
+
+
+@contextlib.contextmanager
+def _path_without(folders: tuple[str, ...]):
+    """The import path without `folders` (and without "", the working folder, when it is one of them)
+    while a model's module is imported: a file that happens to lie there is not imported for it."""
+    if not folders:
+        yield
+        return
+    def out(entry) -> bool:
+        try:
+            return isinstance(entry, str) and str(Path(entry or ".").resolve()) in folders
+        except (OSError, RuntimeError, ValueError):
+            return False
+    saved = list(sys.path)
+    sys.path[:] = [e for e in saved if not out(e)]
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 @contextlib.contextmanager

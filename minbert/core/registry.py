@@ -38,7 +38,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from minbert.core.errors import close
-from minbert.core.extensions import ModuleProblem, use_module
+from minbert.core.extensions import ModuleProblem, defined_in, same_class, use_module
 from minbert.core.tasks import ACTIVE, BUILTIN_TASKS, KINDS, Task
 
 LOSS_READS = ("outputs", "pairs")
@@ -65,12 +65,14 @@ class Declaration:
     builtin: bool = True
     replace: bool = False       # a user's class meant to take the place of the built-in of its name
     cls: type | None = field(default=None, compare=False, repr=False)   # a user's class (imported)
+    source: str = field(default="", compare=False)   # the file that defines it, when not the module's own
 
     @property
     def where(self) -> str:
-        """Its module and class, for messages: `ext/losses.py (class Huber)`."""
+        """Its module and class, for messages: `ext/losses.py (class Huber)`, or `ext/losses.py (class
+        Huber of ext/helpers.py)` for a class a helper of the module defines."""
         module = self.module.replace(".", "/") + ".py" if self.builtin else self.module
-        return f"{module} (class {self.qualname})"
+        return f"{module} (class {self.qualname}{f' of {self.source}' if self.source else ''})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,13 +236,16 @@ class Registry:
 
     @classmethod
     def of(cls, modules: Sequence[str] = (), tasks: Mapping[str, Mapping] | None = None,
-           home: str | Path | None = None) -> Registry:
+           home: str | Path | Mapping[str, tuple] | None = None) -> Registry:
         """The built-in things with the losses and heads of the user's `modules` and the declared
         `tasks` ({name: declaration}); `RegistryProblem` naming the key at fault. `home`: where the
-        modules are imported from (minbert.core.extensions.use_module: an export's code/ folder)."""
+        modules are imported from (minbert.core.extensions.use_module: an export's code/ folder), or
+        per module (its home, the folders kept off the import path: a model's modules,
+        minbert.model.checkpoint.registry_of)."""
         declared = json.dumps(tasks or {}, sort_keys=True, default=str)
+        where = home if isinstance(home, Mapping) else {m: (home, ()) for m in modules}
         try:
-            keys = tuple((m, use_module(m, home)) for m in modules)
+            keys = tuple((m, use_module(m, *where.get(m, (None, ())))) for m in modules)
         except ModuleProblem as e:
             raise RegistryProblem("modules", str(e)) from None
         return _registry(keys, declared)
@@ -304,9 +309,11 @@ def _registry(modules: tuple, declared: str) -> Registry:
     losses, heads = dict(builtin().losses), dict(builtin().heads)
     for module, imported in modules:
         for kind, cls, replaces in imported.classes:
+            source = defined_in(cls)
+            shown = _shown(source) if source and source != imported.file else ""
             try:
                 decl = declare(kind, stated(kind, cls), module=module, qualname=cls.__qualname__, builtin=False,
-                               replace=replaces, cls=cls)
+                               replace=replaces, cls=cls, source=shown)
             except ModuleProblem as e:
                 raise RegistryProblem("modules", str(e)) from None
             _add(losses if kind == "loss" else heads, kind, decl)
@@ -327,7 +334,7 @@ def _registry(modules: tuple, declared: str) -> Registry:
 def _add(table: dict, kind: str, decl: Declaration) -> None:
     """`decl` into `table`, where its name may be new, the same class again, or (said so) a built-in's."""
     taken = table.get(decl.name)
-    if taken is not None and (taken.cls is decl.cls if decl.cls is not None else
+    if taken is not None and (same_class(taken.cls, decl.cls) if decl.cls is not None else
                               (taken.module, taken.qualname) == (decl.module, decl.qualname)):
         return            # the same class again (a module named twice, or a helper two modules import)
     if taken is not None and not taken.builtin:
@@ -342,6 +349,14 @@ def _add(table: dict, kind: str, decl: Declaration) -> None:
                                          f"'{decl.name}'{close(decl.name, table)}; name the built-in it replaces, or "
                                          f"drop replace=True")
     table[decl.name] = decl
+
+
+def _shown(path: str) -> str:
+    """A file for messages: from the working folder when it lies there."""
+    try:
+        return Path(path).relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path
 
 
 def _unknown(kind: str, name: str, table: Mapping, modules: list[str]) -> str:

@@ -172,3 +172,25 @@ class Branch(nn.Module):
         for layer in self.layers:
             hidden = layer(hidden, bias)
         return hidden * attention_mask[..., None].to(hidden.dtype)
+
+
+def reaches(out, sources) -> bool:
+    """Whether the autograd graph of `out` reaches one of `sources` (tensors: the node that computed
+    each, or the tensor itself for a leaf such as a parameter), so that a gradient of `out` flows
+    into them: what `requires_grad` alone cannot tell (a fresh leaf, a detached value made to require
+    a gradient). A walk over the graph's nodes, each once, stopped at the first source met."""
+    node = getattr(out, "grad_fn", None)
+    if node is None:
+        return False
+    made = {s.grad_fn for s in sources if s.grad_fn is not None}
+    leaves = {id(s) for s in sources if s.grad_fn is None}
+    seen, stack = {node}, [node]
+    while stack:
+        node = stack.pop()
+        if node in made or id(getattr(node, "variable", None)) in leaves:
+            return True
+        for nxt, _ in node.next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False

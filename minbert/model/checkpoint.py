@@ -7,6 +7,14 @@ hash of each (minbert.core.extensions.content_hash). Loading it imports the modu
 refuses, in one line, a file that is gone or whose code has changed since: the model would answer
 with code that did not train it. An export carries copies of those files and the same record, its
 paths in its code/ folder (minbert.share.code), and is checked by the same `check_code`.
+
+Whatever a model names as code (a module's path or its importable name, files it carries) is code to
+trust: a model that names any module is refused in one line naming them, before anything is
+imported, unless the caller trusts it (`trust_remote_code`, as transformers asks it; the pipeline's
+own stages trust the models their params made). Trusted, a module is imported from where its record
+says its files are (an export's code/, the folder a checkpoint was trained in), and a module of no
+recorded file (an installed package's) from the environment only: neither the working folder nor the
+export's own folder is on the import path then, so a file lying there is never run for it.
 """
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ import torch
 from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
-from minbert.core.extensions import content_hash
+from minbert.core.extensions import content_hash, is_path
 from minbert.core.io import torch_save
 from minbert.core.registry import Registry, RegistryProblem
 from minbert.core.tasks import declarations
@@ -28,6 +36,7 @@ from minbert.params.heads import HeadsParams
 from minbert.params.messages import raise_validation
 
 CHECKPOINT_FORMAT = "minbert-multitask-1"
+TRUST_HOW = "load_model(..., trust_remote_code=True) or minbert predict --trust-remote-code"
 
 
 def declared(model: MultitaskModel) -> dict:
@@ -42,19 +51,86 @@ def declared(model: MultitaskModel) -> dict:
     return {k: v for k, v in out.items() if v}
 
 
-def registry_of(found: dict, source: str, home: str | None = None) -> Registry:
+def registry_of(found: dict, source: str, home: str | None = None, trust_remote_code: bool = False,
+                keep_out: tuple[str, ...] = ()) -> Registry:
     """The registry of a model's declared tasks and modules, its user code checked against the files
-    it was trained with (a one-line error naming `source`); `home`: the folder the code is imported
-    from and its record's paths start in (an export's code/ folder; a checkpoint's paths are absolute)."""
+    it was trained with and trusted (a one-line error naming `source`), before anything is imported;
+    `home`: the folder the code is imported from and its record's paths start in (an export's code/
+    folder; a checkpoint's paths are absolute); `keep_out`: folders off the import path of a module of
+    no recorded file (beside the working folder)."""
+    modules, code = found.get("modules") or [], found.get("code") or {}
+    if not (isinstance(modules, list) and all(isinstance(m, str) for m in modules) and isinstance(code, dict)
+            and all(isinstance(f, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in f.items())
+                    for f in code.values())):
+        raise MinBertError(f"{source}: its declared modules and code are not readable; re-run the stage that writes "
+                           f"it")
+    check_code(found, source, home)
+    refuse_untrusted(found, source, trust_remote_code)
     try:
-        registry = Registry.of(found.get("modules") or [], found.get("tasks") or {}, home)
+        registry = Registry.of(modules, found.get("tasks") or {}, _homes(found, home, (str(Path.cwd()), *keep_out)))
     except RegistryProblem as e:
         raise MinBertError(f"{source}: the model's {e.key.split('.')[0]}: {e}") from None
-    except (TypeError, ValueError, KeyError) as e:
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise MinBertError(f"{source}: its declared tasks or modules are not readable ({type(e).__name__}); re-run "
                            f"the stage that writes it") from None
-    check_code(found, source, home)
     return registry
+
+
+def refuse_untrusted(found: dict, source: str, trust_remote_code: bool, carried_in: str | None = None) -> None:
+    """A one-line refusal of a model that names modules (code it runs: a path, an importable name,
+    files it carries) unless the caller trusts it; `carried_in`: the folder of an export's copies
+    (code/), whose files the line names."""
+    modules = found.get("modules") or []
+    if not modules or trust_remote_code:
+        return
+    code = found.get("code") or {}
+    carried, named = [], []
+    for m in modules:
+        files = [f"{carried_in}/{rel}" for rel in code.get(m) or () if not is_path(m) or rel == m] if carried_in else []
+        carried += files
+        named += [] if files else [f"module '{m}'"]
+    what = " and ".join(f"{phrase} ({', '.join(dict.fromkeys(items))})" for phrase, items in
+                        (("code that came with it", carried), ("code it names", named)) if items)
+    raise MinBertError(f"{source}: the model runs {what}; read it, "
+                       f"and load it only if you trust it: {TRUST_HOW}")
+
+
+def _homes(found: dict, home: str | None, keep_out: tuple[str, ...]) -> dict[str, tuple]:
+    """Where each module of a model is imported from, as {module: (home, folders kept off the import
+    path)}: the export's code/ folder for what it carries; for a checkpoint, the folder its record
+    says the module's own file lay in (None where that is the working folder: imported as the params
+    import it); a module named by its name with no recorded file, from the environment alone."""
+    code = found.get("code") or {}
+    out: dict[str, tuple] = {}
+    for module in found.get("modules") or []:
+        files = code.get(module) or {}
+        root = Path(home) if home is not None and (files or is_path(module)) else \
+            _root(module, files) if home is None else None
+        if root is not None and root.resolve() == Path.cwd().resolve() and home is None:
+            out[module] = (None, ())                      # where it was trained: as the params import it
+        elif root is not None:
+            out[module] = (str(root), keep_out)
+        else:
+            out[module] = (None, () if is_path(module) else keep_out)
+    return out
+
+
+def _root(module: str, files) -> Path | None:
+    """The folder a module's recorded file is at its name's place in (`ext/heads.py` recorded as
+    /proj/ext/heads.py: /proj); None when the record holds no such file."""
+    if is_path(module):
+        if Path(module).is_absolute():
+            return None
+        tails = [Path(module.replace("\\", "/"))]
+    else:
+        tails = [Path(*module.split(".")).with_suffix(".py"), Path(*module.split("."), "__init__.py")]
+    for path in files:
+        parts = Path(path).parts
+        for tail in tails:
+            n = len(tail.parts)
+            if len(parts) > n and parts[-n:] == tail.parts:
+                return Path(*parts[:-n]).resolve()
+    return None
 
 
 def check_code(found: dict, source: str, home: str | Path | None = None) -> None:
@@ -121,10 +197,16 @@ def stored_heads(heads: dict) -> dict:
     return {**(heads.pop("task_heads", None) or {}), **heads}
 
 
-def model_from_checkpoint(ckpt: dict, source: str = "checkpoint") -> tuple[MultitaskModel, Tokenizer]:
+def model_from_checkpoint(ckpt: dict, source: str = "checkpoint",
+                          trust_remote_code: bool = False) -> tuple[MultitaskModel, Tokenizer]:
     """The model a checkpoint dict describes, in the registry of its own declarations (`declared`;
-    an export's dict says where its code is, `code_home`: minbert.share.export.read_export)."""
-    registry = registry_of(ckpt.get("declared") or {}, source, ckpt.get("code_home"))
+    an export's dict says where its code is, `code_home`, and its folder, `folder`:
+    minbert.share.export.read_export); a model that names modules only with `trust_remote_code`."""
+    declared_ = ckpt.get("declared") or {}
+    if not isinstance(declared_, dict):
+        raise MinBertError(f"{source}: its declared tasks and modules are not readable; re-run the stage that writes it")
+    registry = registry_of(declared_, source, ckpt.get("code_home"), trust_remote_code,
+                           tuple(f for f in [ckpt.get("folder")] if f))
     try:
         with registry.active():
             heads = HeadsParams(**stored_heads(ckpt["heads"]))
@@ -137,7 +219,13 @@ def model_from_checkpoint(ckpt: dict, source: str = "checkpoint") -> tuple[Multi
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise MinBertError(f"{source}: the checkpoint does not describe a model this version can build "
                            f"({type(e).__name__}); re-run the stage that writes it") from None
-    return model, Tokenizer.from_json(ckpt["tokenizer_json"], ckpt["max_length"], source)
+    length, most = ckpt.get("max_length"), model.encoder.config.max_position_embeddings
+    if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= most:
+        raise MinBertError(f"{source}: its max_length {repr(length)[:40]} is not a number of word pieces from 1 to "
+                           f"{most} (the encoder's positions); re-run the stage that writes it")
+    if not isinstance(ckpt.get("tokenizer_json"), str):
+        raise MinBertError(f"{source}: it holds no tokenizer; re-run the stage that writes it")
+    return model, Tokenizer.from_json(ckpt["tokenizer_json"], length, source)
 
 
 def check_origin(ckpt: dict, path, experiment: str, stage: str, record_path=None) -> None:
@@ -164,11 +252,13 @@ def check_origin(ckpt: dict, path, experiment: str, stage: str, record_path=None
                            f"{recorded[:12]}: settings, data or code differ); {redo}")
 
 
-def load_checkpoint(path, map_location="cpu", expect: dict | None = None) -> tuple[MultitaskModel, Tokenizer, dict]:
+def load_checkpoint(path, map_location="cpu", expect: dict | None = None,
+                    trust_remote_code: bool = False) -> tuple[MultitaskModel, Tokenizer, dict]:
     """Load a model.pt written by `save_checkpoint`: (model, tokenizer, the checkpoint dict).
-    `expect`: the experiment, stage and run record it must come from (`check_origin`)."""
+    `expect`: the experiment, stage and run record it must come from (`check_origin`);
+    `trust_remote_code`: run the modules it names (a stage of the pipeline that made it: True)."""
     ckpt = read_checkpoint(path, map_location)
     if expect is not None:
         check_origin(ckpt, path, **expect)
-    model, tokenizer = model_from_checkpoint(ckpt, str(path))
+    model, tokenizer = model_from_checkpoint(ckpt, str(path), trust_remote_code)
     return model, tokenizer, ckpt

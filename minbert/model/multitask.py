@@ -16,7 +16,7 @@ from minbert.core.registry import Registry, active
 from minbert.data.batches import TaskData
 from minbert.data.views import View, view_of
 from minbert.model.bert import BertModel, mean_pool
-from minbert.model.blocks import Branch, HybridPairHead, SharedBlock, make_head
+from minbert.model.blocks import Branch, HybridPairHead, SharedBlock, make_head, reaches
 from minbert.model.embeddings import FrozenFeatures
 from minbert.model.outputs import empty_outputs, predictions
 from minbert.model.tokenizer import Tokenizer
@@ -45,6 +45,7 @@ class MultitaskModel(nn.Module):
         # fixes no scale (its declaration: `calibrate`) has none yet (minbert.model.outputs)
         self.calibration: dict[str, list[float]] = {}
         self._checked: set[str] = set()      # tasks whose head's output has been checked (its first call)
+        self._checked_grad: set[str] = set()  # and that it reaches the model's parameters (its first call in training)
         self.add_tasks(tasks)
 
     def _in_dim(self, task: str) -> int:
@@ -130,6 +131,8 @@ class MultitaskModel(nn.Module):
             out = self.heads[task](*parts)
             if task not in self._checked:       # the head's first call: its output as the contract says
                 self._check_output(task, out, len(parts[0]))
+            if task not in self._checked_grad and torch.is_grad_enabled():
+                self._check_gradient(task, out, parts)
             return (out, parts[:2]) if return_pair else out
 
     def _check_output(self, task: str, out, rows: int) -> None:
@@ -145,6 +148,20 @@ class MultitaskModel(nn.Module):
                                f"{task}, which has {spec.outputs} output{'s' if spec.outputs > 1 else ''}; forward "
                                f"must return a float tensor of shape {_shape(want)} (docs/extending.md)")
         self._checked.add(task)
+
+    def _check_gradient(self, task: str, out, parts) -> None:
+        """A head's output reaches the model's parameters (its own, or the encoder's through its
+        inputs) when anything can train (a one-line error naming its module and class: a detached
+        output passes the shape check and trains nothing); checked once, on its first training call."""
+        params = [p for p in self.heads[task].parameters() if p.requires_grad]
+        inputs = [x for x in parts if isinstance(x, torch.Tensor) and x.requires_grad]
+        if (params or inputs) and not reaches(out, inputs + params):
+            name = self.heads_cfg.head_of(task)
+            raise MinBertError(f"{self.registry.heads[name].where}: head '{name}' returned an output for {task} that does "
+                               f"not reach the model's parameters (computed outside the graph: .detach(), .item(), "
+                               f"numpy, a new tensor), so it would train nothing; compute it from its inputs with torch "
+                               f"operations (docs/extending.md)")
+        self._checked_grad.add(task)
 
     def forward(self, task: str, batch: dict, inputs_embeds=None, return_embeddings=False, return_pair=False):
         """The head's output; with `return_embeddings` also the word embeddings (SMART), with

@@ -19,6 +19,11 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NAME_MAX = 100                                  # names become file names (and Slurm job names)
 SEED_MAX = 2**32 - 1                            # what every RNG in the pipeline accepts
 Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+# Bounds on the counts that set how much work a run plans: far above any real run, so a typo (1e9
+# epochs) is one line at load instead of a plan, a schedule or an estimate that never ends.
+MAX_EPOCHS = 100_000
+MAX_STEPS = 10_000_000                          # updates of an epoch (`max_steps_per_epoch`)
+MAX_BATCH = 1 << 20                             # rows of a batch
 
 
 def known_task(name: str) -> str:

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from minbert.core.registry import active
 from minbert.core.tasks import DEFAULT_TASKS
-from minbert.params.fields import LR_SCHEDULE, Downsample, Strict, TaskName, refuse
+from minbert.params.fields import LR_SCHEDULE, MAX_BATCH, MAX_EPOCHS, MAX_STEPS, Downsample, Strict, TaskName, refuse
 from minbert.params.heads import HeadsParams, batch_statistic_problem, batch_statistic_tasks, head_problem
 
 # the multi-task schedules (minbert.train.schedules implements each)
@@ -26,7 +26,7 @@ class SmartParams(Strict):
     lambda_s: float = Field(1.0, ge=0, description="weight of the smoothness-inducing adversarial term")
     mu: float = Field(1.0, ge=0, description="weight of the Bregman proximal point term")
     beta: float = Field(0.99, ge=0, lt=1, description="momentum of the slowly updated parameter copy")
-    steps: int = Field(1, ge=1, description="adversarial ascent steps (normalised)")
+    steps: int = Field(1, ge=1, le=100, description="adversarial ascent steps (normalised)")
     step_size: float = Field(1e-3, gt=0, description="size of each ascent step")
     epsilon: float = Field(1e-5, gt=0, description="projection radius (infinity norm) around the embeddings")
     noise_var: float = Field(1e-5, gt=0, description="variance of the Gaussian noise the ascent starts from")
@@ -80,8 +80,8 @@ class FinetuneParams(Strict):
                                                       "distillation temperature)")
     task_weights: dict[TaskName, Annotated[float, Field(ge=0)]] = Field(
         {}, description="a factor on each task's loss (unnamed tasks 1), e.g. `{sst: 2.0}`; only trained tasks")
-    epochs: int = Field(3, ge=1, description="training epochs")
-    batch_size: int = Field(32, ge=1, description="the global batch, also under `torchrun`")
+    epochs: int = Field(3, ge=1, le=MAX_EPOCHS, description="training epochs")
+    batch_size: int = Field(32, ge=1, le=MAX_BATCH, description="the global batch, also under `torchrun`")
     lr: float = Field(2e-5, gt=0, description="AdamW learning rate of the encoder")
     head_lr: float | None = Field(None, gt=0, description="AdamW learning rate of everything else (heads, shared "
                                                           "layers, extra layers); null: `lr`")
@@ -150,10 +150,10 @@ class FinetuneParams(Strict):
                         "`dvc plots` read it) and `tensorboard`; each gets every history row and, between "
                         "evaluations, each update's lr and training losses, in the run's state folder while it runs "
                         "and beside model.pt when it has finished (docs/finetuning.md, Tracking)")
-    max_steps_per_epoch: int | None = Field(None, ge=1, description="cut every epoch to at most this many updates "
+    max_steps_per_epoch: int | None = Field(None, ge=1, le=MAX_STEPS, description="cut every epoch to at most this many updates "
                                                                     "(demo, tests, quick runs); the lr schedule is "
                                                                     "built on the cut epochs")
-    checkpoint_every: int = Field(1, ge=1, description="epochs between resumable states (`last.pt`: model, "
+    checkpoint_every: int = Field(1, ge=1, le=MAX_EPOCHS, description="epochs between resumable states (`last.pt`: model, "
                                                        "optimiser, SMART's momentum copy, RNGs; 1.3-1.8 GB on "
                                                        "bert-base): an interrupted run resumes, exactly, from the "
                                                        "last one saved")
@@ -249,7 +249,7 @@ class RetrainHeadsParams(Strict):
                                                        "model fine-tuned on Para and STS)")
     schedule: Literal[SCHEDULES] = Field("round_robin", description="as `finetune.schedule`, with the largest task "
                                                                     "as the epoch unit")
-    epochs: int = Field(2, ge=1, description="training epochs of the heads")
-    batch_size: int = Field(32, ge=1, description="the global batch")
+    epochs: int = Field(2, ge=1, le=MAX_EPOCHS, description="training epochs of the heads")
+    batch_size: int = Field(32, ge=1, le=MAX_BATCH, description="the global batch")
     lr: float = Field(1e-3, gt=0, description="for the heads (the encoder is frozen)")
     downsample: Downsample = Field(Downsample(mode="none"), description="full data by default, as in the papers")

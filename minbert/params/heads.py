@@ -107,7 +107,7 @@ class SharedParams(Strict):
     768 -> 384, leaky ReLU; 003: Para and STS, two ReLU layers)."""
     tasks: list[TaskName] = Field(list(PAIR_TASKS), description="the tasks whose heads read the shared layers, "
                                                                 "each once")
-    sizes: list[Annotated[int, Field(ge=1)]] = Field(
+    sizes: list[Annotated[int, Field(ge=1, le=1 << 16)]] = Field(
         [], description="the layers' widths; `[]`: one layer of the encoder's width")
     activation: Literal["leaky_relu", "relu", "gelu", "tanh"] = Field(
         "leaky_relu", description="each layer is Linear, this activation, dropout")

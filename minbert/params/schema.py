@@ -35,7 +35,17 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator, mo
 from minbert.core.devices import DEVICES, PRECISIONS
 from minbert.core.layout import NLI_SOURCE
 from minbert.core.tasks import DEFAULT_TASKS
-from minbert.params.fields import LR_SCHEDULE, Downsample, Seed, Strict, known_task, refuse
+from minbert.params.fields import (
+    LR_SCHEDULE,
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_STEPS,
+    Downsample,
+    Seed,
+    Strict,
+    known_task,
+    refuse,
+)
 from minbert.params.finetune import FinetuneParams, RetrainHeadsParams
 from minbert.params.heads import batch_statistic_problem, head_problem
 from minbert.params.messages import raise_validation
@@ -93,15 +103,15 @@ class PretrainParams(Strict):
     kind: Literal["mlm", "nli", "para_first"] = Field(description="`mlm`, `nli` or `para_first`")
     model: str | None = Field(None, description="checkpoint to start from (name or folder; may be another "
                                                 "pretraining's `model/`); null: the base model")
-    epochs: int = Field(1, ge=1, description="training epochs")
-    batch_size: int = Field(32, ge=1, description="examples per update")
+    epochs: int = Field(1, ge=1, le=MAX_EPOCHS, description="training epochs")
+    batch_size: int = Field(32, ge=1, le=MAX_BATCH, description="examples per update")
     lr: float = Field(5e-5, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.01, ge=0, description="AdamW; no decay on biases and LayerNorm weights")
     warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of all the run's updates with linear warm-up")
     lr_schedule: Literal["linear", "cosine", "constant"] = Field("linear", description=LR_SCHEDULE)
     grad_clip: float | None = Field(1.0, gt=0, description="global gradient-norm clip, as in BERT's pretraining; "
                                                            "`null`: none")
-    max_steps_per_epoch: int | None = Field(None, ge=1, description="cut each epoch short (quick runs); the lr "
+    max_steps_per_epoch: int | None = Field(None, ge=1, le=MAX_STEPS, description="cut each epoch short (quick runs); the lr "
                                                                     "schedule is built on the cut epochs")
     dev_size: int | None = Field(None, ge=1, description="mlm and nli: evaluate on a seeded subset of at most this "
                                                          "many dev examples (quick runs)")
@@ -169,7 +179,7 @@ class ExperimentParams(TrainingSettings):
     finetune: FinetuneParams = Field(FinetuneParams(), description="multi-task fine-tuning (docs/finetuning.md)")
     retrain_heads: RetrainHeadsParams = Field(
         RetrainHeadsParams(), description="a second stage that trains heads over the frozen fine-tuned encoder")
-    predict_batch_size: int = Field(128, ge=1, description="batch size of the dev and test predictions")
+    predict_batch_size: int = Field(128, ge=1, le=MAX_BATCH, description="batch size of the dev and test predictions")
     predict_test: bool = Field(True, description="predict the test split as well as dev; false: dev only (no claim, "
                                                  "table or submission can then read this experiment's test "
                                                  "predictions)")

@@ -28,6 +28,7 @@ from typing import Annotated, ClassVar, Literal
 import numpy as np
 from pydantic import AfterValidator, Field, ValidationError, model_serializer, model_validator
 
+from minbert.core.extensions import is_path
 from minbert.core.layout import NLI_SOURCE
 from minbert.core.registry import Registry, RegistryProblem
 from minbert.core.tasks import BUILTIN_TASKS, KINDS, Task
@@ -161,22 +162,34 @@ def reserved_task_names() -> dict[str, str]:
 def _task_key(name: str) -> str:
     if not NAME_RE.match(name) or len(name) > NAME_MAX or "-" in name or "." in name:
         raise ValueError(f"task name {name!r} must be letters, digits and '_' (it names files and metrics)")
-    reserved = reserved_task_names()
-    if name in reserved:
-        what = reserved[name]
+    reserved = {taken.casefold(): (taken, what) for taken, what in reserved_task_names().items()}
+    if name.casefold() in reserved:          # compared without case: on a case-insensitive disk NLI's files are nli's
+        taken, what = reserved[name.casefold()]
+        same = "" if taken == name else f" (as '{taken}': names are compared without case, as the files they name)"
         advice = "; declare yours under another name"
-        raise ValueError(f"'{name}' is a built-in task{advice}" if name in BUILTIN_TASKS else
-                         f"'{name}' is taken: it is {what}{advice}")
+        raise ValueError(f"'{name}' is a built-in task{same}{advice}" if taken in BUILTIN_TASKS else
+                         f"'{name}' is taken: it is {what}{same}{advice}")
     return name
 
 
 def _task_names(tasks: dict) -> dict:
+    seen: dict[str, str] = {}
     for name in tasks:
         _task_key(name)
+        if seen.setdefault(name.casefold(), name) != name:
+            raise ValueError(f"'{name}' and '{seen[name.casefold()]}' differ only in case: their files would be one "
+                             f"file on a case-insensitive disk; name them otherwise")
     return tasks
 
 
-Modules = list[str]
+def _normal_modules(modules: list[str]) -> list[str]:
+    """Each module as one spelling: a path without `./`, doubled or trailing separators or `..` steps
+    (`./ext/heads.py` is `ext/heads.py`, the same file, so the same job), each named once."""
+    out = [Path(os.path.normpath(m)).as_posix() if is_path(m) and m else m for m in modules]
+    return list(dict.fromkeys(out))
+
+
+Modules = Annotated[list[str], AfterValidator(_normal_modules)]
 DeclaredTasks = Annotated[dict[str, TaskParams], AfterValidator(_task_names)]
 
 

@@ -2,7 +2,7 @@
 
 Every job the planner plans (minbert.pipeline.plan) is priced by what it will run here:
 - a training run (fine-tuning, head re-training, paraphrase-first pretraining): its planned updates
-  (minbert.train.training.Plan on the rows after downsampling), each at the pipeline's own update
+  (minbert.train.training.Plan on the rows after downsampling, summed in closed form), each at the pipeline's own update
   measured here now (minbert.pipeline.costs.measure: minbert.train.loop's batches drawn as its loop
   draws them and the step it takes on this device, captured on CUDA where the run allows it; three
   passes for SMART),
@@ -38,6 +38,7 @@ from minbert.params.catalogue import LoadedParams
 from minbert.params.load import load_params
 from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, typical_length
 from minbert.pipeline.plan import pipeline
+from minbert.train.schedules import sampling_probabilities, sequential_phases, unit_batches
 
 NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
 # Four captured MiniLM jobs side by side on one H200 by time slices each ran at its full speed
@@ -145,14 +146,12 @@ def sentences(task: str, heads) -> int:
 
 def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str, int], cost: StepCost,
                 seed: int) -> tuple[float, int]:
-    """(seconds, updates) of one training run as its loop plans it."""
-    from minbert.train.training import Plan
-
+    """(seconds, updates) of one training run as its loop plans it (`planned_updates`)."""
     tasks = [t for t in tasks if sizes.get(t)]
     if not tasks:
         return 0.0, 0
     target = target_sizes({t: sizes[t] for t in tasks}, cfg.downsample)
-    plan = Plan.build(cfg, tasks, target, seed)
+    plan = planned_updates(cfg, tasks, target)
     frozen = cfg.freeze_encoder
     # a frozen encoder's outputs are computed once, but where dropout, SMART or a task's own layers
     # (extra_layers: its branch) make them differ each time (minbert.train.frozen.cacheable)
@@ -160,26 +159,75 @@ def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str
               and t not in cfg.heads.extra_layers}
     smart = set(cfg.smart.tasks or tasks) if cfg.smart.enabled else set()
     seconds = 0.0
-    for updates in plan.epochs.values():
-        for update in updates:
-            for task in update:
-                if task in cached:
-                    continue
-                n = cfg.batch_size * sentences(task, cfg.heads)
-                trains = not frozen or task in cfg.heads.extra_layers      # a branch's layers train
-                seconds += cost.of(n, train=trains) * (3 if task in smart else 1)
+    for task, count in plan.per_task.items():
+        if task not in cached:
+            trains = not frozen or task in cfg.heads.extra_layers      # a branch's layers train
+            seconds += count * cost.of(cfg.batch_size * sentences(task, cfg.heads), train=trains) * \
+                (3 if task in smart else 1)
     # the cached tasks' features, once per split
     seconds += sum(cost.of(target[t] * sentences(t, cfg.heads), train=False) for t in cached)
-    evaluations = len(plan.phases) * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
+    evaluations = plan.phases * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
     cap = getattr(cfg, "dev_size", None)
     dev = {t: min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) for t in tasks}
     seconds += sum(_batched(dev[t], cost) for t in cached)
     seconds += evaluations * _batched(sum(n for t, n in dev.items() if t not in cached), cost)
     # the resumable state and the best model, written after each epoch
-    seconds += len(plan.phases) * cfg.epochs * cost.checkpoint
+    seconds += plan.phases * cfg.epochs * cost.checkpoint
     # on CUDA, a graph recorded per task and batch shape (a few length buckets each)
     seconds += cost.capture * 3 * len(tasks)
-    return seconds, plan.total_updates
+    return seconds, plan.total
+
+
+@dataclass
+class Planned:
+    """A training run's updates as its loop plans them: its phases, how many updates train each task
+    (an expectation for a schedule that draws tasks at random) and the updates in all."""
+    phases: int
+    per_task: dict[str, float]
+    total: int
+
+
+def planned_updates(cfg, tasks: list[str], sizes: dict[str, int]) -> Planned:
+    """The updates minbert.train.training.Plan builds for `cfg` over `sizes`, summed in closed form
+    (every epoch of a phase plans alike, a random schedule by its expectation): the cost of the
+    estimate does not grow with the epochs or the updates."""
+    sequential = cfg.schedule == "sequential"
+    phases = sequential_phases(tasks) if sequential else [tasks]
+    per_task, total = dict.fromkeys(tasks, 0.0), 0
+    for phase in phases:
+        unit = cfg.epoch_unit if cfg.epoch_unit in ("smallest", "largest") or cfg.epoch_unit in phase else "smallest"
+        counts, n = epoch_counts("task_by_task" if sequential else cfg.schedule, {t: sizes[t] for t in phase},
+                                 cfg.batch_size, unit, cfg.temperature, cfg.max_steps_per_epoch)
+        for task, count in counts.items():
+            per_task[task] += count * cfg.epochs
+        total += n * cfg.epochs
+    return Planned(len(phases), per_task, total)
+
+
+def epoch_counts(schedule: str, sizes: dict[str, int], batch_size: int, unit: str, temperature: float,
+                 cap: int | None) -> tuple[dict[str, float], int]:
+    """One epoch of minbert.train.schedules.epoch_plan counted without listing it: (the updates that
+    train each task, the updates), the first `cap` only."""
+    tasks, k = list(sizes), len(sizes)
+    if schedule == "task_by_task":
+        left, counts = cap or math.inf, {}
+        for t in tasks:
+            counts[t] = min(max(1, math.ceil(sizes[t] / batch_size)), left)
+            left -= counts[t]
+        return counts, int(sum(counts.values()))
+    per_epoch = unit_batches(sizes, batch_size, unit) * (k if schedule != "simultaneous" and
+                                                         schedule != "drop_round_robin" else 1)
+    n = min(per_epoch, cap or per_epoch)
+    if schedule == "simultaneous":
+        return dict.fromkeys(tasks, n), n
+    if schedule == "round_robin":                # the tasks in turn: the first n % k once more
+        return {t: n // k + (i < n % k) for i, t in enumerate(tasks)}, n
+    if schedule == "drop_round_robin":
+        return dict.fromkeys(tasks, n / k), n
+    if schedule in ("proportional", "temperature"):
+        probs = sampling_probabilities(sizes, 1.0 if schedule == "proportional" else temperature)
+        return {t: n * float(p) for t, p in zip(tasks, probs)}, n
+    raise ValueError(f"unknown schedule {schedule!r}")
 
 
 def _batched(n_sentences: float, cost: StepCost) -> float:

@@ -10,6 +10,14 @@ under `$MINBERT_CACHE`, else `$XDG_CACHE_HOME/minbert` or `~/.cache/minbert`; a 
 read or written, or a write that another process overtook, costs only the parsing. Several processes
 write at once: each writes a whole file beside it and renames it over the last (readers see one
 whole file or the other), merged with what it finds there then.
+
+Trusted as the user's own files are, and only where only the user can write: the store is read only
+when its file and folder belong to the user running it and no one else may write them (the folder
+is made for its owner alone); a store anyone else could write (a shared `$MINBERT_CACHE`, a folder
+open to a group) is left unread, and everything is parsed again. Whoever can write the store can
+make an edited file look unchanged to the planner (its jobs are then not re-run); that needs the
+user's own access, with which the code itself could be edited as well. A model's code is never
+checked through the store: loading hashes the files themselves (minbert.core.extensions).
 """
 from __future__ import annotations
 
@@ -63,6 +71,8 @@ class KeptByContent:
 
     def _read(self) -> dict:
         try:
+            if not all(_only_mine(p) for p in (self.path.parent, self.path)):
+                return {}                      # another may write it: not trusted, computed again
             found = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):          # none yet, unreadable or damaged: computed again
             return {}
@@ -76,7 +86,7 @@ class KeptByContent:
         keep = dict(list(merged.items())[-self.MOST:])
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp.write_text(json.dumps(keep), encoding="utf-8")
             os.replace(tmp, self.path)
             self.new = 0
@@ -85,6 +95,12 @@ class KeptByContent:
                 tmp.unlink(missing_ok=True)
             except OSError:
                 pass
+
+
+def _only_mine(path: Path) -> bool:
+    """Whether only the user running this can write `path`: theirs, and writable by no group or other."""
+    st = path.stat()
+    return (not hasattr(os, "getuid") or st.st_uid == os.getuid()) and not st.st_mode & 0o022
 
 
 def is_code_hash(value) -> bool:

@@ -47,7 +47,7 @@ def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out
         seconds[name] = round(seconds.get(name, 0.0) + now - clock, 3)
         clock = now
     runtime = start_runtime(s)
-    model, tokenizer, _ = load_checkpoint(checkpoint, expect=expect)
+    model, tokenizer, _ = load_checkpoint(checkpoint, expect=expect, trust_remote_code=True)   # the params' own model
     model.to(runtime.device)
     lap("load")
     data = load_task_data(data_dir, model.tasks, model.heads_cfg, tokenizer, splits=tuple(s.splits), cache_dir=cache_dir)

@@ -164,7 +164,8 @@ def _api_calls(tasks: list[str]) -> list[str]:
 def _card_usage(files: dict, tasks: list[str]) -> list[str]:
     """How to load it: sentence-transformers, transformers, the pipeline's API, the cross-encoders."""
     code = files.get("code") or []
-    trust = ", trust_remote_code=True" if code else ""
+    named = files.get("modules") or code            # any module it names is code to trust, carried or not
+    trust = ", trust_remote_code=True" if named else ""
     lines = ["## Use it", "",
              "Sentence embeddings (" + files["pooling"] + "), with sentence-transformers:", "", "```python",
              "from sentence_transformers import SentenceTransformer", "",
@@ -177,7 +178,7 @@ def _card_usage(files: dict, tasks: list[str]) -> list[str]:
              "```", "", "Every task head, with the pipeline's API (`pip install` the minBERT pipeline):", "", "```python",
              "from minbert.api import load_model", "", f'm = load_model("path/to/this/folder"{trust})',
              *_api_calls(tasks), "```", "",
-             f"or `minbert predict path/to/this/folder{' --trust-remote-code' if code else ''} sentences.tsv` on a file.",
+             f"or `minbert predict path/to/this/folder{' --trust-remote-code' if named else ''} sentences.tsv` on a file.",
              ""]
     if code:
         lines += [f"Its heads or losses are code of the trainer's own, carried in `code/` ({_files(code)}): read it "

@@ -14,7 +14,9 @@ Loading it checks the copies against that record with the checkpoint's own check
 (`trust_remote_code`, as transformers asks it): a model's code runs with the user's rights. The
 modules are imported from code/, which stands for the project's folder (`use_module`'s `home`),
 whatever the working folder. A module that is no file of the user's (an installed package's)
-records none: it is imported by name, from the environment.
+records none: it is imported by name, from the environment alone (neither the working folder nor the
+export's folder on the import path), and only with the same trust: a manifest that names any module
+names code to run.
 """
 from __future__ import annotations
 
@@ -24,10 +26,9 @@ from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.extensions import is_path
-from minbert.model.checkpoint import check_code
+from minbert.model.checkpoint import check_code, refuse_untrusted
 
 CODE_FOLDER = "code"
-TRUST_HOW = "load_model(..., trust_remote_code=True) or minbert predict --trust-remote-code"
 
 
 # ---------------------------------------------------------------- writing
@@ -95,7 +96,7 @@ def _readable(declared, base: Path) -> bool:
 def carried_code(folder: Path, manifest: dict, trust_remote_code: bool = False) -> tuple[dict, str | None]:
     """An export's declarations, its code checked (check_code) and trusted: (declared, the folder the
     code is imported from, None when it carries none); a one-line error otherwise."""
-    declared = manifest.get("declared") or {}
+    declared = {} if manifest.get("declared") is None else manifest["declared"]
     base = folder / CODE_FOLDER
     if not _readable(declared, base):
         raise MinBertError(f"{folder / 'minbert.json'}: its declared modules and code are not what this version "
@@ -105,12 +106,6 @@ def carried_code(folder: Path, manifest: dict, trust_remote_code: bool = False) 
     if missing:
         raise MinBertError(f"{folder}: the model needs the modules {', '.join(missing)}, and the folder does not carry "
                            f"their code (exported by an earlier version); export it again: minbert export EXPERIMENT")
-    if not any(code.values()):
-        return declared, None
     check_code(declared, str(folder), base)
-    if not trust_remote_code:
-        carried = ", ".join(f"{CODE_FOLDER}/{rel}" for m in carried_modules(declared) for rel in code[m]
-                            if not is_path(m) or rel == m)
-        raise MinBertError(f"{folder}: the model runs code that came with it ({carried}); read it, and load it only if "
-                           f"you trust it: {TRUST_HOW}")
-    return declared, str(base)
+    refuse_untrusted(declared, str(folder), trust_remote_code, carried_in=CODE_FOLDER)
+    return declared, str(base) if any(code.values()) else None

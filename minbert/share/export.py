@@ -25,6 +25,7 @@ so the pipeline's own code predicts from it. Uploading (`upload`) runs only when
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -172,7 +173,65 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
     for p in folder.rglob("*"):          # safetensors writes its files for the owner only: a shared model is readable
         if p.is_file():
             p.chmod(0o666 & ~umask)
-    return {"pooling": pooling, "cross": cross, "code": carried_modules(own)}
+    return {"pooling": pooling, "cross": cross, "code": carried_modules(own), "modules": own.get("modules", [])}
+
+
+# ---------------------------------------------------------------- what it wrote, and what it may replace
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record_files(folder: Path) -> None:
+    """Write into minbert.json the files the export wrote, each with its sha256 (`files`): what a later
+    export may replace (`replaceable`), and nothing else."""
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    manifest["files"] = {rel: _digest(path) for rel, path in _entries(folder) if rel != MANIFEST}
+    _json(folder / MANIFEST, manifest)
+
+
+def _entries(folder: Path, folders: bool = False):
+    """(relative path, path) of every file, link and other non-folder entry under `folder` (with
+    `folders`, its folders too), sorted; a link to a folder is an entry, never walked into."""
+    out = []
+    for top, dirs, files in os.walk(folder):
+        out += [Path(top, n) for n in files] + [Path(top, n) for n in dirs if folders or Path(top, n).is_symlink()]
+    return sorted((p.relative_to(folder).as_posix(), p) for p in out)
+
+
+def replaceable(out: str | Path, experiment: str, force: bool = False) -> None:
+    """A one-line MinBertError unless the folder `out` is missing, empty, or an export of this format
+    holding nothing but the files it records as written (each with its content then): the first
+    other file is named, and never deleted. Another experiment's export is replaced only with `force`."""
+    folder = Path(out).resolve()
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return
+    redo = "give --out a new folder, or move your files out of it"
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT or \
+            not isinstance(manifest.get("files"), dict):
+        raise MinBertError(f"{out}: a folder that is not an export of this version (no {MANIFEST} listing the files "
+                           f"it wrote); the export replaces its folder whole: {redo}")
+    written = manifest["files"]
+    made = {parent.as_posix() for rel in written for parent in Path(rel).parents} - {"."}
+    for rel, path in _entries(folder, folders=True):
+        if path.is_dir() and not path.is_symlink():
+            if rel not in made:
+                raise MinBertError(f"{out}: {rel}/ is not a folder the export wrote, and the export replaces its folder "
+                                   f"whole: {redo}")
+        elif rel != MANIFEST and (path.is_symlink() or not path.is_file() or written.get(rel) != _digest(path)):
+            what = "is not a file the export wrote" if rel not in written else "has changed since it was exported"
+            raise MinBertError(f"{out}: {rel} {what}, and the export replaces its folder whole: {redo}")
+    if manifest.get("experiment") != experiment and not force:
+        raise MinBertError(f"{out}: holds the export of experiment '{manifest.get('experiment')}', not '{experiment}'; "
+                           f"give --force to replace it, or --out another folder")
 
 
 # ---------------------------------------------------------------- reading back
@@ -180,16 +239,14 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
 def read_export(folder: str | Path, trust_remote_code: bool = False) -> dict:
     """An export folder as a checkpoint dict (minbert.model.checkpoint.model_from_checkpoint builds it).
     The user's code it carries is checked (minbert.share.code.carried_code) and runs only when
-    `trust_remote_code`; the dict then says where it is imported from (`code_home`)."""
+    `trust_remote_code`, as any module its manifest names; the dict then says where it is imported
+    from (`code_home`) and the folder kept off the import path (`folder`). A damaged folder (a file
+    missing, a manifest entry of the wrong type) is one line naming the file."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise MinBertError(f"{folder / MANIFEST}: cannot be read ({type(e).__name__}); export the model again") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
-        raise MinBertError(f"{folder / MANIFEST}: not a {EXPORT_FORMAT} manifest; export the model again")
+    manifest = _manifest(folder)
+    declared, home = carried_code(folder, manifest, trust_remote_code)      # before the weights: refused early
     config = read_config(folder)
     sd, weights_file = read_state_dict(folder)
     encoder_sd, _, unexpected = hf_to_minbert(sd, str(weights_file))
@@ -199,13 +256,48 @@ def read_export(folder: str | Path, trust_remote_code: bool = False) -> dict:
         heads = load_file(str(folder / HEADS_FILE))
     except Exception as e:  # a missing or damaged file: safetensors raises its own types
         raise MinBertError(f"{folder / HEADS_FILE}: cannot be read ({type(e).__name__}); export the model again") from None
-    tokenizer_json = (folder / "tokenizer.json").read_text(encoding="utf-8")
-    declared, home = carried_code(folder, manifest, trust_remote_code)
+    try:
+        tokenizer_json = (folder / "tokenizer.json").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MinBertError(f"{folder / 'tokenizer.json'}: cannot be read ({type(e).__name__}); export the model "
+                           f"again") from None
     return {"format": "minbert-multitask-1", "encoder_config": config.to_dict(), "heads": manifest["heads"],
             "tasks": manifest["tasks"], "state_dict": {**{f"encoder.{k}": v for k, v in encoder_sd.items()}, **heads},
             "tokenizer_json": tokenizer_json, "max_length": manifest["max_length"],
             "calibration": manifest.get("calibration") or {}, **({"declared": declared} if declared else {}),
-            **({"code_home": home} if home else {})}
+            **({"code_home": home} if home else {}), "folder": str(folder.resolve())}
+
+
+MANIFEST_TYPES = {"tasks": (list, "a list of task names"), "heads": (dict, "an object of heads settings"),
+                  "max_length": (int, "a whole number of word pieces"),
+                  "calibration": ((dict, type(None)), "an object of each task's calibration")}
+
+
+def _manifest(folder: Path) -> dict:
+    """minbert.json, read and its entries' types checked: one line naming the file and the entry."""
+    path = folder / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise MinBertError(f"{path}: cannot be read ({type(e).__name__}); export the model again") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
+        raise MinBertError(f"{path}: not a {EXPORT_FORMAT} manifest; export the model again")
+    for key, (kind, what) in MANIFEST_TYPES.items():
+        value = manifest.get(key)
+        if (key not in manifest and key != "calibration") or isinstance(value, bool) or not isinstance(value, kind):
+            raise MinBertError(f"{path}: '{key}' is {_shown(value) if key in manifest else 'missing'}, not {what}; "
+                               f"export the model again")
+    if not manifest["tasks"] or not all(isinstance(t, str) for t in manifest["tasks"]):
+        raise MinBertError(f"{path}: 'tasks' must name the model's tasks; export the model again")
+    if not 1 <= manifest["max_length"] <= 1 << 16:
+        raise MinBertError(f"{path}: 'max_length' is {manifest['max_length']}, not a length a model reads; export the "
+                           f"model again")
+    return manifest
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # ---------------------------------------------------------------- the Hub
@@ -241,8 +333,10 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
                       fingerprint: str = "") -> list[str]:
     """The export stage: the experiment's model, its card from its training record (settings,
     fingerprint, git revision), its predictions (scores with intervals) and its training data."""
+    # the pipeline's own model, made from the params that name its modules: their code is the user's
     model, tokenizer, ckpt = load_checkpoint(model_path, expect={"experiment": name, "stage": s.model_stage,
-                                                                 "record_path": training_record})
+                                                                 "record_path": training_record},
+                                             trust_remote_code=True)
     try:
         record = json.loads(Path(training_record).read_text(encoding="utf-8"))
         training = record["description"]["settings"]
@@ -258,6 +352,7 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
         files = export_model(model, tokenizer, tmp, extra={"experiment": name, "model_stage": s.model_stage})
         card = model_card(s, name, files, scores(predictions), training, rows, provenance)
         (tmp / "README.md").write_text(card, encoding="utf-8")
+        record_files(tmp)
         written = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
     return written
 

@@ -46,7 +46,7 @@ def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir, records: 
     ids: dict[str, list[str]] = {}
     for member in s.members:
         expect = {"experiment": member, "stage": s.members[member], "record_path": (records or {}).get(member)}
-        model, tokenizer, _ = load_checkpoint(models[member], expect=expect)
+        model, tokenizer, _ = load_checkpoint(models[member], expect=expect, trust_remote_code=True)   # the params' own
         model.to(runtime.device)
         data = load_task_data(data_dir, s.predicts, model.heads_cfg, tokenizer, splits=("train",))["train"]
         for task in s.predicts:

@@ -112,7 +112,8 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
     re-initialised (added when the fine-tuned model lacks them) and trained; the other heads kept
     as they are, frozen. `options` as for `finetune_experiment`."""
     runtime, dist_info = start_training(s)
-    model, tokenizer, _ = load_checkpoint(finetuned, expect=expect)   # `expect`: the fine-tuning it must come from
+    # `expect`: the fine-tuning it must come from, made from the params that name its modules (trusted)
+    model, tokenizer, _ = load_checkpoint(finetuned, expect=expect, trust_remote_code=True)
     cfg = s.train
     data = load_training_data(cfg, data_dir, tokenizer, s.seed, cache_dir)
     refuse_one_row_batches(cfg, data["train"], options.checkpoint_extra.get("experiment") or "an experiment")

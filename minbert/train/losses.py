@@ -23,6 +23,7 @@ from torch import Tensor
 from minbert.core.errors import MinBertError
 from minbert.core.registry import LossDeclaration, Registry, active
 from minbert.core.tasks import TASKS
+from minbert.model.blocks import reaches
 from minbert.model.outputs import regression_target
 
 DIVERGENCE_KINDS = ("classification", "binary", "regression")
@@ -34,8 +35,10 @@ class CheckedLoss:
     """A loss object of the registry whose output is checked on its first calls, as the contract
     says (docs/extending.md): a 0-dim floating tensor, carrying a gradient when its inputs do. A loss
     that breaks it is one line naming its module and class (a Python float would train nothing, a
-    vector would fail deep in the backward pass). Its type, shape and `requires_grad` only: no host
-    sync, and nothing more once each has been seen."""
+    vector would fail deep in the backward pass). Its type, shape and its graph only: no host
+    sync, and nothing more once each has been seen. Carrying a gradient means reaching the model: the
+    loss's graph leads back to the head's output (or the pair's vectors), which `requires_grad` alone
+    does not tell (a fresh leaf tensor requires a gradient and trains nothing)."""
 
     def __init__(self, decl: LossDeclaration, loss):
         self.decl, self.loss = decl, loss
@@ -44,10 +47,10 @@ class CheckedLoss:
     def __call__(self, output: Tensor, target: Tensor, pair=None) -> Tensor:
         out = self.loss(output, target, pair)
         if not self.checked_grad:
-            self._check(out, output.requires_grad or any(getattr(x, "requires_grad", False) for x in pair or ()))
+            self._check(out, [x for x in (output, *(pair or ())) if isinstance(x, Tensor) and x.requires_grad])
         return out
 
-    def _check(self, out, inputs_grad: bool) -> None:
+    def _check(self, out, inputs: list[Tensor]) -> None:
         if not self.checked:
             if not isinstance(out, Tensor) or out.dim() != 0 or not out.is_floating_point():
                 what = type(out).__name__ if not isinstance(out, Tensor) else \
@@ -56,8 +59,8 @@ class CheckedLoss:
                                    f"number as a 0-dim float tensor computed from its inputs (a mean over the "
                                    f"batch) (docs/extending.md)")
             self.checked = True
-        if inputs_grad and torch.is_grad_enabled():
-            if not out.requires_grad:
+        if inputs and torch.is_grad_enabled():
+            if not reaches(out, inputs):
                 raise MinBertError(f"{self.decl.where}: loss '{self.decl.name}' returned a tensor that carries no "
                                    f"gradient to the model (computed outside the graph: .item(), .detach(), numpy, a "
                                    f"new tensor); compute it from `output` with torch operations (docs/extending.md)")

@@ -32,7 +32,7 @@ def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, des
                              evaluate_first=True,
                              checkpoint_extra={"experiment": name or "para_first", "stage": "pretrain"})
         result = finetune_experiment(ft, files.data, options, cache_dir=files.cache)
-        model, _, _ = load_checkpoint(Path(work) / MODEL_FILE)
+        model, _, _ = load_checkpoint(Path(work) / MODEL_FILE, trust_remote_code=True)     # the run just made
     rows = result.history.to_dict("records")
     history = [{"epoch": r["epoch"], "train_loss": r.get("train_para_loss"), "dev_loss": r.get("dev_para_loss")}
                for r in rows]
