@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from minbert.core.errors import close
 from minbert.core.registry import active
+from minbert.core.settings import HeadChoices, batch_statistic_tasks
 from minbert.core.tasks import PAIR_TASKS, TASKS
 from minbert.params.fields import Downsample, Strict, TaskName, refuse
 
@@ -78,13 +79,6 @@ def head_problem(heads: HeadsParams, task: str) -> str | None:
     return None
 
 
-def batch_statistic_tasks(heads: HeadsParams, tasks) -> list[tuple[str, str]]:
-    """The (task, loss) pairs among `tasks` whose loss is a statistic of the whole batch (its
-    declaration says so, whatever its name and wherever it is chosen)."""
-    losses = active().losses
-    return [(t, heads.loss_of(t)) for t in tasks if losses[heads.loss_of(t)].batch_statistic]
-
-
 def batch_statistic_problem(heads: HeadsParams, tasks, batch_size: int, downsample: Downsample
                             ) -> tuple[str, str] | None:
     """A loss that is a statistic of the whole batch over batches of one row: the statistic of one
@@ -123,7 +117,7 @@ class SharedParams(Strict):
 Depth = Annotated[int, Field(ge=0, le=4)]
 
 
-class HeadsParams(Strict):
+class HeadsParams(Strict, HeadChoices):
     """The heads on the encoder and their losses (docs/finetuning.md, Heads and losses). Beside the
     keys below, each task's head by its name: `sts: cosine`, `snli: concat`."""
     model_config = ConfigDict(**{**Strict.model_config, "extra": "allow"})
@@ -245,23 +239,3 @@ class HeadsParams(Strict):
     def heads_named(self) -> dict[str, str]:
         """The tasks whose head these settings name (`heads.<task>`), and the heads."""
         return dict(self.__pydantic_extra__ or {})
-
-    def head_of(self, task: str) -> str:
-        """The name of `task`'s head: `heads.<task>`, else its declared head."""
-        return (self.__pydantic_extra__ or {}).get(task) or TASKS[task].head
-
-    def loss_of(self, task: str) -> str:
-        """The name of `task`'s loss: `heads.losses.<task>`, else its declared loss."""
-        return self.losses.get(task) or TASKS[task].loss
-
-    def pooling_of(self, task: str) -> str:
-        return self.task_pooling.get(task, self.pooling)
-
-    def depth(self, task: str) -> int:
-        """Hidden layers of `task`'s head."""
-        return self.hidden_layers.get(task, 0) if isinstance(self.hidden_layers, dict) else self.hidden_layers
-
-    def reads_setting(self, key: str, tasks) -> bool:
-        """Whether the head of one of `tasks` reads the heads setting `key` (its declaration says so)."""
-        heads = active().heads
-        return any(key in heads[self.head_of(t)].settings for t in tasks)

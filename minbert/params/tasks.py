@@ -19,8 +19,6 @@ nothing.
 """
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
-
 import os
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from minbert.core.layout import PREDICTED_SPLITS, Layout, prediction_file
+from minbert.core.settings import pretrain_splits
 from minbert.core.tasks import TASKS
-from minbert.pipeline.code import PARAMS_LOADER
 from minbert.params import resolve as S
 from minbert.params.settings import (
     EnsembleSettings,
@@ -39,10 +39,9 @@ from minbert.params.settings import (
     PretrainSettings,
     RetrainSettings,
     TeachSettings,
-    para_first_config,
-    pretrain_splits,
 )
 from minbert.params.validate import shared_tasks
+from minbert.pipeline.code import PARAMS_LOADER
 from minbert.train import PRETRAINING_MODULES
 
 
@@ -211,13 +210,13 @@ def _runs_heads_and_losses(s, train) -> list[str]:
 
 
 def _loads_models(s) -> list[str]:
-    """A stage that loads a trained model runs whichever heads its checkpoint holds: every built-in
-    head's module (no loss runs there)."""
-    return s.registry.code_modules(heads=[n for n, h in s.registry.heads.items() if h.builtin])
+    """A stage that loads a trained model runs the heads its model holds (its settings name them: the
+    experiment's, known when the job is planned); no loss runs there."""
+    return s.registry.code_modules(heads=s.heads)
 
 
 def _pretrain_code(s) -> list[str]:
-    first = [] if s.pretraining.kind != "para_first" else _runs_heads_and_losses(s, para_first_config(s))
+    first = _runs_heads_and_losses(s, s.finetune) if s.pretraining.kind == "para_first" else []
     return [PRETRAINING_MODULES[s.pretraining.kind], *first]
 
 

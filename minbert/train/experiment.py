@@ -15,14 +15,13 @@ import torch
 
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import Runtime, seed_everything, start_runtime
+from minbert.core.settings import FinetuneSettings, RetrainSettings, Training, batch_statistic_tasks
 from minbert.data.batches import collate, load_training_data, to_device
 from minbert.model.bert import BertModel
 from minbert.model.checkpoint import load_checkpoint
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
-from minbert.params.heads import batch_statistic_tasks
-from minbert.params.settings import FinetuneSettings, RetrainSettings, TrainingSettings
 from minbert.train.distill import attach_teacher, distilled_tasks
 from minbert.train.distributed import DistInfo, init_distributed, shutdown_distributed
 from minbert.train.loop import FitResult, fit
@@ -64,7 +63,7 @@ def _embedded(model: MultitaskModel, data, tokenizer: Tokenizer, runtime: Runtim
                                       task=data.task).float() for i in range(0, len(rows), 64)])
 
 
-def start_training(s: TrainingSettings) -> tuple[Runtime, DistInfo]:
+def start_training(s: Training) -> tuple[Runtime, DistInfo]:
     """The runtime (minbert.core.runtime.start_runtime: threads, device, precision) and, under
     torchrun, the process group, whose rank's device it runs on."""
     dist_info, dist_device = init_distributed(s.device)

@@ -14,10 +14,10 @@ import torch
 
 from minbert.core.layout import BEST_STATE_FILE, STATE_FILE
 from minbert.core.runtime import autocast
+from minbert.core.settings import Finetune
 from minbert.data.batches import TaskData
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import DistInfo
 from minbert.train.objectives import TaskObjective, build_objective
 from minbert.train.optim import AdamW
@@ -41,7 +41,7 @@ class Plan:
     warmup: int
 
     @classmethod
-    def build(cls, cfg: FinetuneParams, tasks: list[str], sizes: dict[str, int], seed: int) -> Plan:
+    def build(cls, cfg: Finetune, tasks: list[str], sizes: dict[str, int], seed: int) -> Plan:
         sequential = cfg.schedule == "sequential"
         phases = sequential_phases(tasks) if sequential else [tasks]
         epochs = {}
@@ -120,7 +120,7 @@ class Training:
     tokenizer: Tokenizer
     train: dict[str, TaskData]
     dev: dict[str, TaskData]
-    cfg: FinetuneParams
+    cfg: Finetune
     options: FitOptions
     optimizer: AdamW
     params: list
