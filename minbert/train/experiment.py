@@ -70,6 +70,14 @@ def start_training(s: Training) -> tuple[Runtime, DistInfo]:
     return start_runtime(s, dist_device), dist_info
 
 
+def run_options(options: FitOptions, s: Training, seed: int, runtime: Runtime, dist_info: DistInfo,
+                **more) -> FitOptions:
+    """`options` with where and how the training runs: its seed, its runtime's device and precision,
+    its process group and whether it may capture CUDA graphs (its settings')."""
+    return replace(options, seed=seed, device=runtime.device, bf16=runtime.bf16, fp16=runtime.fp16,
+                   dist_info=dist_info, cuda_graphs=s.cuda_graphs, **more)
+
+
 def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, start_model: str | None = None,
                         cache_dir=None, teacher_dir=None) -> FitResult:
     """Multi-task fine-tuning from `start_model` (default: the settings' model), with a teacher's
@@ -97,8 +105,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
     if dist_info.main:
         log.info("%s of %s on %s: %s", options.checkpoint_extra.get("stage", "finetune"), name, runtime.device,
                  ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
-    options = replace(options, seed=s.seed, device=runtime.device, bf16=runtime.bf16, fp16=runtime.fp16, dist_info=dist_info,
-                      cuda_graphs=s.cuda_graphs)
+    options = run_options(options, s, s.seed, runtime, dist_info)
     try:
         return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, options)
     finally:
@@ -127,9 +134,8 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
         for p in model.shared.parameters():
             p.requires_grad_(False)
     prepare_heads(model, data["train"], tokenizer, runtime, s.seed)
-    options = replace(options, seed=s.seed + 1, device=runtime.device, bf16=runtime.bf16, fp16=runtime.fp16, dist_info=dist_info,
-                      cuda_graphs=s.cuda_graphs,
-                      checkpoint_extra={"stage": "retrain_heads", **options.checkpoint_extra})
+    options = run_options(options, s, s.seed + 1, runtime, dist_info,
+                          checkpoint_extra={"stage": "retrain_heads", **options.checkpoint_extra})
     try:
         return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, options)
     finally:

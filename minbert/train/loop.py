@@ -395,7 +395,7 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     world, device = options.dist_info.world, options.device
     refuse_batch_statistics(cfg.heads, tasks, world)
     sizes = {t: len(train[t]) for t in tasks}
-    precision = "bf16" if options.bf16 else "fp16" if options.fp16 else "fp32"
+    precision = options.precision
     description = options.description or {"settings": {"finetune": as_json(cfg), "seed": options.seed,
                                                        "bf16": options.bf16}, "sizes": sizes}
     # where and how it runs: a state saved on one device type or in one precision never resumes in another

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from minbert.core.layout import BEST_STATE_FILE, STATE_FILE
-from minbert.core.runtime import autocast
+from minbert.core.runtime import autocast, precision_name
 from minbert.core.settings import Finetune
 from minbert.data.batches import TaskData
 from minbert.model.multitask import MultitaskModel
@@ -86,7 +86,7 @@ class TrainState:
 
 @dataclass
 class FitOptions:
-    """How one `fit` call runs, beside the training settings (FinetuneParams)."""
+    """How one `fit` call runs, beside the training settings (minbert.core.settings.Finetune)."""
     out_dir: Path                               # where model.pt and history.csv go when it has finished
     seed: int = 0                               # the run's seed, device and precision: an experiment's
     device: torch.device = torch.device("cpu")  # training (minbert.train.experiment) sets them from its settings
@@ -110,6 +110,10 @@ class FitOptions:
         self.out_dir = Path(self.out_dir)
         self.state_dir = Path(self.state_dir) if self.state_dir is not None else \
             self.out_dir.with_name(self.out_dir.name + ".state")
+
+    @property
+    def precision(self) -> str:
+        return precision_name(self.bf16, self.fp16)
 
 
 @dataclass
@@ -162,7 +166,7 @@ class Training:
 
     @property
     def precision(self) -> str:
-        return "bf16" if self.options.bf16 else "fp16" if self.options.fp16 else "fp32"
+        return self.options.precision
 
     def amp(self):
         return autocast(self.device, self.precision)
