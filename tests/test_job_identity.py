@@ -22,11 +22,14 @@ from test_layers import _descriptions, code_copy  # noqa: F401  (fixture)
 
 from minbert.core import settings as plain
 from minbert.core.errors import MinBertError
+from minbert.core.layout import Layout
 from minbert.core.plain import as_json, read
 from minbert.core.settings import read_settings
 from minbert.params import load_params
 from minbert.params import settings as models
-from minbert.pipeline import plan
+from minbert.pipeline import plan, registry
+from minbert.pipeline.job import Job
+from minbert.report.data import load_report_data
 
 STAGE_SETTINGS = [name for name, cls in vars(models).items()
                   if isinstance(cls, type) and issubclass(cls, BaseModel) and name.endswith("Settings")
@@ -184,3 +187,34 @@ def test_a_change_of_a_default_redescribes_exactly_the_jobs_whose_settings_it_ch
     settings_changed = {j for j in before if json.loads(after[j])["settings"] != json.loads(before[j])["settings"]}
     assert changed - {"report"} == settings_changed     # the report shows the params file: its code changed
     assert {j for j in changed if j != "report"} == {j for j in before if j.startswith("finetune@")}
+
+
+# ---------------------------------------------------------------- the report, a stage like any other
+
+def test_the_report_run_from_its_job_file_reads_what_its_description_names(repo_root, tmp_path):
+    """The report's job lists the outputs it shows by job and name, and read back from its job file
+    (as an engine starts it) it reads exactly those: what its fingerprint covers."""
+    layout = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
+    jobs = plan.pipeline(load_params(repo_root / "params.yaml"), layout)
+    report = next(j for j in jobs if j.stage == "report")
+    assert report.reads["evaluate@cross_encoder:metrics"] == [layout.metrics("cross_encoder")]
+    assert report.reads["finetune@pcgrad:run_record"] == [layout.run_record("finetune", "pcgrad")]
+    assert not any(key.endswith(":model") for key in report.reads)           # models are not shown
+    plan.write_job_file(report)
+    again = Job.read(report.job_file, "report", None)
+    assert again.reads == report.reads and sorted(again.read_paths) == sorted(report.read_paths)
+
+
+def test_a_new_stages_outputs_reach_the_report_without_an_edit(repo_root, tmp_path, monkeypatch):
+    """A stage added to the registry has its outputs among the report's reads, and in what the
+    report loads (`ReportData.outputs`), by job and output name."""
+    extra = dataclasses.replace(registry.STAGES["evaluate"], name="rescore", io=lambda L, name, s: registry.StageIO(
+        {"predictions": []}, {"scores": [f"{L.results}/experiments/{name}/rescored.json"]}))
+    monkeypatch.setitem(registry.STAGES, "rescore", extra)
+    layout = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
+    lp = load_params(repo_root / "params.yaml")
+    report = next(j for j in plan.pipeline(lp, layout) if j.stage == "report")
+    assert report.reads["rescore@pcgrad:scores"] == [f"{layout.results}/experiments/pcgrad/rescored.json"]
+    with lp.registry.active():
+        data = load_report_data(lp, layout, report.reads)
+    assert data.outputs.files("rescore@pcgrad", "scores") == report.reads["rescore@pcgrad:scores"]
