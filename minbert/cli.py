@@ -8,6 +8,7 @@ where a running pipeline stands.
     minbert upload FOLDER REPO_ID                            # an export folder to the Hugging Face Hub
     minbert estimate [--params params.yaml]                  # how long its pipeline will take here
     minbert progress [--watch [SECONDS]]                     # where a running pipeline stands
+    minbert accept-code [JOB...]                             # keep finished work after a reviewed no-op edit
 
 MODEL is an experiment's folder (results/experiments/E), its model.pt, or an export folder
 (results/exports/E). An input file has a header row naming `sentence` (one-sentence tasks: sst,
@@ -389,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--revision", help="a branch of the repository (default: main)")
     u.set_defaults(func=upload_command)
     ap.commands = {"predict": p, "submission": s, "export": x, "upload": u, "estimate": estimate_parser(sub),
-                   "progress": progress_parser(sub)}
+                   "progress": progress_parser(sub), "accept-code": accept_parser(sub)}
     return ap
 
 
@@ -442,6 +443,27 @@ def estimate_parser(sub) -> argparse.ArgumentParser:
                                                               "would take on idle ones")
     e.set_defaults(func=estimate_command)
     return e
+
+
+def accept_parser(sub) -> argparse.ArgumentParser:
+    a = sub.add_parser("accept-code", help="after a reviewed edit that changes nothing computed, keep the finished "
+                                           "jobs it re-describes instead of running them",
+                       description="Record the code now as the code of the finished jobs whose settings and inputs "
+                                   "are unchanged (their finished records, job files, dvc.lock), as `dvc commit` accepts a changed "
+                                   "dependency; a job whose settings or inputs changed is refused "
+                                   "(docs/workflow.md, Re-run rules).")
+    a.add_argument("jobs", nargs="*", metavar="JOB", help="jobs as stage@name (finetune@base, report); default: every "
+                                                          "finished job whose code changed")
+    a.add_argument("--params", default="params.yaml", help="the params file (default: params.yaml)")
+    a.add_argument("--results", default="results", help="the results folder (default: results)")
+    a.set_defaults(func=accept_command)
+    return a
+
+
+def accept_command(args) -> None:
+    from minbert.pipeline.accept import accept_code
+
+    print("\n".join(accept_code(args.params, args.jobs, Layout(args.results))))
 
 
 def estimate_command(args) -> None:

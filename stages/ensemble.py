@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 from minbert.core.io import write_json
+from minbert.core.settings import EnsembleSettings
 from minbert.entry import run
-from minbert.params.settings import EnsembleSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import folder_of, folders_of, stage_call
 from minbert.scoring.ensemble import ensemble_folder
@@ -14,8 +14,8 @@ from minbert.scoring.evaluate import evaluate_folder, expected_files, summary_li
 
 
 def main(argv: list[str] | None = None) -> None:
-    call = stage_call("ensemble", __doc__, argv)
-    s, job = EnsembleSettings(**call.job.settings), call.job
+    call = stage_call("ensemble", __doc__, argv, settings=EnsembleSettings)
+    s, job = call.settings, call.job
     members = folders_of(job.reads["predictions"])              # each member's folder, in the members' order
     out = folder_of(job.writes["predictions"])
     with running(job, force=call.args.force) as r:

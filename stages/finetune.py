@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from minbert.core.runtime import setup_logging
+from minbert.core.settings import FinetuneSettings
 from minbert.entry import run
-from minbert.params.settings import FinetuneSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import folder_of, main_process, stage_call
 from minbert.train.experiment import finetune_experiment, model_for_pretraining
@@ -21,9 +21,9 @@ from minbert.train.training import FitOptions
 
 
 def main(argv=None):
-    call = stage_call("finetune", __doc__, argv, arguments=lambda p: p.add_argument(
+    call = stage_call("finetune", __doc__, argv, settings=FinetuneSettings, arguments=lambda p: p.add_argument(
         "--no-resume", action="store_true", help="start afresh even if a resumable state exists"))
-    s, L, name, job = FinetuneSettings(**call.job.settings), call.layout, call.name, call.job
+    s, L, name, job = call.settings, call.layout, call.name, call.job
     start = model_for_pretraining(job.reads["start"][0]) if s.pretrain else s.model
     setup_logging()
     with running(job, s, main_process(), call.args.force) as r:

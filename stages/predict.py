@@ -8,16 +8,16 @@ finetune/model.pt); writes results/experiments/E/predictions/<task>-<split>.csv.
 from __future__ import annotations
 
 from minbert.core.runtime import setup_logging
+from minbert.core.settings import PredictSettings
 from minbert.entry import run
-from minbert.params.settings import PredictSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import folder_of, stage_call
 from minbert.scoring.predict import predict_experiment
 
 
 def main(argv=None):
-    call = stage_call("predict", __doc__, argv)
-    s, L, name, job = PredictSettings(**call.job.settings), call.layout, call.name, call.job
+    call = stage_call("predict", __doc__, argv, settings=PredictSettings)
+    s, L, name, job = call.settings, call.layout, call.name, call.job
     setup_logging()
     with running(job, s, force=call.args.force) as r:
         expect = {"experiment": name, "stage": s.model_stage, "record_path": L.run_record(s.model_stage, name)}

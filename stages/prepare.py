@@ -10,18 +10,18 @@ Downsampling is not done here: each later stage applies its own.
 from __future__ import annotations
 
 from minbert.core.runtime import setup_logging
+from minbert.core.settings import PrepareSettings
 from minbert.data.prepare import format_summary, prepare
 from minbert.entry import run
-from minbert.params.settings import PrepareSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 
 
 def main(argv=None) -> None:
-    call = stage_call("prepare", __doc__, argv)
+    call = stage_call("prepare", __doc__, argv, settings=PrepareSettings)
     setup_logging()
     with running(call.job, force=call.args.force) as r:
-        summary = prepare(PrepareSettings(**call.job.settings), call.job.writes["data"][0])
+        summary = prepare(call.settings, call.job.writes["data"][0])
         r.fields["rows_kept"] = sum(f["rows_kept"] for f in summary["files"].values())
     print(format_summary(summary))
 

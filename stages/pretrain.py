@@ -12,8 +12,8 @@ from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import setup_logging
+from minbert.core.settings import PretrainSettings
 from minbert.entry import run
-from minbert.params.settings import PretrainSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import folder_of, main_process, stage_call
 from minbert.train import PRETRAINING_MODULES
@@ -22,8 +22,8 @@ from minbert.train.pretrained import PretrainFiles
 
 def main(argv: list[str] | None = None) -> None:
     refuse_torchrun()
-    call = stage_call("pretrain", __doc__, argv)
-    s, L, name, job = PretrainSettings(**call.job.settings), call.layout, call.name, call.job
+    call = stage_call("pretrain", __doc__, argv, settings=PretrainSettings)
+    s, L, name, job = call.settings, call.layout, call.name, call.job
     setup_logging()
     with running(job, s, main_process(), call.args.force) as r:
         w = {k: Path(v[0]) for k, v in job.writes.items()}

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
         # the report shows every section of the params: its settings are the params file's content
         lp = validate_params(call.job.settings)
         with lp.registry.active():          # the params' own tasks
-            written = render_reports(lp, call.layout)
+            written = render_reports(lp, call.layout, reads=call.job.reads)
     print(f"wrote {written[-1]} and {len(written) - 1} experiment page(s) in {call.layout.experiment_reports}")
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from minbert.core.runtime import setup_logging
+from minbert.core.settings import RetrainSettings
 from minbert.entry import run
-from minbert.params.settings import RetrainSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import folder_of, main_process, stage_call
 from minbert.train.experiment import retrain_heads_experiment
@@ -18,8 +18,8 @@ from minbert.train.training import FitOptions
 
 
 def main(argv=None):
-    call = stage_call("retrain_heads", __doc__, argv)
-    s, L, name, job = RetrainSettings(**call.job.settings), call.layout, call.name, call.job
+    call = stage_call("retrain_heads", __doc__, argv, settings=RetrainSettings)
+    s, L, name, job = call.settings, call.layout, call.name, call.job
     setup_logging()
     with running(job, s, main_process=main_process(), force=call.args.force) as r:
         options = FitOptions(Path(job.writes["model"][0]).parent, state_dir=Path(L.state("retrain_heads", name)),

@@ -9,16 +9,16 @@ the teacher's class probabilities (sst, para) or score (sts), averaged over its 
 from __future__ import annotations
 
 from minbert.core.runtime import setup_logging
+from minbert.core.settings import TeachSettings
 from minbert.entry import run
-from minbert.params.settings import TeachSettings
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import folder_of, stage_call
 from minbert.train.distill import teach
 
 
 def main(argv: list[str] | None = None) -> None:
-    call = stage_call("teach", __doc__, argv)
-    s, L, job = TeachSettings(**call.job.settings), call.layout, call.job
+    call = stage_call("teach", __doc__, argv, settings=TeachSettings)
+    s, L, job = call.settings, call.layout, call.job
     models = dict(zip(sorted(s.members), job.reads["models"], strict=True))    # the registry lists them by name
     out = job.writes["outputs"][0]
     setup_logging()

@@ -164,7 +164,6 @@ def test_bad_distillation_params_say_which_key(tmp_path, distill, message):
 def test_pretraining_and_head_retraining_ignore_the_students_distillation(tmp_path):
     from minbert.params import load_params
     from minbert.params import resolve as S
-    from minbert.params.settings import para_first_config
 
     base_ft = {"distill": {"teacher": "t"}, "walk_through": ["para"], "epoch_unit": "sst"}
     params = {"base": {"model": "m", "finetune": base_ft},
@@ -175,6 +174,6 @@ def test_pretraining_and_head_retraining_ignore_the_students_distillation(tmp_pa
     path.write_text(yaml.safe_dump(params))
     lp = load_params(path)
     assert lp.experiments["s"].finetune.distill.teacher == "t"
-    assert para_first_config(S.pretrain_settings(lp, "pf")).distill is None
+    assert S.pretrain_settings(lp, "pf").finetune.distill is None
     assert S.retrain_settings(lp.experiments["s"]).train.distill is None
     assert S.teachers(lp) == {"t": ["sst", "para", "sts"]}

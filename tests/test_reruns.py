@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import error_line
 from test_workflow import SNAKEMAKE, commands_run, dag, job_ids, make_copy, needs_snakemake, run, tiny_params
 
 EVERY_EXPERIMENT = ("a", "b", "c", "d")
@@ -72,9 +76,11 @@ EDITS = {
     "one experiment's predict_test": ("params", (("experiments", "b", "predict_test"), False),
                                       {"predict@b", "evaluate@b", "ensemble@ab", "report"},
                                       {"predict@b", "evaluate@b", "ensemble@ab", "report"}),
+    # a head is the code of every job that trains or loads a model with it: their descriptions change
     "para head of base": ("params", (("base", "finetune", "heads", "para"), "concat_mult"),
                           {"pretrain@pf"} | chain("a", "c", "d"),
-                          {"pretrain@pf", "finetune@a", "finetune@c", "finetune@d", "report"}),
+                          {"pretrain@pf", "finetune@a", "finetune@c", "finetune@d", "predict@a", "predict@c",
+                           "predict@d", "teach@ab", "export@c", "report"}),
     "one experiment's lr": ("params", (("experiments", "a", "finetune", "lr"), 3e-4), chain("a"),
                             {"finetune@a", "report"}),
     "a student-free experiment's lr": ("params", (("experiments", "c", "finetune", "lr"), 3e-4), chain("c"),
@@ -284,6 +290,107 @@ def test_snakemake_forcerun_runs_the_job_again(snake_repo, monkeypatch):
 
 
 # ---------------------------------------------------------------- resuming a fine-tune
+
+# a reviewed edit that computes the same: a loss's value given a name before it is returned (every
+# fine-tune trains sts with mse; the pretrainings train no regression task)
+NO_OP = ("minbert/model/losses/mse.py",
+         lambda text: text.replace("        return F.mse_loss(output.float(), target.float())",
+                                   "        loss = F.mse_loss(output.float(), target.float())\n        return loss"))
+
+
+# another such edit (its arguments named), so that one test's acceptance leaves the next one's to do
+NO_OP_AGAIN = ("minbert/model/losses/mse.py",
+               lambda text: text.replace("F.mse_loss(output.float(), target.float())",
+                                         "F.mse_loss(input=output.float(), target=target.float())"))
+
+
+def edit_code(folder: Path, path: str, change):
+    before = (folder / path).read_text()
+    assert change(before) != before
+    (folder / path).write_text(change(before))
+    return lambda: (folder / path).write_text(before)
+
+
+def accept_code(folder: Path, *jobs: str, ok=True) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "minbert.cli", "accept-code", *jobs], cwd=folder, capture_output=True,
+                       text=True, timeout=600)
+    assert (r.returncode == 0) == ok, r.stdout + r.stderr
+    return r
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_accept_code_keeps_the_work_a_reviewed_no_op_edit_redescribes(snake_repo):
+    """After a no-op edit of a loss, every job that trains with it is re-described and would re-run;
+    `minbert accept-code` records the new code as their last runs' and Snakemake has nothing to do,
+    nor has a hand run. Undone, the code that ran is theirs again."""
+    settled(snake_repo)
+    undo = edit_code(snake_repo, *NO_OP)
+    try:
+        assert snakemake_plan(snake_repo) >= FITTING
+        out = accept_code(snake_repo).stdout
+        assert {line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("accepted ")} == FITTING
+        assert snakemake_plan(snake_repo) == set()
+        hand = run([sys.executable, "-m", "stages.finetune", "--experiment", "a"], snake_repo)
+        assert "up to date" in hand
+        assert "nothing to accept" in accept_code(snake_repo).stdout
+    finally:
+        undo()
+    assert snakemake_plan(snake_repo) == set()
+    SETTLED.add(snake_repo)
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_accept_code_refuses_a_job_whose_settings_changed(snake_repo):
+    """A real edit (here a setting, with the no-op code edit beside it) is refused in one line, and
+    nothing is accepted; unnamed, the job is said and left to run, the others accepted."""
+    settled(snake_repo)
+    undo_code = edit_code(snake_repo, *NO_OP_AGAIN)
+    undo_params = apply(snake_repo, EDITS["one experiment's lr"])
+    try:
+        r = accept_code(snake_repo, "finetune@b", "finetune@a", ok=False)
+        assert r.returncode == 2 and error_line(r.stderr) == (
+            "error: accept-code: finetune@a its settings or inputs changed (settings.finetune.lr: 0.0001 -> "
+            "0.0003); run it")
+        assert snakemake_plan(snake_repo) >= FITTING            # nothing was accepted
+        out = accept_code(snake_repo).stdout
+        assert "not accepted finetune@a: its settings or inputs changed" in out and "accepted finetune@b" in out
+        assert snakemake_plan(snake_repo) == chain("a")
+    finally:
+        undo_params()
+        undo_code()
+    assert snakemake_plan(snake_repo) == set()
+    SETTLED.add(snake_repo)
+
+
+@pytest.mark.slow
+@needs_snakemake
+def test_a_hand_run_on_inputs_put_back_since_is_not_taken_as_current(snake_repo):
+    """A stage run by hand on hand-edited predictions writes scores of those; the predictions put
+    back byte for byte (a new date, or their old one), its scores are still the edited ones': the
+    job is not up to date, by hand nor under Snakemake, until it runs on what is in place."""
+    settled(snake_repo)
+    preds = snake_repo / "results/experiments/a/predictions/sst-dev.csv"
+    metrics = snake_repo / "results/experiments/a/metrics.json"
+    kept, good, stat = preds.read_bytes(), metrics.read_bytes(), preds.stat()
+    frame = pd.read_csv(preds, dtype=str, keep_default_na=False)
+    frame["prediction"] = frame["label"]                  # every answer right
+    frame.to_csv(preds, index=False)
+    evaluate = [sys.executable, "-m", "stages.evaluate", "--experiment", "a"]
+    run(evaluate, snake_repo)
+    assert json.loads(metrics.read_text())["dev"]["sst_acc"] == 1.0
+    preds.write_bytes(kept)
+    os.utime(preds, ns=(stat.st_atime_ns, stat.st_mtime_ns))    # put back as it was, its date too
+    assert snakemake_plan(snake_repo) == {"evaluate@a", "report"}
+    assert "up to date" not in run(evaluate, snake_repo)   # by hand: it runs, on what is in place
+    assert metrics.read_bytes() == good
+    # what remains is the report, which shows evaluate@a's run record (new at each run)
+    assert snakemake_plan(snake_repo) == {"report"}
+    run([SNAKEMAKE, "--cores", "2", *TARGETS], snake_repo)
+    assert snakemake_plan(snake_repo) == set()
+    SETTLED.add(snake_repo)
+
 
 @pytest.fixture()
 def results_with_data(repo_root, tmp_path, tiny_model_dir, monkeypatch):

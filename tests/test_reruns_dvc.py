@@ -15,11 +15,15 @@ import pytest
 from test_reruns import (
     DVC_EDITS,
     EDITS,
+    FITTING,
+    NO_OP,
     PARAMS,
     SAME_OUTPUTS,
     _started,
+    accept_code,
     apply,
     chain,
+    edit_code,
     edit_params,
     set_key,
     snakemake_plan,
@@ -85,6 +89,33 @@ def test_dvc_reruns_exactly_what_an_edit_changes(dvc_repo, edit):
     run([DVC, "repro"], dvc_repo)              # back to the committed settings
     assert not stages_run(run([DVC, "repro"], dvc_repo)) - {"resolve"}
     assert "up to date" in run([DVC, "status"], dvc_repo)
+
+
+@pytest.mark.slow
+@needs_dvc
+def test_accept_code_leaves_dvc_nothing_to_do(dvc_repo):
+    """After a no-op edit of a loss, `dvc status` names every fine-tune; `minbert accept-code`
+    records the new job files in dvc.lock and DVC, and Snakemake over DVC's outputs, have nothing
+    to do. Undone, accepting the code that ran keeps dvc.lock in step again; a job whose settings
+    changed is refused."""
+    undo = edit_code(dvc_repo, *NO_OP)
+    try:
+        assert dvc_changed(dvc_repo) == dvc_names(FITTING)
+        assert "recorded in dvc.lock" in accept_code(dvc_repo).stdout
+        assert dvc_changed(dvc_repo) == set()
+        if SNAKEMAKE is not None:
+            assert snakemake_plan(dvc_repo) == set()
+        undo_params = apply(dvc_repo, EDITS["one experiment's lr"])
+        try:
+            r = accept_code(dvc_repo, "finetune@a", ok=False)
+            assert "finetune@a its settings or inputs changed" in r.stderr
+        finally:
+            undo_params()
+    finally:
+        undo()
+    assert dvc_names(FITTING) == dvc_changed(dvc_repo)      # dvc.lock holds the code accepted
+    accept_code(dvc_repo)
+    assert dvc_changed(dvc_repo) == set()
 
 
 @pytest.mark.slow

@@ -43,7 +43,7 @@ from minbert.params.overrides import dvc_rewrite_problems, split_set  # noqa: E4
 from minbert.params.unread import unread_settings  # noqa: E402
 from minbert.pipeline import finished  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
-from minbert.pipeline.plan import _made_from, write_job_file  # noqa: E402
+from minbert.pipeline.plan import made_from, write_job_file  # noqa: E402
 from minbert.pipeline.registry import STAGES  # noqa: E402
 from minbert.pipeline.runinfo import UpToDate  # noqa: E402
 from workflow.dvc import built, dvc_commit, render_dvc  # noqa: E402
@@ -93,7 +93,7 @@ def _date_job_files(all_jobs: list[Job]) -> None:
                 continue
         except OSError:
             continue
-        started = _made_from(job, job.description())
+        started = made_from(job, job.description())
         if started is not None:
             os.utime(path, (min(started, oldest), min(started, oldest)))
 

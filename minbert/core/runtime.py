@@ -152,7 +152,12 @@ class Runtime:
 
     @property
     def precision(self) -> str:
-        return "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
+        return precision_name(self.bf16, self.fp16)
+
+
+def precision_name(bf16: bool, fp16: bool) -> str:
+    """The precision a run's autocast flags stand for: bf16, fp16 or fp32."""
+    return "bf16" if bf16 else "fp16" if fp16 else "fp32"
 
 
 def start_runtime(network, device: torch.device | None = None) -> Runtime:

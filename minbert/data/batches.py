@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from minbert.core.settings import Heads
 from minbert.core.tasks import TASKS
 from minbert.data.views import Encoded, View, encode, view_of
-from minbert.params.finetune import HeadsParams
 
 
 @dataclass
@@ -37,7 +37,7 @@ class TaskData:
         return self.view.lengths(self.enc)
 
 
-def build_task_data(task: str, frame, tokenizer, heads: HeadsParams, cache_dir=None) -> TaskData:
+def build_task_data(task: str, frame, tokenizer, heads: Heads, cache_dir=None) -> TaskData:
     view = view_of(task, heads)
     symmetric = TASKS[task].pair and heads.symmetric_pairs
     labels = None
@@ -122,7 +122,7 @@ def task_frames(data_dir, tasks: list[str], splits=("train", "dev"), downsample=
     return out
 
 
-def load_task_data(data_dir, tasks: list[str], heads: HeadsParams, tokenizer, *, splits=("train", "dev"),
+def load_task_data(data_dir, tasks: list[str], heads: Heads, tokenizer, *, splits=("train", "dev"),
                    downsample=None, seed: int = 0, cache_dir=None) -> dict[str, dict[str, TaskData]]:
     """Read the prepared splits of `tasks`, downsample the training splits, tokenise (cached).
 
@@ -137,7 +137,7 @@ def load_training_data(cfg, data_dir, tokenizer, seed: int, cache_dir=None) -> d
     return _tokenised(frames, tokenizer, cfg.heads, cache_dir)
 
 
-def _tokenised(frames: dict[str, dict], tokenizer, heads: HeadsParams, cache_dir) -> dict[str, dict[str, TaskData]]:
+def _tokenised(frames: dict[str, dict], tokenizer, heads: Heads, cache_dir) -> dict[str, dict[str, TaskData]]:
     return {split: {t: build_task_data(t, fr, tokenizer, heads, cache_dir) for t, fr in fs.items()}
             for split, fs in frames.items()}
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, write_json
 from minbert.core.layout import NLI_SOURCE, NLI_SPLITS
+from minbert.core.settings import PrepareSettings
 from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
 from minbert.data.declared import held_out, read_declared
 from minbert.data.overlap import OVERLAP_WARNING, overlap_warnings, overlap_with_train
 from minbert.data.raw import RAW_SPLITS, raw_path, read_cs224n, read_nli, split_by_group
 from minbert.data.read import write_split
-from minbert.params.settings import PrepareSettings
 
 log = logging.getLogger(__name__)
 

@@ -22,18 +22,17 @@ import json
 from pathlib import Path
 
 import torch
-from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
 from minbert.core.extensions import content_hash, is_path
 from minbert.core.io import torch_save
+from minbert.core.plain import SettingsProblem, as_json, read
 from minbert.core.registry import Registry, RegistryProblem
+from minbert.core.settings import Heads
 from minbert.core.tasks import declarations
 from minbert.model.bert import BertConfig, BertModel
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.heads import HeadsParams
-from minbert.params.messages import raise_validation
 
 CHECKPOINT_FORMAT = "minbert-multitask-1"
 TRUST_HOW = "load_model(..., trust_remote_code=True) or minbert predict --trust-remote-code"
@@ -156,7 +155,7 @@ def checkpoint_dict(model: MultitaskModel, tokenizer: Tokenizer, **extra) -> dic
         **({"declared": own} if own else {}),
         "format": CHECKPOINT_FORMAT,
         "encoder_config": model.encoder.config.to_dict(),
-        "heads": model.heads_cfg.model_dump(),
+        "heads": as_json(model.heads_cfg),
         "tasks": model.tasks,
         "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
         "tokenizer_json": tokenizer.to_json(),
@@ -208,14 +207,18 @@ def model_from_checkpoint(ckpt: dict, source: str = "checkpoint",
     registry = registry_of(declared_, source, ckpt.get("code_home"), trust_remote_code,
                            tuple(f for f in [ckpt.get("folder")] if f))
     try:
+        heads = read(Heads, stored_heads(ckpt["heads"]), "heads")
         with registry.active():
-            heads = HeadsParams(**stored_heads(ckpt["heads"]))
+            unknown = next((h for t in ckpt["tasks"] if (h := heads.head_of(t)) not in registry.heads), None)
+        if unknown is not None:
+            raise MinBertError(f"{source}: setting 'heads': its head '{unknown}' is neither built in nor of the "
+                               f"modules it declares; re-run the stage that writes it")
         encoder = BertModel(BertConfig(**ckpt["encoder_config"]))
         model = MultitaskModel(encoder, heads, ckpt["tasks"], registry)
         model.load_state_dict(ckpt["state_dict"])
         model.calibration = {t: list(v) for t, v in (ckpt.get("calibration") or {}).items()}
-    except ValidationError as err:
-        raise_validation(err, HeadsParams, source, "heads.")
+    except SettingsProblem as e:
+        raise MinBertError(f"{source}: setting '{e.key}': {e}; re-run the stage that writes it") from None
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise MinBertError(f"{source}: the checkpoint does not describe a model this version can build "
                            f"({type(e).__name__}); re-run the stage that writes it") from None

@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from minbert.core.errors import MinBertError
 from minbert.core.registry import Registry, active
+from minbert.core.settings import Heads
 from minbert.data.batches import TaskData
 from minbert.data.views import View, view_of
 from minbert.model.bert import BertModel, mean_pool
@@ -20,7 +21,6 @@ from minbert.model.blocks import Branch, HybridPairHead, SharedBlock, make_head,
 from minbert.model.embeddings import FrozenFeatures
 from minbert.model.outputs import empty_outputs, predictions
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.heads import HeadsParams
 
 HYBRID_TERM = "cross"      # the head whose output a hybrid pair task adds to its bi-encoder head's
 
@@ -29,7 +29,7 @@ class MultitaskModel(nn.Module):
     """One encoder and a head per task, each head the registry's class of the name the heads settings
     give it (`registry`: the one the settings were read with; default: the one in use)."""
 
-    def __init__(self, encoder: BertModel, heads: HeadsParams, tasks: list[str], registry: Registry | None = None):
+    def __init__(self, encoder: BertModel, heads: Heads, tasks: list[str], registry: Registry | None = None):
         super().__init__()
         self.encoder = encoder
         self.heads_cfg = heads

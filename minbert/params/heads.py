@@ -13,8 +13,9 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from minbert.core.errors import close
-from minbert.core.registry import active
-from minbert.core.tasks import PAIR_TASKS, TASKS
+from minbert.core.registry import active, builtin
+from minbert.core.settings import HeadChoices, batch_statistic_tasks
+from minbert.core.tasks import DEFAULT_HEAD, DEFAULT_LOSS, PAIR_TASKS, TASKS
 from minbert.params.fields import Downsample, Strict, TaskName, refuse
 
 Pooling = Literal["cls", "mean", "pooler"]
@@ -23,6 +24,23 @@ MOVED = {"sts_loss": lambda value: f"a task's loss is `heads.losses.<task>`: wri
          "task_heads": lambda value: "a task's head is `heads.<task>`, for every task: write "
                                      + (", ".join(f"`{t}: {h}`" for t, h in value.items())
                                         if isinstance(value, dict) and value else "`<task>: <head>`")}
+
+
+def either(names, quote: str = "`") -> str:
+    """`a`, `b` or `c`."""
+    names = [f"{quote}{n}{quote}" for n in names]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def builtin_heads(*views: str) -> list[str]:
+    """The built-in heads (of `views`), by name, as the registry has them: no list typed here."""
+    return [n for n, h in builtin().heads.items() if not views or h.view in views]
+
+
+# what a task without a head or loss of its own gets, and the built-in names, for the help texts
+DECLARED_HEAD = f"`{DEFAULT_HEAD[False]}` for one text, `{DEFAULT_HEAD[True]}` for a pair"
+DECLARED_LOSS = f"{either(DEFAULT_LOSS.values(), '')} by its kind"
+BUILTIN_LOSSES = ", ".join(builtin().losses)
 
 
 def _modules_named() -> str:
@@ -78,13 +96,6 @@ def head_problem(heads: HeadsParams, task: str) -> str | None:
     return None
 
 
-def batch_statistic_tasks(heads: HeadsParams, tasks) -> list[tuple[str, str]]:
-    """The (task, loss) pairs among `tasks` whose loss is a statistic of the whole batch (its
-    declaration says so, whatever its name and wherever it is chosen)."""
-    losses = active().losses
-    return [(t, heads.loss_of(t)) for t in tasks if losses[heads.loss_of(t)].batch_statistic]
-
-
 def batch_statistic_problem(heads: HeadsParams, tasks, batch_size: int, downsample: Downsample
                             ) -> tuple[str, str] | None:
     """A loss that is a statistic of the whole batch over batches of one row: the statistic of one
@@ -123,17 +134,17 @@ class SharedParams(Strict):
 Depth = Annotated[int, Field(ge=0, le=4)]
 
 
-class HeadsParams(Strict):
+class HeadsParams(Strict, HeadChoices):
     """The heads on the encoder and their losses (docs/finetuning.md, Heads and losses). Beside the
     keys below, each task's head by its name: `sts: cosine`, `snli: concat`."""
     model_config = ConfigDict(**{**Strict.model_config, "extra": "allow"})
     __pydantic_extra__: dict[str, str] = Field(init=False)
     # the docs' row for the keys that are task names (minbert.params.docs)
     extra_key: ClassVar[tuple[str, str, str]] = (
-        "<task>", "its declared head", "the task's head, by name, e.g. `sts: cosine`, `cfimdb: classifier`: `classifier` "
-                                       "or `prototypes` for one text, `cross` or a bi-encoder kind below for a pair, "
-                                       "or one a module of yours registers (docs/extending.md); a task not named: "
-                                       "its declared head (`classifier` for one text, `cross` for a pair)")
+        "<task>", "its declared head", f"the task's head, by name, e.g. `sts: cosine`, `cfimdb: classifier`: "
+                                       f"{either(builtin_heads('single'))} for one text, {either(builtin_heads('cross'))} "
+                                       f"or a bi-encoder kind below for a pair, or one a module of yours registers "
+                                       f"(docs/extending.md); a task not named: its declared head ({DECLARED_HEAD})")
 
     pooling: Pooling = Field("cls", description="sentence vector: `cls` (final [CLS] state), `mean` (mean over "
                                                 "non-padding tokens) or `pooler` (BERT's tanh pooler on [CLS])")
@@ -146,11 +157,9 @@ class HeadsParams(Strict):
                                                                       "embedded once, so the encoder must be frozen "
                                                                       "while it trains): sentences per label (1-1000)")
     losses: dict[TaskName, str] = Field(
-        {}, description="a task's loss by name, e.g. `{sts: pearson, para: ranking}`: cross_entropy, bce, mse, pearson "
-                        "(1 - Pearson r over the batch), mse+pearson (their sum), ranking (in-batch negatives for "
-                        "pairs: sentence-transformers' MultipleNegativesRankingLoss) or one a module of yours "
-                        "registers (docs/extending.md); a task not named: its declared loss (cross_entropy, bce or "
-                        "mse by its kind)")
+        {}, description=f"a task's loss by name, e.g. `{{sts: pearson, para: ranking}}`: a built-in one "
+                        f"({BUILTIN_LOSSES}; each below) or one a module of yours registers (docs/extending.md); a task "
+                        f"not named: its declared loss ({DECLARED_LOSS})")
     cosine_target: Literal["0_1", "-1_1"] = Field(
         "0_1", description="how a regression task's labels are scaled for a `cosine` head: [0, 1] or `-1_1` for "
                            "[-1, 1] (every other head, `cosine_linear` included: [0, 1])")
@@ -245,23 +254,3 @@ class HeadsParams(Strict):
     def heads_named(self) -> dict[str, str]:
         """The tasks whose head these settings name (`heads.<task>`), and the heads."""
         return dict(self.__pydantic_extra__ or {})
-
-    def head_of(self, task: str) -> str:
-        """The name of `task`'s head: `heads.<task>`, else its declared head."""
-        return (self.__pydantic_extra__ or {}).get(task) or TASKS[task].head
-
-    def loss_of(self, task: str) -> str:
-        """The name of `task`'s loss: `heads.losses.<task>`, else its declared loss."""
-        return self.losses.get(task) or TASKS[task].loss
-
-    def pooling_of(self, task: str) -> str:
-        return self.task_pooling.get(task, self.pooling)
-
-    def depth(self, task: str) -> int:
-        """Hidden layers of `task`'s head."""
-        return self.hidden_layers.get(task, 0) if isinstance(self.hidden_layers, dict) else self.hidden_layers
-
-    def reads_setting(self, key: str, tasks) -> bool:
-        """Whether the head of one of `tasks` reads the heads setting `key` (its declaration says so)."""
-        heads = active().heads
-        return any(key in heads[self.head_of(t)].settings for t in tasks)

@@ -30,6 +30,7 @@ from minbert.params.schema import (
     NliParams,
     PretrainParams,
     TrainingSettings,
+    deep_merge,
 )
 from minbert.params.settings import (
     EnsembleSettings,
@@ -125,6 +126,12 @@ def _set(data: dict, key: str, value) -> None:
     data[last] = value
 
 
+def model_heads(heads, tasks) -> list[str]:
+    """The heads a model of `tasks` under `heads` holds, by name (their code is the code of the jobs
+    that load it)."""
+    return sorted({heads.head_of(t) for t in tasks})
+
+
 def modules_of(heads, tasks) -> list[str]:
     """The user's modules whose heads and losses `tasks` use under `heads`: every one, whether it
     adds a name or (said so) replaces a built-in one."""
@@ -169,12 +176,28 @@ def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
 
 def pretraining_from(pre: PretrainParams, base: ExperimentParams) -> PretrainSettings:
     """`pretrain_settings` from the pretraining's section and the base."""
-    first = pre.kind == "para_first"
+    first = para_first_config(pre, base.finetune) if pre.kind == "para_first" else None
     sources = [t for t in pre.mlm.tasks if t != "nli"] if pre.kind == "mlm" else ["para"] if first else []
     return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
-                            pretraining=pretraining_read(pre), finetune=base.finetune if first else None,
-                            **declared(sources, base.finetune.heads if first else None),
+                            pretraining=pretraining_read(pre), finetune=first,
+                            **declared(sources, first.heads if first else None),
                             **{**TrainingSettings.keys_of(base), "precision": pre.precision or base.precision})
+
+
+def para_first_config(pre: PretrainParams, base: FinetuneParams) -> FinetuneParams:
+    """Paraphrase-first pretraining trains the paraphrase task alone on all its data, with the
+    pretraining's optimiser settings and base.finetune's heads, dropout and clipping (changed by
+    the pretraining's own `finetune` section)."""
+    ft = FinetuneParams.model_validate(deep_merge(base.model_dump(), pre.finetune))
+    return ft.model_copy(update={
+        "tasks": ["para"], "schedule": "round_robin", "epochs": pre.epochs, "batch_size": pre.batch_size,
+        "lr": pre.lr, "weight_decay": pre.weight_decay, "warmup_ratio": pre.warmup_ratio,
+        "lr_schedule": pre.lr_schedule, "grad_clip": pre.grad_clip,
+        "downsample": Downsample(mode="none"),
+        "max_steps_per_epoch": pre.max_steps_per_epoch, "freeze_encoder": False, "early_stopping": None,
+        "tracking": [], **extras_off(),
+        # one task: its own epoch unit, its own weight (what base.finetune says of the others is not read)
+        "epoch_unit": "smallest", "task_weights": {t: w for t, w in ft.task_weights.items() if t == "para"}})
 
 
 def finetune_settings(exp: ExperimentParams) -> FinetuneSettings:
@@ -197,12 +220,13 @@ def retrain_settings(exp: ExperimentParams) -> RetrainSettings:
         "downsample": rh.downsample, **extras_off(),
         "task_weights": {t: w for t, w in ft.task_weights.items() if t in (rh.tasks or ft.tasks)}})
     return RetrainSettings(seed=exp.seed, train=finetune_read(train), **TrainingSettings.keys_of(exp),
-                           **declared(model_tasks(exp), ft.heads))
+                           heads=model_heads(ft.heads, model_tasks(exp)), **declared(model_tasks(exp), ft.heads))
 
 
 def predict_settings(exp: ExperimentParams) -> PredictSettings:
     return PredictSettings(batch_size=exp.predict_batch_size, predicts=model_tasks(exp), splits=predicted_splits(exp),
                            model_stage="retrain_heads" if exp.retrain_heads.enabled else "finetune",
+                           heads=model_heads(exp.finetune.heads, model_tasks(exp)),
                            **NetworkSettings.keys_of(exp), **declared(model_tasks(exp), exp.finetune.heads))
 
 
@@ -224,6 +248,7 @@ def export_settings(lp: LoadedParams, exp: ExperimentParams) -> ExportSettings:
                           start_model=start if local else HUB_IDS.get(start, start),
                           pretraining=f"{exp.pretrain} ({pre.kind})" if pre is not None else None,
                           data=str(lp.params.data.dir), demo_data=is_demo_data(lp.params.data.dir),
+                          heads=model_heads(exp.finetune.heads, model_tasks(exp)),
                           **declared(model_tasks(exp), exp.finetune.heads, presentation=True))
 
 
@@ -252,9 +277,11 @@ def teach_settings(lp: LoadedParams, name: str, tasks: list[str]) -> TeachSettin
     ensemble does."""
     members = teacher_members(name, lp.experiments, lp.groups, lp.params.ensembles)
     ens = lp.params.ensembles.get(name)
-    modules = [m for member in members for m in predict_settings(lp.experiments[member]).modules]
-    return TeachSettings(members={m: predict_settings(lp.experiments[m]).model_stage for m in members},
+    predicts = {m: predict_settings(lp.experiments[m]) for m in members}
+    modules = [m for p in predicts.values() for m in p.modules]
+    return TeachSettings(members={m: p.model_stage for m, p in predicts.items()},
                          predicts=tasks, similarity=ens.similarity if ens else "mean",
+                         heads=sorted({h for p in predicts.values() for h in p.heads}),
                          **NetworkSettings.keys_of(lp.base), tasks=without_presentation(declarations(tasks)),
                          modules=list(dict.fromkeys(modules)))
 

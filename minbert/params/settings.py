@@ -1,8 +1,10 @@
 """What each stage reads from params.yaml: its settings, resolved (base merged, catalogue applied).
 
-Every stage's library entry point takes one of these objects and nothing else from the params, so
-a stage cannot read a setting that is not in its job's description (minbert.pipeline.plan): the settings
-below *are* that part of the description. Cosmetic keys (`description`, the report's layout) are in
+Every stage's library entry point takes its settings and nothing else from the params, so a stage
+cannot read a setting that is not in its job's description (minbert.pipeline.plan): the settings
+below *are* that part of the description. A stage reads them back from its job file as plain data
+(minbert.core.settings: the same keys, no schema), so these models and their checks are the
+planner's, in no job's code. Cosmetic keys (`description`, the report's layout) are in
 none of them but the report's; `predict_batch_size` only in the predictions'. How each is computed
 from a params file is minbert.params.resolve, the planner's side: a job receives its settings
 resolved and never runs the loader.
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from minbert.core.layout import NLI_SOURCE, PREDICTED_SPLITS, TRAINING_STAGES
-from minbert.params.fields import Downsample
+from pydantic import Field
+
+from minbert.core.layout import PREDICTED_SPLITS, TRAINING_STAGES
 from minbert.params.finetune import FinetuneParams, SmartParams
 from minbert.params.schema import (
     ClassificationCombination,
@@ -25,12 +28,13 @@ from minbert.params.schema import (
     PretrainParams,
     SimilarityCombination,
     TrainingSettings,
-    deep_merge,
 )
 from minbert.params.tasks import Declarations
 
 TrainingStage = Literal[TRAINING_STAGES]     # the training stage whose model a later stage reads
 PredictedSplit = Literal[PREDICTED_SPLITS]   # a split an experiment predicts (dev always, test unless off)
+# the heads a stage that loads a trained model finds in it, by name: their code is the job's code
+ModelHeads = Field([], description="the heads of the model it loads")
 
 
 def extras_off() -> dict:
@@ -55,7 +59,7 @@ class PretrainSettings(TrainingSettings, Declarations):
     seed: int
     max_length: int
     pretraining: PretrainParams
-    finetune: FinetuneParams | None = None  # para_first only: base.finetune, the training it shares
+    finetune: FinetuneParams | None = None  # para_first only: the fine-tuning of the paraphrase task it runs
 
 
 class FinetuneSettings(TrainingSettings, Declarations):
@@ -69,6 +73,7 @@ class FinetuneSettings(TrainingSettings, Declarations):
 class RetrainSettings(TrainingSettings, Declarations):
     seed: int
     train: FinetuneParams                   # head retraining's effective training settings
+    heads: list[str] = ModelHeads
 
 
 class PredictSettings(NetworkSettings, Declarations):
@@ -76,12 +81,14 @@ class PredictSettings(NetworkSettings, Declarations):
     model_stage: TrainingStage              # which training stage's model predicts
     predicts: list[str]                     # the tasks of that model: one predictions file per task and split
     splits: list[PredictedSplit] = list(PREDICTED_SPLITS)   # dev, and test unless `predict_test` is off
+    heads: list[str] = ModelHeads
 
 
 class TeachSettings(NetworkSettings, Declarations):
     members: dict[str, TrainingStage]       # the experiments it averages -> which model
     predicts: list[str]                     # the tasks it predicts (the ones its students distil)
     similarity: SimilarityCombination = "mean"   # how a regression task's scores are combined
+    heads: list[str] = ModelHeads
 
 
 class ExportSettings(Declarations):
@@ -96,6 +103,7 @@ class ExportSettings(Declarations):
     pretraining: str | None = None          # the further pretraining between the two (name and kind)
     data: str = ""                          # data.dir, for the card
     demo_data: bool = False                 # data.dir holds the synthetic demo data (minbert.core.datasets)
+    heads: list[str] = ModelHeads
 
 
 class EnsembleSettings(Declarations):
@@ -104,25 +112,3 @@ class EnsembleSettings(Declarations):
     similarity: SimilarityCombination
     predicts: list[str]                     # the tasks every member predicts: one file per task and split
     splits: list[PredictedSplit] = list(PREDICTED_SPLITS)   # the splits every member predicts
-
-
-def pretrain_splits(s: PretrainSettings) -> list[tuple[str, str]]:
-    """The prepared (task, split) files a pretraining reads: what it trains on and its dev set."""
-    kind = s.pretraining.kind
-    tasks = s.pretraining.mlm.tasks if kind == "mlm" else [NLI_SOURCE] if kind == "nli" else ["para"]
-    return [(t, split) for t in tasks for split in ("train", "dev")]
-
-
-def para_first_config(s: PretrainSettings) -> FinetuneParams:
-    """Paraphrase-first pretraining trains the paraphrase task alone on all its data, with the
-    pretraining's optimiser settings and base.finetune's heads, dropout and clipping (changed by
-    the pretraining's own `finetune` section)."""
-    pre = s.pretraining
-    ft = FinetuneParams.model_validate(deep_merge(s.finetune.model_dump(), pre.finetune))
-    return ft.model_copy(update={
-        "tasks": ["para"], "schedule": "round_robin", "epochs": pre.epochs, "batch_size": pre.batch_size,
-        "lr": pre.lr, "weight_decay": pre.weight_decay, "warmup_ratio": pre.warmup_ratio,
-        "lr_schedule": pre.lr_schedule, "grad_clip": pre.grad_clip,
-        "downsample": Downsample(mode="none"),
-        "max_steps_per_epoch": pre.max_steps_per_epoch, "freeze_encoder": False, "early_stopping": None,
-        "tracking": [], **extras_off()})

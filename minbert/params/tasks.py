@@ -19,8 +19,6 @@ nothing.
 """
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
-
 import os
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
@@ -33,7 +31,7 @@ from minbert.core.layout import NLI_SOURCE
 from minbert.core.registry import Registry, RegistryProblem
 from minbert.core.tasks import BUILTIN_TASKS, KINDS, Task
 from minbert.params.fields import NAME_MAX, NAME_RE, Strict, refuse
-from minbert.params.heads import HeadsParams
+from minbert.params.heads import DECLARED_HEAD, DECLARED_LOSS, HeadsParams
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)    # labels, targets and outputs are float32
 FileFormat = Literal["csv", "tsv", "jsonl", "cs224n"]
@@ -109,10 +107,8 @@ class TaskParams(Strict):
                                                                 "`[lo, hi]` (float32 numbers, lo below hi)")
     metric: Literal["acc", "pearson"] | None = Field(None, description="`acc` for classes, `pearson` for a range; "
                                                                        "none: the one its kind has")
-    head: str | None = Field(None, description="its default head (docs/finetuning.md); none: `classifier` for one "
-                                               "text, `cross` for a pair")
-    loss: str | None = Field(None, description="its default loss by name; none: cross_entropy, bce or mse by its "
-                                               "kind")
+    head: str | None = Field(None, description=f"its default head (docs/finetuning.md); none: {DECLARED_HEAD}")
+    loss: str | None = Field(None, description=f"its default loss by name; none: {DECLARED_LOSS}")
     files: TaskFilesParams = Field(description="its files and columns")
     PRESENTATION: ClassVar[tuple[str, ...]] = ("title", "short")    # what only people read
 

@@ -21,9 +21,9 @@ from minbert.core.models import model_folder
 from minbert.core.tasks import TASKS
 from minbert.params.catalogue import LoadedParams
 from minbert.params.finetune import FinetuneParams
+from minbert.train.points import EVAL_BATCH_SIZE as EVAL_BATCH   # what the estimate prices: the loop's batches
 
 LENGTH = 32             # word pieces of a typical sentence of the CS224N data (a pair's cross-encoding: twice)
-EVAL_BATCH = 128        # the training loop's evaluation batches (minbert.train.evaluation.EVAL_BATCH_SIZE)
 
 
 @dataclass

@@ -8,7 +8,7 @@ own that folder; it runs in the job's registry all the same (its declared tasks 
 from __future__ import annotations
 
 from minbert.core.provenance import fingerprint_of
-from minbert.params.settings import ExportSettings
+from minbert.core.settings import ExportSettings, read_settings
 from minbert.pipeline.job import Job
 from minbert.pipeline.runinfo import job_registry, running
 from minbert.pipeline.stage import folder_of
@@ -17,7 +17,7 @@ from minbert.share.export import export_experiment
 
 def export(job: Job, out: str | None = None, force: bool = False) -> list[str]:
     """Run the export job `job` (into `out` when given); the files written, relative to its folder."""
-    s = ExportSettings(**job.settings)
+    s = read_settings(ExportSettings, job.settings, job.job_file)
     reads = (job.reads["model"][0], job.reads["record"][0], folder_of(job.reads["predictions"]), job.reads["splits"])
     if out is not None:
         with job_registry(job).active():

@@ -11,6 +11,11 @@ deleting an output gives its disk back).
   hashed again (about a second for a bert-base checkpoint). A job that waited for another process
   running it, or a stage run again by hand, then has nothing to run (minbert.pipeline.runinfo); an
   output edited in place, replaced or removed since is not in place, and the job runs.
+- `accept`: a reviewed edit that changes nothing computed (minbert.pipeline.accept) is recorded
+  here, beside the outputs it leaves in place: the new fingerprint, and the code accepted for the
+  run its run record describes (`accepted`), which the planner reads as that run's code. The run
+  record itself keeps saying what ran (the report shows it: re-stamping it would change the
+  report's inputs).
 - `prune`: the records of jobs a plan no longer has, and the folders of hard links an earlier
   version kept there, are removed (the engines' planning calls it).
 """
@@ -78,14 +83,34 @@ def _same(a: dict | None, b: dict | None) -> bool:
 
 def in_place(job, fingerprint: str) -> bool:
     """The job's outputs are, byte for byte, those its last finished run wrote, and that run had
-    `fingerprint` (the same settings, inputs, code and runtime)."""
+    `fingerprint` (the same settings, inputs, code and runtime; or the code accepted since)."""
     info = _read(job)
-    if info is None or info.get("fingerprint") != fingerprint:
+    accepted = info.get("accepted") if info is not None else None
+    ran = accepted.get("run") if isinstance(accepted, dict) else None
+    if info is None or fingerprint not in (info.get("fingerprint"), ran):
         return False
     kept = info["outputs"]
     if set(kept) != {job.portable(o) for o in job.outputs}:
         return False
     return all(_same(_entry(Path(o)), kept[job.portable(o)]) for o in job.outputs)
+
+
+def accept(job, run_fingerprint: str, fingerprint: str, code: dict) -> None:
+    """Record `code` (the description's `code`, and `modules` where it has them) as accepted for the
+    run of `run_fingerprint` (its run record's), and `fingerprint` (the run's, with that code) as the
+    fingerprint of the outputs in place."""
+    info = _read(job)
+    write_json(_record_path(job), {**info, "fingerprint": fingerprint, "accepted": {"run": run_fingerprint, **code}})
+
+
+def accepted(job, run_fingerprint: str) -> dict:
+    """The code accepted for the run of `run_fingerprint` ({"code": ..., "modules": ...}), or {} (none,
+    or accepted for another run)."""
+    info = _read(job) or {}
+    acc = info.get("accepted")
+    if not isinstance(acc, dict) or acc.get("run") != run_fingerprint:
+        return {}
+    return {k: v for k, v in acc.items() if k in ("code", "modules") and isinstance(v, dict)}
 
 
 def _put_dates(path: Path, now: dict, then: dict) -> dict:

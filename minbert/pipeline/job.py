@@ -173,10 +173,11 @@ class Job:
 
     # ------------------------------------------------------------ the job file
 
-    def file_text(self) -> str:
-        """The job file's content: the description and where the job writes."""
+    def file_text(self, stale: list[str] = ()) -> str:
+        """The job file's content: the description and where the job writes; `stale`: the reads its
+        outputs were not made from (minbert.pipeline.plan.write_job_file), which make the file new."""
         where = {"results": self.results, "reports": self.reports, "writes": self.writes,
-                 "run_record": self.run_record}
+                 "run_record": self.run_record, **({"stale": sorted(stale)} if stale else {})}
         return json.dumps({"format": JOB_FORMAT, "description": self.description(), "job": where},
                           sort_keys=True, default=str) + "\n"
 
@@ -207,9 +208,28 @@ class Job:
             raise MinBertError(f"{path}: holds job {_shown(got)}, not {want}; check --job")
         job = cls.build(stage, name, _checked_settings(path, stage, description.get("settings")),
                         Layout(results, reports))
+        if job.spec.gathers is not None:    # the other jobs' outputs, as the planner listed them
+            job.reads = job._local_reads(path, description.get("reads"), redo)
         job.recorded = description
         _check_against_derived(path, job, description, where, redo)
         return job
+
+    def local(self, path: str) -> str:
+        """A path as the description names it (`portable`) as a path again."""
+        for root, mark in ((self.results, RESULTS_MARK), (self.reports, REPORTS_MARK)):
+            if path == mark or path.startswith(mark + "/"):
+                return root.rstrip("/") + path[len(mark):]
+        return path
+
+    def _local_reads(self, path: Path, reads, redo: str) -> dict[str, list[str]]:
+        """A gathering job's reads from its job file: the outputs of other jobs, all in its results
+        folder (what else it might name is no job's output); a one-line error otherwise."""
+        ok = isinstance(reads, dict) and all(isinstance(v, list) and all(isinstance(p, str) and
+                                                                         p.startswith(RESULTS_MARK + "/") for p in v)
+                                             for v in reads.values())
+        if not ok:
+            raise MinBertError(f"{path}: its reads are not outputs in its results folder; {redo}")
+        return {k: [self.local(p) for p in v] for k, v in reads.items()}
 
 
 def _shown(got) -> str:
@@ -238,8 +258,8 @@ def _checked_settings(path: Path, stage: str, settings):
 
 def _check_against_derived(path: Path, job: Job, description: dict, where: dict, redo: str) -> None:
     """The job file is where the planner writes it and lists what the registry derives: the outputs
-    in its results folder, and (but for the report, whose reads are the planner's list of every
-    output) its reads."""
+    in its results folder, and (but for a stage that gathers the other jobs' outputs, the report,
+    whose reads are the planner's list of them) its reads."""
     planned_in = _planned_in(path, job)
     if planned_in is not None:
         raise MinBertError(f"{path}: its paths are relative to the folder it was planned in, {str(planned_in)[:200]}, "
@@ -249,7 +269,7 @@ def _check_against_derived(path: Path, job: Job, description: dict, where: dict,
                            f"{job.job_file[:200]}, not this file; give --job that file, or {redo}")
     derived = {"writes": job.writes, "run_record": job.run_record}
     listed = {"writes": where.get("writes"), "run_record": where.get("run_record")}
-    if job.stage != "report":
+    if job.spec.gathers is None:
         derived["reads"], listed["reads"] = job._portable_reads(), description.get("reads")
     for key, value in derived.items():
         if listed[key] != value:

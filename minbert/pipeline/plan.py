@@ -17,15 +17,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import TEMP_SUFFIX, read_input
-from minbert.core.layout import MODEL_FILE, Layout
-from minbert.core.provenance import canonical
+from minbert.core.layout import Layout
+from minbert.core.provenance import canonical, path_hash
 from minbert.params.catalogue import LoadedParams
 from minbert.params.load import load_params
 from minbert.params.messages import close
+from minbert.pipeline import finished
 from minbert.pipeline.job import Job, refuse_inputs_inside_outputs
 from minbert.pipeline.registry import STAGES
 
@@ -38,22 +40,30 @@ def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout =
     by_name: dict[tuple, list[Job]] = {}        # an experiment's jobs together, in the registry's order
     with lp.registry.active():                  # the params' own tasks, losses and heads
         for spec in STAGES.values():
-            for name in ([] if spec.name == "report" else spec.names(lp)):
+            for name in spec.names(lp):
                 job = Job.build(spec.name, name, spec.settings(lp, name), layout)
                 by_name.setdefault((spec.name,) if name is None else (spec.what, name), []).append(job)
         jobs = [j for group in by_name.values() for j in group]
+        for job in jobs:
+            if job.spec.gathers is not None:
+                job.reads = gathered(job, jobs)
         for job in jobs:    # an engine deletes a job's outputs before it runs: refuse before any engine starts
             refuse_inputs_inside_outputs(job)
-        return _link(jobs + [_report(lp, layout, jobs)])
+        return _link(jobs)
 
 
-def _report(lp: LoadedParams, layout: Layout, jobs: list[Job]) -> Job:
-    """The report reads every earlier output but the models and the exports (minbert.report.data
-    loads what it shows by the layout)."""
-    report = Job.build("report", None, STAGES["report"].settings(lp, None), layout)
-    report.reads = {"outputs": [o for j in jobs if j.spec.reported for o in j.outputs
-                                if not o.endswith((f"/{MODEL_FILE}", "/model"))]}
-    return report
+def gathered(job: Job, jobs: list[Job]) -> dict[str, list[str]]:
+    """What a job that reads the other jobs' outputs (its stage `gathers` them: the report) reads,
+    each output under `<job id>:<output name>` (a job's run record: `<job id>:run_record`)."""
+    admits = job.spec.gathers
+    reads = {}
+    for other in jobs:
+        if other.spec.gathers is not None:
+            continue
+        for name, paths in [*other.writes.items(), ("run_record", [other.run_record])]:
+            if admits(other.spec, name):
+                reads[f"{other.id}:{name}"] = list(paths)
+    return reads
 
 
 def _holder(path: str, maker: dict) -> str | None:
@@ -105,12 +115,12 @@ def _link(jobs: list[Job]) -> list[Job]:
 
 def job_for(params_path: str | Path, stage: str, name: str | None, layout: Layout = Layout()) -> Job:
     """One job of the pipeline (what a stage CLI runs by hand), planned alone: its settings, reads and
-    outputs, without the other jobs (the report, which reads every output, plans them all); a
-    one-line error for a name it lacks."""
+    outputs, without the other jobs (a stage that gathers their outputs, the report, plans them all);
+    a one-line error for a name it lacks."""
     lp = load_params(params_path)
     spec = STAGES[stage]
-    if spec.name == "report":
-        return next(j for j in pipeline(lp, layout) if j.stage == "report")
+    if spec.gathers is not None:       # it reads the other jobs' outputs: they are planned with it
+        return next(j for j in pipeline(lp, layout) if j.stage == stage)
     with lp.registry.active():
         if name in spec.runnable(lp):
             job = Job.build(stage, name, spec.settings(lp, name), layout)
@@ -138,19 +148,24 @@ def write_job_file(job: Job) -> bool:
 
     Snakemake compares the file's date with the job's outputs (and, the date being newer, its
     content with the one it recorded). A description that is the one the outputs were made from
-    (their run record says so: an edit undone, or outputs made by DVC) gets the date the run
-    started, so it counts as older than them; any other new content is newer."""
+    (their run record says so, or an acceptance of its code: minbert.pipeline.accept; an edit
+    undone, or outputs made by DVC) gets the date the run started, so it counts as older than them;
+    any other new content is newer. When the outputs were made from this description but from
+    other inputs than those in place now (a stage run by hand on inputs changed since, then put
+    back), the file names those inputs (`stale`): new content, so either engine runs the job again."""
+    last = last_run(job)
+    current = last is not None and last.made(job.description())
+    stale = last.changed_reads(job) if current else []
     path = Path(job.job_file)
-    text = job.file_text()
+    text = job.file_text(stale)
     try:
         if path.read_text(encoding="utf-8") == text:
             return False
     except (OSError, UnicodeDecodeError):
         pass
     _replace(path, text)
-    started = _made_from(job, job.description())
-    if started is not None:
-        os.utime(path, (started, started))
+    if current and not stale:
+        os.utime(path, (last.started, last.started))
     return True
 
 
@@ -167,21 +182,71 @@ def _replace(path: Path, text: str) -> None:
 
 
 RUN_ONLY = ("read_hashes", "runtime")     # in a run record's description, beside the job's own
+ACCEPTED = ("code", "modules")            # what an acceptance of a reviewed edit re-stamps (minbert.pipeline.accept)
 
 
-def _made_from(job: Job, description: dict) -> float | None:
-    """When the job's recorded run started, if that run had this description; else None."""
+@dataclass(frozen=True)
+class LastRun:
+    """A job's last finished run, as its run record says (with the code accepted since, if any)."""
+    description: dict          # the job's own description (the run-only keys apart), code as accepted
+    ran: dict                  # the same, code as it ran (the run record's own)
+    recorded: dict             # the whole description the run recorded (its fingerprint's), code as accepted
+    started: float             # when it started, a second early (the record keeps whole seconds)
+    run_fingerprint: str       # the fingerprint its run record holds (of the code that ran)
+
+    def made(self, description: dict) -> bool:
+        """Whether the run made its outputs for `description` (with the code that ran, or the code
+        accepted since)."""
+        return canonical(description) in (canonical(self.description), canonical(self.ran))
+
+    def changed_reads(self, job: Job) -> list[str]:
+        """The job's reads (as its description names them) that are not what the run read: each read
+        changed (content or status) since the run started is hashed again and compared with the hash
+        the run recorded; one not changed since is what it read."""
+        recorded = self.recorded.get("read_hashes") or {}
+        changed = []
+        for path in job.read_paths:
+            name = job.portable(path)
+            if name in recorded and _touched_since(Path(path), self.started) and path_hash(path) != recorded[name]:
+                changed.append(name)
+        return changed
+
+
+def _touched_since(path: Path, when: float) -> bool:
+    """Whether a file, or a file of a folder, changed content or status (a copy put back with its old
+    date still changes the status) at or after `when`; a path not there counts as changed."""
+    try:
+        stats = [path.stat()] + ([q.stat() for q in path.rglob("*")] if path.is_dir() else [])
+    except OSError:
+        return True
+    return any(max(st.st_mtime, st.st_ctime) >= when for st in stats)
+
+
+def last_run(job: Job) -> LastRun | None:
+    """The job's last finished run (minbert.pipeline.runinfo writes its run record), its recorded code
+    replaced by the code accepted since (minbert.pipeline.finished.accepted); None when it has none
+    or its record does not read."""
     record = Path(job.run_record)
     try:
         if not record.is_file():
             return None
         info = json.loads(read_input(record, "run record", limit=64 << 20).decode("utf-8"))
-        recorded = {k: v for k, v in info["description"].items() if k not in RUN_ONLY}
-        if canonical(recorded) != canonical(description):
-            return None
-        return dt.datetime.fromisoformat(info["started"]).timestamp() - 1.0
+        recorded = {**info["description"], **finished.accepted(job, info["fingerprint"])}
+        own = {k: v for k, v in recorded.items() if k not in RUN_ONLY}
+        ran = {k: v for k, v in info["description"].items() if k not in RUN_ONLY}
+        return LastRun(own, ran, recorded, dt.datetime.fromisoformat(info["started"]).timestamp() - 1.0,
+                       str(info["fingerprint"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, MinBertError):
         return None
 
 
-__all__ = ["Job", "pipeline", "job_for", "write_job_file"]
+def made_from(job: Job, description: dict) -> float | None:
+    """When the job's last run started, if that run had this description and read what is in place
+    now; else None."""
+    last = last_run(job)
+    if last is None or not last.made(description) or last.changed_reads(job):
+        return None
+    return last.started
+
+
+__all__ = ["Job", "LastRun", "last_run", "made_from", "pipeline", "job_for", "write_job_file"]

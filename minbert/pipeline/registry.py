@@ -5,13 +5,15 @@ A stage is its spec here, its library function and its thin CLI (stages/<name>.p
   memory in MB, minutes, GPUs for the stages that run the network);
 - how a job is named on the command line (`named`: --experiment or --name, and what a name names);
 - which jobs a params file has (`names`) and each job's `settings` (minbert.params.resolve), whose
-  model (`model`) the stage reads them with;
+  model (`model`) the planner checks them with (the stage reads them as plain data:
+  minbert.core.settings);
 - what a job reads and writes, by name (`io`): a function of the layout, the job's name and its
   settings alone, so the planner (minbert.pipeline.plan), the Snakemake patterns (the name set to
   "{name}": workflow/dag.py), dvc.yaml and the check of a job file an engine hands the stage
   (minbert.pipeline.job) all derive the same paths;
-- which named outputs DVC reads as metrics and plots, and the code a job runs beside its stage
-  module (`code`).
+- which named outputs DVC reads as metrics and plots, the code a job runs beside its stage
+  module (`code`: a pretraining's kind, the heads and losses a training or a loaded model runs),
+  and, for a stage that reads the other jobs' outputs (the report), which (`gathers`).
 
 The registry decides what is in each job's description (its reads) and job file (its outputs), so
 like the planner it is in no job's code (minbert.pipeline.code.NOT_JOB_CODE): an edit here re-runs
@@ -26,8 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from minbert.core.layout import PREDICTED_SPLITS, Layout, prediction_file
+from minbert.core.settings import pretrain_splits
 from minbert.core.tasks import TASKS
-from minbert.pipeline.code import PARAMS_LOADER
 from minbert.params import resolve as S
 from minbert.params.settings import (
     EnsembleSettings,
@@ -39,10 +41,9 @@ from minbert.params.settings import (
     PretrainSettings,
     RetrainSettings,
     TeachSettings,
-    para_first_config,
-    pretrain_splits,
 )
 from minbert.params.validate import shared_tasks
+from minbert.pipeline.code import PARAMS_LOADER
 from minbert.train import PRETRAINING_MODULES
 
 
@@ -64,7 +65,7 @@ class Stage:
     io: Callable[[Layout, Any, Any], StageIO]     # (layout, name, settings) -> what the job reads and writes
     names: Callable[[Any], Iterable]              # the params -> the names of its jobs ([None]: one job)
     settings: Callable[[Any, Any], Any]           # (params, name) -> the job's settings (a model, or a dict)
-    model: type | None = None                     # what the stage reads its settings with (None: a dict)
+    model: type | None = None                     # what the planner checks its settings with (None: a dict)
     named: str | None = None                      # its jobs' command-line argument: experiment | name
     what: str = "experiment"                      # what a name names, in messages
     name_help: str = ""
@@ -75,6 +76,9 @@ class Stage:
     plots: tuple[str, ...] = ()                   # named outputs DVC draws as plots
     code: Callable[[Any], list[str]] = lambda settings: []   # code roots beside its stage module
     reported: bool = True                         # the report reads its outputs (but models)
+    # a stage that reads the outputs of the other jobs (the report): which, by stage and output name;
+    # the planner names each read `<job id>:<output name>` (`run_record` for the run record)
+    gathers: Callable[[Any, str], bool] | None = None
 
     @property
     def module(self) -> str:
@@ -185,8 +189,13 @@ def _ensemble_io(L: Layout, name, s) -> StageIO:
 
 
 def _report_io(L: Layout, name, s) -> StageIO:
-    # what it reads, every earlier output but the models, is the planner's to list (it knows them all)
+    # what it reads (`gathers`: every output of the other jobs it shows) is the planner's to list
     return StageIO({}, {"final": [L.final_report], "pages": [L.experiment_reports], "summary": [L.summary_metrics]})
+
+
+def _shown(spec: Stage, output: str) -> bool:
+    """What the report shows: every output of a reported stage (its run record too) but its model."""
+    return spec.reported and output != "model"
 
 
 def _export_io(L: Layout, name, s) -> StageIO:
@@ -211,13 +220,13 @@ def _runs_heads_and_losses(s, train) -> list[str]:
 
 
 def _loads_models(s) -> list[str]:
-    """A stage that loads a trained model runs whichever heads its checkpoint holds: every built-in
-    head's module (no loss runs there)."""
-    return s.registry.code_modules(heads=[n for n, h in s.registry.heads.items() if h.builtin])
+    """A stage that loads a trained model runs the heads its model holds (its settings name them: the
+    experiment's, known when the job is planned); no loss runs there."""
+    return s.registry.code_modules(heads=s.heads)
 
 
 def _pretrain_code(s) -> list[str]:
-    first = [] if s.pretraining.kind != "para_first" else _runs_heads_and_losses(s, para_first_config(s))
+    first = _runs_heads_and_losses(s, s.finetune) if s.pretraining.kind == "para_first" else []
     return [PRETRAINING_MODULES[s.pretraining.kind], *first]
 
 
@@ -281,7 +290,7 @@ STAGES: dict[str, Stage] = {s.name: replace(s, io=_in_own_registry(s.io)) for s 
           name_help="the ensemble name in params.yaml", metrics=("metrics",)),
     Stage("report", "report: the HTML pages", {"threads": 1, "mem_mb": 8000, "runtime": 30}, _report_io,
           names=lambda lp: [None], settings=lambda lp, name: S.report_settings(lp), metrics=("summary",),
-          code=_report_code),
+          code=_report_code, gathers=_shown),
     Stage("export", "export {name} in the Hugging Face format", {"threads": 1, "mem_mb": 8000, "runtime": 20},
           _export_io, names=lambda lp: lp.params.export.experiments,
           settings=lambda lp, n: S.export_settings(lp, lp.experiments[n]), model=ExportSettings, named="experiment",

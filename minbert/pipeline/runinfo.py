@@ -43,6 +43,7 @@ from pathlib import Path
 from minbert.core.errors import MinBertError
 from minbert.core.io import MANIFEST, clean_stale_temporaries, refuse_links, remove_owned, write_json
 from minbert.core.layout import Layout
+from minbert.core.plain import changed
 from minbert.core.provenance import fingerprint_of, git_revision, with_runtime
 from minbert.core.registry import Registry, RegistryProblem
 from minbert.pipeline import finished
@@ -110,7 +111,7 @@ def resolve_network(network) -> tuple[object, dict]:
     device = pick_device(network.device)
     precision = precision_on(network.precision, device)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    return network.model_copy(update={"device": device.type, "precision": precision}), \
+    return changed(network, device=device.type, precision=precision), \
         {"device": device.type, "precision": precision, "world": world}
 
 

@@ -1,14 +1,15 @@
-"""What every stage CLI shares: its arguments and its job.
+"""What every stage CLI shares: its arguments, its job and its settings.
 
-    call = stage_call("finetune", __doc__, argv)
-    s = FinetuneSettings(**call.job.settings)
-    call.job.reads["splits"], call.job.writes["model"]
+    call = stage_call("finetune", __doc__, argv, settings=FinetuneSettings)
+    call.settings.finetune.lr, call.job.reads["splits"], call.job.writes["model"]
 
 An engine starts a stage with `--job results/jobs/<stage>/<name>.json`, the job file it depends on
 (minbert.pipeline.job): the stage reads its settings, inputs and outputs from it, checked against
 what the stage registry derives, and nothing else of the params. By hand, without `--job`, the
-stage plans its own job from `--params` (minbert.pipeline.plan.job_for), with the same result. How
-a stage's jobs are named on the command line (--experiment E, --name N) is the registry's.
+stage plans its own job from `--params` (minbert.pipeline.plan.job_for), with the same result. The
+settings reach the stage as plain, frozen data (minbert.core.settings), read from the job's
+description: what computes never runs the params' schema. How a stage's jobs are named on the
+command line (--experiment E, --name N) is the registry's.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from minbert.core.layout import Layout
+from minbert.core.settings import read_settings
 from minbert.pipeline.job import Job
 from minbert.pipeline.plan import job_for
 from minbert.pipeline.registry import STAGES
@@ -30,6 +32,7 @@ class StageCall:
     args: argparse.Namespace
     job: Job
     layout: Layout
+    settings: object = None     # the job's settings as the stage reads them (minbert.core.settings)
 
     @property
     def name(self) -> str | None:
@@ -52,10 +55,11 @@ def stage_parser(stage: str, doc: str) -> argparse.ArgumentParser:
 
 
 def stage_call(stage: str, doc: str, argv: list[str] | None, *,
-               arguments: Callable[[argparse.ArgumentParser], None] | None = None, reports: str | None = None
-               ) -> StageCall:
+               arguments: Callable[[argparse.ArgumentParser], None] | None = None, reports: str | None = None,
+               settings: type | None = None) -> StageCall:
     """Parse the stage's arguments (`arguments` adds its own) and find its job. `reports`: the name of
-    an argument holding the reports folder (the report stage's --out)."""
+    an argument holding the reports folder (the report stage's --out); `settings`: the class the stage
+    reads its settings as (minbert.core.settings)."""
     p = stage_parser(stage, doc)
     if arguments is not None:
         arguments(p)
@@ -68,7 +72,8 @@ def stage_call(stage: str, doc: str, argv: list[str] | None, *,
     else:
         layout = Layout(args.results, getattr(args, reports) if reports else "reports")
         job = job_for(args.params, stage, name, layout)
-    return StageCall(args, job, layout)
+    plain = read_settings(settings, job.settings, job.job_file) if settings is not None else None
+    return StageCall(args, job, layout, plain)
 
 
 def main_process() -> bool:

@@ -1,8 +1,11 @@
 """Everything the report reads from results/, as plain Python objects.
 
-The file layout is the pipeline contract (docs/pipeline.md). A result that is absent (a task not
-trained, test labels unknown, an experiment not run yet) loads as None and renders as an em dash;
-a file that exists but is malformed is a MinBertError naming the file.
+The report is a stage like any other: it reads what its job declares, the outputs of the other jobs
+by name (`<job id>:<output name>`, e.g. `evaluate@base:metrics`, `finetune@base:run_record`: the
+planner's minbert.pipeline.plan.gathered), and nothing else of the results folder; `Outputs` looks
+them up, and a stage added to the pipeline has its outputs there without a change here. A result
+that is absent (a task not trained, test labels unknown, an experiment not run yet) loads as None
+and renders as an em dash; a file that exists but is malformed is a MinBertError naming the file.
 """
 from __future__ import annotations
 
@@ -15,10 +18,11 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.layout import PREDICTED_SPLITS as SPLITS
-from minbert.core.layout import TRAINING_STAGES, Layout, prediction_file
+from minbert.core.layout import TRAINING_STAGES, Layout
 from minbert.core.metrics import Undefined
 from minbert.core.tasks import TASKS
 from minbert.params import LoadedParams
+from minbert.pipeline.plan import pipeline
 from minbert.scoring.predictions import read_predictions
 
 
@@ -124,46 +128,71 @@ def history_note(path: Path, history: pd.DataFrame | None, trained: bool, stage:
             f"last row may be wrong; run {rerun} to write it whole")
 
 
-def load_run(layout: Layout, name: str, kind: str, pretrain: str | None = None) -> RunResults:
+@dataclass
+class Outputs:
+    """The report job's reads: the other jobs' outputs, by job and output name."""
+    reads: dict[str, list[str]]
+
+    def files(self, job: str, output: str) -> list[str]:
+        return list(self.reads.get(f"{job}:{output}", []))
+
+    def file(self, job: str, output: str) -> Path | None:
+        """The one path of `job`'s output `output`, or None when the report does not read it."""
+        paths = self.files(job, output)
+        return Path(paths[0]) if paths else None
+
+    def run_records(self) -> list[str]:
+        return [p for key, paths in sorted(self.reads.items()) if key.endswith(":run_record") for p in paths]
+
+
+def _present(path: Path | None) -> bool:
+    return path is not None and path.exists()
+
+
+def load_run(outputs: Outputs, name: str, kind: str, pretrain: str | None = None) -> RunResults:
     experiment = kind == "experiment"
-    metrics = layout.metrics(name) if experiment else layout.ensemble_metrics(name)
-    predictions = layout.predictions(name) if experiment else layout.ensemble_predictions(name)
-    run = RunResults(name=name, kind=kind, metrics=load_metrics(Path(metrics)))
+    metrics = outputs.file(f"evaluate@{name}" if experiment else f"ensemble@{name}", "metrics")
+    predictions = outputs.files(f"predict@{name}" if experiment else f"ensemble@{name}", "predictions")
+    run = RunResults(name=name, kind=kind, metrics=load_metrics(metrics) if metrics is not None else None)
     if pretrain is not None:                    # the shared pretraining this experiment starts from
-        path = Path(layout.pretrain_history(pretrain))
-        history = load_history(path)
+        path = outputs.file(f"pretrain@{pretrain}", "history")
+        history = load_history(path) if path is not None else None
         if history is not None:
             run.histories["pretrain"] = history
-        metrics = Path(layout.pretrain_metrics(pretrain))
-        run.pretrain_metrics = read_json(metrics) if metrics.is_file() else None
+        metrics = outputs.file(f"pretrain@{pretrain}", "metrics")
+        run.pretrain_metrics = read_json(metrics) if _present(metrics) else None
         if run.pretrain_metrics is not None and not isinstance(run.pretrain_metrics, dict):
             raise MinBertError(f"{metrics}: expected a JSON object; re-run python -m stages.pretrain --name {pretrain}")
-        note = history_note(path, history, Path(layout.pretrain_model(pretrain)).exists(), "pretrain",
-                            f"python -m stages.pretrain --name {pretrain}")
-        run.history_notes += [note] if note else []
-    for task in TASKS:
-        for split in SPLITS:
-            path = Path(prediction_file(predictions, task, split))
-            if path.is_file():
-                run.predictions[(task, split)] = read_predictions(path, task)
+        if path is not None:
+            note = history_note(path, history, _present(outputs.file(f"pretrain@{pretrain}", "run_record")),
+                                "pretrain", f"python -m stages.pretrain --name {pretrain}")
+            run.history_notes += [note] if note else []
+    for file in map(Path, predictions):         # <task>-<split>.csv (task names hold no '-')
+        task, _, split = file.stem.rpartition("-")
+        if file.is_file() and task in TASKS:
+            run.predictions[(task, split)] = read_predictions(file, task)
     if experiment:
         for stage in TRAINING_STAGES:
-            path = Path(layout.history(name, stage))
+            path = outputs.file(f"{stage}@{name}", "history")
+            if path is None:
+                continue
             history = load_history(path)
             if history is not None:
                 run.histories[stage] = history
-            trained = Path(layout.model(name, stage)).exists() or Path(layout.run_record(stage, name)).exists()
+            trained = _present(outputs.file(f"{stage}@{name}", "run_record"))
             note = history_note(path, history, trained, stage.replace("_", " "),
                                 f"python -m stages.{stage} --experiment {name} --force")
             run.history_notes += [note] if note else []
     return run
 
 
-def run_infos(layout: Layout) -> list[dict]:
+def run_infos(outputs: Outputs, layout: Layout) -> list[dict]:
     """Every job's run record, in path order, each with its path."""
     infos = []
     root = Path(layout.run_records)
-    for path in sorted(root.glob("**/*.json")):
+    for path in sorted(map(Path, outputs.run_records())):
+        if not path.is_file():
+            continue
         info = read_json(path)
         if not isinstance(info, dict):
             raise MinBertError(f"{path}: expected a JSON object written by a stage")
@@ -171,10 +200,11 @@ def run_infos(layout: Layout) -> list[dict]:
     return infos
 
 
-def data_summary(layout: Layout) -> list[dict]:
-    """results/data/summary.json as rows (one per prepared file), whatever its nesting."""
-    path = Path(layout.data_summary)
-    if not path.is_file():
+def data_summary(outputs: Outputs) -> list[dict]:
+    """The prepared data's summary.json as rows (one per prepared file), whatever its nesting."""
+    data = outputs.file("prepare", "data")
+    path = data / "summary.json" if data is not None else None
+    if not _present(path):
         return []
     raw = read_json(path)
     if isinstance(raw, dict) and isinstance(raw.get("files"), (list, dict)):
@@ -193,10 +223,17 @@ class ReportData:
     runs: dict[str, RunResults]                 # experiments and ensembles by name
     run_infos: list[dict]
     data_summary: list[dict]
+    outputs: Outputs | None = None              # every output the report job reads, by job and name
 
 
-def load_report_data(params: LoadedParams, layout: Layout = Layout()) -> ReportData:
-    runs = {name: load_run(layout, name, "experiment", exp.pretrain) for name, exp in params.experiments.items()}
-    runs |= {name: load_run(layout, name, "ensemble") for name in params.params.ensembles}
-    return ReportData(params=params, layout=layout, runs=runs, run_infos=run_infos(layout),
-                      data_summary=data_summary(layout))
+def load_report_data(params: LoadedParams, layout: Layout = Layout(),
+                     reads: dict[str, list[str]] | None = None) -> ReportData:
+    """What the report shows, from the outputs its job reads (`reads`: the job's; default: what the
+    planner gives the report job of these params in this layout)."""
+    if reads is None:
+        reads = next(j for j in pipeline(params, layout) if j.spec.gathers is not None).reads
+    outputs = Outputs(reads)
+    runs = {name: load_run(outputs, name, "experiment", exp.pretrain) for name, exp in params.experiments.items()}
+    runs |= {name: load_run(outputs, name, "ensemble") for name in params.params.ensembles}
+    return ReportData(params=params, layout=layout, runs=runs, run_infos=run_infos(outputs, layout),
+                      data_summary=data_summary(outputs), outputs=outputs)

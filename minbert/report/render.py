@@ -291,9 +291,10 @@ def summary_metrics(data: ReportData) -> dict:
 
 
 def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: Path = TEMPLATES,
-                   progress: bool = True) -> list[Path]:
-    """Write the final report and one page per experiment and ensemble; returns the paths written."""
-    data = load_report_data(params, layout)
+                   progress: bool = True, reads: dict[str, list[str]] | None = None) -> list[Path]:
+    """Write the final report and one page per experiment and ensemble from the outputs the report
+    job reads (`reads`: its job's; minbert.report.data); returns the paths written."""
+    data = load_report_data(params, layout, reads)
     earlier = read_manifest(layout.experiment_reports)   # the pages an earlier rendering wrote
     book = ScoreBook(data)                      # every bootstrap once, shared by all pages
     env = environment(templates)

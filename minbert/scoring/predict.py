@@ -10,11 +10,11 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path
 from minbert.core.runtime import start_runtime
+from minbert.core.settings import PredictSettings
 from minbert.core.tasks import TASKS
 from minbert.data.batches import load_task_data
 from minbert.model.checkpoint import load_checkpoint
 from minbert.model.multitask import predict_task
-from minbert.params.settings import PredictSettings
 
 
 def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path
+from minbert.core.plain import as_json
 from minbert.core.provenance import git_revision
 from minbert.core.tasks import TASKS
 from minbert.model.checkpoint import declared, load_checkpoint
@@ -156,7 +157,7 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
     save_file(heads, str(folder / HEADS_FILE), metadata={"format": EXPORT_FORMAT})
     own = declared(model)       # the user's tasks and modules, which loading it again needs
     own = carry_code(folder, own) if own.get("code") else own      # with copies of the code they ran
-    _json(folder / MANIFEST, {"format": EXPORT_FORMAT, "tasks": model.tasks, "heads": model.heads_cfg.model_dump(mode="json"),
+    _json(folder / MANIFEST, {"format": EXPORT_FORMAT, "tasks": model.tasks, "heads": as_json(model.heads_cfg),
                               **({"declared": own} if own else {}), "calibration": model.calibration,
                               "max_length": tokenizer.max_length, **(extra or {})})
     cross = {}

@@ -21,12 +21,11 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
 from minbert.core.runtime import start_runtime
+from minbert.core.settings import Distill, TeachSettings
 from minbert.core.tasks import TASKS
 from minbert.data.batches import TaskData, load_task_data
 from minbert.model.checkpoint import load_checkpoint
 from minbert.model.multitask import predict_task
-from minbert.params import DistillParams
-from minbert.params.settings import TeachSettings
 
 BATCH_SIZE = 128        # fixed: the outputs are a student's training data, not to change with a speed setting
 
@@ -88,7 +87,7 @@ def read_teacher(teacher_dir, task: str) -> pd.DataFrame:
     return frame
 
 
-def attach_teacher(train: dict[str, TaskData], teacher_dir, d: DistillParams, tasks: list[str]) -> None:
+def attach_teacher(train: dict[str, TaskData], teacher_dir, d: Distill, tasks: list[str]) -> None:
     """Give each distilled task's training rows their teacher outputs (`TaskData.soft`, by id)."""
     for task in tasks:
         if task not in train:
@@ -102,7 +101,7 @@ def attach_teacher(train: dict[str, TaskData], teacher_dir, d: DistillParams, ta
         train[task].soft = values if values.shape[1] > 1 else values[:, 0]
 
 
-def distilled_tasks(d: DistillParams, trained: list[str], teacher_dir) -> list[str]:
+def distilled_tasks(d: Distill, trained: list[str], teacher_dir) -> list[str]:
     """The student's tasks it distils: those named (default: every trained task the teacher wrote)."""
     if d.tasks is not None:
         return [t for t in trained if t in d.tasks]

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from minbert.core.errors import MinBertError
-from minbert.params.heads import batch_statistic_tasks
+from minbert.core.settings import batch_statistic_tasks
 
 
 @dataclass

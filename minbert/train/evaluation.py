@@ -25,11 +25,10 @@ from minbert.model.checkpoint import checkpoint_dict
 from minbert.model.multitask import MultitaskModel, predict_task
 from minbert.model.tokenizer import Tokenizer
 from minbert.train.losses import task_loss
-from minbert.train.points import eval_points  # noqa: F401  (the loop reads it from here)
+from minbert.train.points import EVAL_BATCH_SIZE, eval_points  # noqa: F401  (the loop reads it from here)
 from minbert.train.training import Plan, Training, TrainState
 
 log = logging.getLogger("minbert.train.loop")
-EVAL_BATCH_SIZE = 128          # dev evaluation during training (prediction speed lives in predict)
 
 
 def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Tokenizer, device, precision: bool | str,

@@ -15,14 +15,13 @@ import torch
 
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import Runtime, seed_everything, start_runtime
+from minbert.core.settings import FinetuneSettings, RetrainSettings, Training, batch_statistic_tasks
 from minbert.data.batches import collate, load_training_data, to_device
 from minbert.model.bert import BertModel
 from minbert.model.checkpoint import load_checkpoint
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
-from minbert.params.heads import batch_statistic_tasks
-from minbert.params.settings import FinetuneSettings, RetrainSettings, TrainingSettings
 from minbert.train.distill import attach_teacher, distilled_tasks
 from minbert.train.distributed import DistInfo, init_distributed, shutdown_distributed
 from minbert.train.loop import FitResult, fit
@@ -64,11 +63,19 @@ def _embedded(model: MultitaskModel, data, tokenizer: Tokenizer, runtime: Runtim
                                       task=data.task).float() for i in range(0, len(rows), 64)])
 
 
-def start_training(s: TrainingSettings) -> tuple[Runtime, DistInfo]:
+def start_training(s: Training) -> tuple[Runtime, DistInfo]:
     """The runtime (minbert.core.runtime.start_runtime: threads, device, precision) and, under
     torchrun, the process group, whose rank's device it runs on."""
     dist_info, dist_device = init_distributed(s.device)
     return start_runtime(s, dist_device), dist_info
+
+
+def run_options(options: FitOptions, s: Training, seed: int, runtime: Runtime, dist_info: DistInfo,
+                **more) -> FitOptions:
+    """`options` with where and how the training runs: its seed, its runtime's device and precision,
+    its process group and whether it may capture CUDA graphs (its settings')."""
+    return replace(options, seed=seed, device=runtime.device, bf16=runtime.bf16, fp16=runtime.fp16,
+                   dist_info=dist_info, cuda_graphs=s.cuda_graphs, **more)
 
 
 def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, start_model: str | None = None,
@@ -98,8 +105,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
     if dist_info.main:
         log.info("%s of %s on %s: %s", options.checkpoint_extra.get("stage", "finetune"), name, runtime.device,
                  ", ".join(f"{t} {len(d)} train / {len(data['dev'].get(t, []))} dev" for t, d in data["train"].items()))
-    options = replace(options, seed=s.seed, device=runtime.device, bf16=runtime.bf16, fp16=runtime.fp16, dist_info=dist_info,
-                      cuda_graphs=s.cuda_graphs)
+    options = run_options(options, s, s.seed, runtime, dist_info)
     try:
         return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, options)
     finally:
@@ -129,9 +135,8 @@ def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir
         for p in model.shared.parameters():
             p.requires_grad_(False)
     prepare_heads(model, data["train"], tokenizer, runtime, s.seed)
-    options = replace(options, seed=s.seed + 1, device=runtime.device, bf16=runtime.bf16, fp16=runtime.fp16, dist_info=dist_info,
-                      cuda_graphs=s.cuda_graphs,
-                      checkpoint_extra={"stage": "retrain_heads", **options.checkpoint_extra})
+    options = run_options(options, s, s.seed + 1, runtime, dist_info,
+                          checkpoint_extra={"stage": "retrain_heads", **options.checkpoint_extra})
     try:
         return fit(model, tokenizer, data["train"], data.get("dev", {}), cfg, options)
     finally:

@@ -39,8 +39,10 @@ from minbert.core.layout import HISTORY_FILE, MODEL_FILE
 from minbert.core.metrics import (
     task_metric,
 )
+from minbert.core.plain import as_json
 from minbert.core.progress import Progress
 from minbert.core.provenance import fingerprint_of, with_runtime
+from minbert.core.settings import Finetune
 from minbert.core.tasks import TASKS
 from minbert.data.batches import Collator, TaskData, to_device
 from minbert.data.stream import TaskStream
@@ -51,7 +53,6 @@ from minbert.model.multitask import (
 )
 from minbert.model.outputs import predictions
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import (
     average_gradients,
     barrier,
@@ -351,7 +352,7 @@ class FitResult:
 
 
 def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData], dev: dict[str, TaskData],
-        cfg: FinetuneParams, options: FitOptions) -> FitResult:
+        cfg: Finetune, options: FitOptions) -> FitResult:
     """Train `model` per `cfg`; at the end writes options.out_dir/{model.pt,history.csv}. See the
     module docstring."""
     tr, plan = start_run(model, tokenizer, train, dev, cfg, options)
@@ -383,7 +384,7 @@ def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData],
 
 
 def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData], dev: dict[str, TaskData],
-              cfg: FinetuneParams, options: FitOptions) -> tuple[Training, Plan]:
+              cfg: Finetune, options: FitOptions) -> tuple[Training, Plan]:
     """Everything a run works with: the model on its device, the optimiser, SMART's momentum copy,
     the run's generators, its description and fingerprint, the plan, and the captured step where
     it applies."""
@@ -394,8 +395,8 @@ def start_run(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, Task
     world, device = options.dist_info.world, options.device
     refuse_batch_statistics(cfg.heads, tasks, world)
     sizes = {t: len(train[t]) for t in tasks}
-    precision = "bf16" if options.bf16 else "fp16" if options.fp16 else "fp32"
-    description = options.description or {"settings": {"finetune": cfg.model_dump(), "seed": options.seed,
+    precision = options.precision
+    description = options.description or {"settings": {"finetune": as_json(cfg), "seed": options.seed,
                                                        "bf16": options.bf16}, "sizes": sizes}
     # where and how it runs: a state saved on one device type or in one precision never resumes in another
     description = with_runtime(description, device.type, precision, world)

@@ -25,6 +25,7 @@ from minbert.core.registry import LossDeclaration, Registry, active
 from minbert.core.tasks import TASKS
 from minbert.model.blocks import reaches
 from minbert.model.outputs import regression_target
+from minbert.model.vectors import as_vector, at_least_float32
 
 DIVERGENCE_KINDS = ("classification", "binary", "regression")
 
@@ -85,20 +86,6 @@ def task_loss(task: str, heads, output: Tensor, labels: Tensor, pair=None) -> Te
     return loss_object(heads.loss_of(task))(output.float(), target, pair)
 
 
-def _at_least_float32(x: Tensor) -> Tensor:
-    """bf16/fp16 -> float32 (divergences of nearly equal outputs need the precision); float64 stays."""
-    return x if x.dtype in (torch.float32, torch.float64) else x.float()
-
-
-def _as_vector(x: Tensor, name: str) -> Tensor:
-    """(B,) or (B, 1) -> (B,), at least float32."""
-    if x.dim() == 2 and x.shape[1] == 1:
-        x = x[:, 0]
-    if x.dim() != 1:
-        raise ValueError(f"{name} must have shape (B,) or (B, 1), got {tuple(x.shape)}")
-    return _at_least_float32(x)
-
-
 def distill_loss(task: str, heads, output: Tensor, labels: Tensor, soft: Tensor, distill, pair=None) -> Tensor:
     """(1 - weight) x the gold-label loss + weight x the loss against the teacher's outputs `soft`
     (`distill`: the distillation settings, minbert.params.DistillParams: `weight`, `temperature`):
@@ -131,8 +118,8 @@ def symmetric_kl(p_logits: Tensor, q_logits: Tensor) -> Tensor:
     if p_logits.shape != q_logits.shape or p_logits.dim() != 2:
         raise ValueError(f"symmetric_kl needs two (B, C) tensors, got {tuple(p_logits.shape)} "
                          f"and {tuple(q_logits.shape)}")
-    log_p = F.log_softmax(_at_least_float32(p_logits), dim=-1)
-    log_q = F.log_softmax(_at_least_float32(q_logits), dim=-1)
+    log_p = F.log_softmax(at_least_float32(p_logits), dim=-1)
+    log_q = F.log_softmax(at_least_float32(q_logits), dim=-1)
     return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(-1).mean()
 
 
@@ -149,11 +136,11 @@ def divergence(a: Tensor, b: Tensor, kind: str) -> Tensor:
     if kind == "classification":
         return symmetric_kl(a, b)
     if kind == "binary":
-        a, b = _as_vector(a, "a"), _as_vector(b, "b")
+        a, b = as_vector(a, "a"), as_vector(b, "b")
         zeros = torch.zeros_like(a)
         return symmetric_kl(torch.stack([zeros, a], -1), torch.stack([zeros, b], -1))
     if kind == "regression":
         if a.shape != b.shape:
             raise ValueError(f"regression outputs differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
-        return F.mse_loss(_at_least_float32(a), _at_least_float32(b))
+        return F.mse_loss(at_least_float32(a), at_least_float32(b))
     raise ValueError(f"unknown divergence kind {kind!r}; use one of {', '.join(DIVERGENCE_KINDS)}")

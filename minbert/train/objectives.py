@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from minbert.core.settings import Finetune
 from minbert.core.tasks import TASKS
 from minbert.model.multitask import MultitaskModel
-from minbert.params.finetune import FinetuneParams
 from minbert.train.losses import distill_loss, task_loss
 from minbert.train.regularisers import Ascent, bregman_term, smart_adversarial_loss
 
@@ -75,7 +75,7 @@ class Distilled(ObjectiveWrapper):
 
     def __init__(self, inner: TaskObjective, distill):
         super().__init__(inner)
-        self.distill = distill          # minbert.params.DistillParams: weight, temperature
+        self.distill = distill          # minbert.core.settings.Distill: weight, temperature
 
     def loss(self, output: torch.Tensor, batch: dict, pair=None) -> torch.Tensor:
         if batch.get("soft") is None:
@@ -114,7 +114,7 @@ class Smart(ObjectiveWrapper):
         return loss, out
 
 
-def build_objective(task: str, model: MultitaskModel, cfg: FinetuneParams, distilled: bool, momentum=None,
+def build_objective(task: str, model: MultitaskModel, cfg: Finetune, distilled: bool, momentum=None,
                     generator: torch.Generator | None = None) -> TaskObjective:
     """The task's objective as the settings ask: the task loss, distilled when its training data
     carries a teacher's outputs (`distilled`), with SMART's terms when SMART covers the task (its

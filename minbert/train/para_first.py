@@ -8,13 +8,8 @@ import tempfile
 from pathlib import Path
 
 from minbert.core.layout import MODEL_FILE
+from minbert.core.settings import FinetuneSettings, PretrainSettings, Training, network_keys
 from minbert.model.checkpoint import load_checkpoint
-from minbert.params.settings import (
-    FinetuneSettings,
-    PretrainSettings,
-    TrainingSettings,
-    para_first_config,
-)
 from minbert.train.experiment import finetune_experiment
 from minbert.train.pretrained import PretrainFiles, write_pretrained
 from minbert.train.training import FitOptions
@@ -22,11 +17,12 @@ from minbert.train.training import FitOptions
 
 def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, description: dict | None = None,
              name: str = "", fingerprint: str | None = None) -> dict:
-    """The paraphrase task alone on all of Quora's training data (minbert.params.settings.para_first_config),
-    as resumable multi-task fine-tuning; its best encoder is the pretrained model. Writes the
-    pretraining's outputs (minbert.train.pretrained) and returns its metrics."""
-    ft = FinetuneSettings(model=start_model, seed=s.seed, max_length=s.max_length, finetune=para_first_config(s),
-                          **TrainingSettings.keys_of(s))
+    """The paraphrase task alone on all of Quora's training data (its settings' `finetune`: the
+    planner's minbert.params.resolve.para_first_config), as resumable multi-task fine-tuning; its best
+    encoder is the pretrained model. Writes the pretraining's outputs (minbert.train.pretrained) and
+    returns its metrics."""
+    ft = FinetuneSettings(model=start_model, pretrain=None, seed=s.seed, max_length=s.max_length, finetune=s.finetune,
+                          modules=s.modules, tasks=s.tasks, **network_keys(s, Training))
     with tempfile.TemporaryDirectory(prefix="para_first.") as work:
         options = FitOptions(Path(work), state_dir=files.state_dir, description=description, fingerprint=fingerprint,
                              evaluate_first=True,

@@ -1,7 +1,9 @@
 """Where in an epoch a training run scores dev: fine-tuning (minbert.train.loop) and masked-LM and
 NLI pretraining (minbert.train.pretrain) evaluate at the same points, so `evals_per_epoch` means one
-thing in both."""
+thing in both; and in what batches fine-tuning scores it (the estimate prices the same batches)."""
 from __future__ import annotations
+
+EVAL_BATCH_SIZE = 128          # dev evaluation during training (prediction speed lives in predict)
 
 
 def eval_points(n_updates: int, evals: int) -> list[int]:

@@ -33,9 +33,11 @@ from tqdm.auto import tqdm
 from minbert.core.errors import MinBertError
 from minbert.core.io import clean_stale_temporaries, torch_save
 from minbert.core.layout import BEST_STATE_FILE, NLI_SOURCE, STATE_FILE
+from minbert.core.plain import as_json
 from minbert.core.progress import Progress, eta
 from minbert.core.provenance import fingerprint_of, with_runtime
 from minbert.core.runtime import Runtime, seed_everything, start_runtime
+from minbert.core.settings import Pretraining, PretrainSettings, pretrain_splits
 from minbert.core.tasks import TASKS
 from minbert.data.downsample import downsample
 from minbert.data.encode import encode_cached
@@ -45,13 +47,11 @@ from minbert.data.views import Encoded
 from minbert.model.bert import BertModel
 from minbert.model.tokenizer import Tokenizer
 from minbert.model.weights import load_encoder
-from minbert.params.schema import PretrainParams
-from minbert.params.settings import PretrainSettings, pretrain_splits
 from minbert.train.mlm import MlmObjective, build_mlm_head
 from minbert.train.nli import NliObjective, nli_examples, subset_examples
 from minbert.train.optim import AdamW, build_adamw, set_lr
-from minbert.train.pretrained import PretrainFiles, write_pretrained
 from minbert.train.points import eval_points
+from minbert.train.pretrained import PretrainFiles, write_pretrained
 from minbert.train.resumable import SavedParts, load_training_state, save_training_state
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------- masked LM
 
 def read_pretraining_data(data_dir, s: PretrainSettings) -> dict[str, dict[str, pd.DataFrame]]:
-    """{split: {task: frame}} of exactly the prepared files the job reads (settings.pretrain_splits)."""
+    """{split: {task: frame}} of exactly the prepared files the job reads (minbert.core.settings.pretrain_splits)."""
     out: dict[str, dict[str, pd.DataFrame]] = {}
     for task, split in pretrain_splits(s):
         frames = load_splits(data_dir, task, (split,))
@@ -70,7 +70,7 @@ def read_pretraining_data(data_dir, s: PretrainSettings) -> dict[str, dict[str, 
     return out
 
 
-def mlm_frames(frames: dict[str, pd.DataFrame], pparams: PretrainParams, seed: int) -> dict[str, pd.DataFrame]:
+def mlm_frames(frames: dict[str, pd.DataFrame], pparams: Pretraining, seed: int) -> dict[str, pd.DataFrame]:
     """Each MLM task's frame, downsampled per `mlm.downsample` (smallest by default)."""
     return downsample(frames, pparams.mlm.downsample, seed)
 
@@ -206,7 +206,7 @@ class Resumable:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runtime, desc: str,
+def train(objective, pparams: Pretraining, s: PretrainSettings, runtime: Runtime, desc: str,
           at: ResumeAt = ResumeAt()) -> tuple[list[dict], float]:
     """Train `objective` for `pparams.epochs` and keep the epoch with the lowest dev loss (the
     modules end with its weights); returns (history rows, dev loss before training).
@@ -219,7 +219,7 @@ def train(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runt
     modules = u.objective.modules()
     description = at.description
     if description is None:
-        description = {"settings": s.model_dump(), "sizes": {"train": len(objective.lengths("train")),
+        description = {"settings": as_json(s), "sizes": {"train": len(objective.lengths("train")),
                                                              "dev": len(objective.lengths("dev"))}}
     # a state saved on one device type or in one precision never resumes in another
     description = with_runtime(description, runtime.device.type, runtime.precision, 1)
@@ -268,7 +268,7 @@ def _evaluated_epoch(u: _Updates, state: PretrainState, batches: list, best, sav
     return best, new_best
 
 
-def start_updates(objective, pparams: PretrainParams, s: PretrainSettings, runtime: Runtime, desc: str,
+def start_updates(objective, pparams: Pretraining, s: PretrainSettings, runtime: Runtime, desc: str,
                   state_dir=None) -> tuple[_Updates, BucketBatchSampler, int]:
     """What a pretraining's updates work with (the modules on the device, the optimiser, the lr
     schedule, fp16's scaler, the progress file), the sampler of its batches and its updates per epoch."""
@@ -310,7 +310,7 @@ class _Updates:
     objective: object
     optimizer: AdamW
     params: list
-    pparams: PretrainParams
+    pparams: Pretraining
     runtime: Runtime
     schedule: tuple[int, int]
     scaler: object | None = None      # torch.amp.GradScaler of an fp16 run

@@ -28,7 +28,7 @@ import logging
 import numpy as np
 import torch
 
-from minbert.params.finetune import FinetuneParams
+from minbert.core.settings import Finetune
 from minbert.train.optim import set_lr
 
 log = logging.getLogger("minbert.train.step")
@@ -36,7 +36,7 @@ WARMUP_STEPS = 2     # eager passes on a side stream before a capture (library h
 MAX_GRAPHS = 96      # captured forward-backward shapes per run; further shapes run eagerly
 
 
-def why_not_captured(cfg: FinetuneParams, world: int, precision: str = "bf16") -> str | None:
+def why_not_captured(cfg: Finetune, world: int, precision: str = "bf16") -> str | None:
     """Why this run's steps cannot be captured (None: they can); `precision`: the one that runs."""
     if world > 1:
         return "data parallel runs all-reduce their gradients between the backward pass and the update"

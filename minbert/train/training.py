@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from minbert.core.layout import BEST_STATE_FILE, STATE_FILE
-from minbert.core.runtime import autocast
+from minbert.core.runtime import autocast, precision_name
+from minbert.core.settings import Finetune
 from minbert.data.batches import TaskData
 from minbert.model.multitask import MultitaskModel
 from minbert.model.tokenizer import Tokenizer
-from minbert.params.finetune import FinetuneParams
 from minbert.train.distributed import DistInfo
 from minbert.train.objectives import TaskObjective, build_objective
 from minbert.train.optim import AdamW
@@ -41,7 +41,7 @@ class Plan:
     warmup: int
 
     @classmethod
-    def build(cls, cfg: FinetuneParams, tasks: list[str], sizes: dict[str, int], seed: int) -> Plan:
+    def build(cls, cfg: Finetune, tasks: list[str], sizes: dict[str, int], seed: int) -> Plan:
         sequential = cfg.schedule == "sequential"
         phases = sequential_phases(tasks) if sequential else [tasks]
         epochs = {}
@@ -86,7 +86,7 @@ class TrainState:
 
 @dataclass
 class FitOptions:
-    """How one `fit` call runs, beside the training settings (FinetuneParams)."""
+    """How one `fit` call runs, beside the training settings (minbert.core.settings.Finetune)."""
     out_dir: Path                               # where model.pt and history.csv go when it has finished
     seed: int = 0                               # the run's seed, device and precision: an experiment's
     device: torch.device = torch.device("cpu")  # training (minbert.train.experiment) sets them from its settings
@@ -111,6 +111,10 @@ class FitOptions:
         self.state_dir = Path(self.state_dir) if self.state_dir is not None else \
             self.out_dir.with_name(self.out_dir.name + ".state")
 
+    @property
+    def precision(self) -> str:
+        return precision_name(self.bf16, self.fp16)
+
 
 @dataclass
 class Training:
@@ -120,7 +124,7 @@ class Training:
     tokenizer: Tokenizer
     train: dict[str, TaskData]
     dev: dict[str, TaskData]
-    cfg: FinetuneParams
+    cfg: Finetune
     options: FitOptions
     optimizer: AdamW
     params: list
@@ -162,7 +166,7 @@ class Training:
 
     @property
     def precision(self) -> str:
-        return "bf16" if self.options.bf16 else "fp16" if self.options.fp16 else "fp32"
+        return self.options.precision
 
     def amp(self):
         return autocast(self.device, self.precision)

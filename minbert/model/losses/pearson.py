@@ -5,15 +5,7 @@ from __future__ import annotations
 import torch
 
 from minbert.core.losses import Loss, register_loss
-
-
-def _vector(x):
-    """(B,) or (B, 1) -> (B,), at least float32."""
-    if x.dim() == 2 and x.shape[1] == 1:
-        x = x[:, 0]
-    if x.dim() != 1:
-        raise ValueError(f"expected shape (B,) or (B, 1), got {tuple(x.shape)}")
-    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+from minbert.model.vectors import as_vector
 
 
 def pearson_loss(pred, target, eps: float = 1e-8):
@@ -24,7 +16,7 @@ def pearson_loss(pred, target, eps: float = 1e-8):
     Pearson r ignores the scale and offset of `pred`, so a head trained only with this loss
     predicts scores that correlate with the labels but are not on their scale.
     """
-    pred, target = _vector(pred), _vector(target)
+    pred, target = as_vector(pred, "pred"), as_vector(target, "target")
     if pred.shape != target.shape:
         raise ValueError(f"pred and target lengths differ: {pred.shape[0]} vs {target.shape[0]}")
     pc = pred - pred.mean()
