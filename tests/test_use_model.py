@@ -293,7 +293,7 @@ def test_a_cross_encoder_head_loads_as_a_cross_encoder(trained, name, form):
         assert (folder / f"cross-encoder-{task}" / "modules.json").is_file() == (form == "modules")
         cross_encoder_matches(folder, fp32, task, pairs, stage_predictions(trained, name, task), stage_precision)
     card = (folder / "README.md").read_text()
-    assert f'CrossEncoder("path/to/this/folder/cross-encoder-para")' in card
+    assert 'CrossEncoder("path/to/this/folder/cross-encoder-para")' in card
     assert ("sentence-transformers modules (sentence-transformers 6 or later)" in card) == (form == "modules")
 
 
