@@ -372,14 +372,15 @@ def console_examples(path: Path) -> list[tuple[str, str]]:
 
 def layout(text: str) -> list[str]:
     """The text's layout: its lines with every number and every class name a prediction holds
-    masked (the rest, headers, ids, texts and the layout itself, is compared as it is)."""
+    masked (the rest, headers, ids, texts and the layout itself, is compared as it is; the spaces
+    that align a printed tensor's columns, which depend on the numbers' signs, count as one)."""
     from minbert.core.tasks import TASKS
 
     names = sorted({c for t in TASKS.values() for c in (t.classes or ())}, key=len, reverse=True)
     out = []
     for line in text.strip("\n").splitlines():
         fields = ["<class>" if f in names else NUMBER.sub("<n>", f) for f in line.rstrip().split("\t")]
-        out.append("\t".join(fields))
+        out.append(re.sub(r"\[ +", "[", re.sub(r" {2,}", " ", "\t".join(fields))))
     return out
 
 
