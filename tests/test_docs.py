@@ -105,7 +105,7 @@ def test_an_estimate_prices_the_run_the_command_under_it_starts(repo_root):
 
     pairs = 0
     for page in DOCS:
-        blocks = re.findall(r"```(?:bash|sh)\n(.*?)```", (repo_root / page).read_text(), re.S)
+        blocks = re.findall(r"```(?:bash|sh)\n(.*?)```", (repo_root / page).read_text(), re.DOTALL)
         for block in blocks:
             estimate = None
             for line in block.splitlines():

@@ -334,7 +334,7 @@ class Printing(threading.Event):
     last = ""
 
 
-def run_end(outputs: set[str], layout: Layout = Layout(), out=None, report_log: str | None = None,
+def run_end(outputs: set[str], layout: Layout | None = None, out=None, report_log: str | None = None,
             header: str = "summary:", printing: Printing | None = None) -> None:
     """What a successful run ends on: the count of its jobs, all done, and, when the run rendered the
     report (`report_log`, the report job's log), the summary it printed after `header` (the best
@@ -343,7 +343,7 @@ def run_end(outputs: set[str], layout: Layout = Layout(), out=None, report_log: 
     if printing is not None:
         printing.set()
     stream = out or sys.stderr
-    jobs = job_states(layout, outputs)
+    jobs = job_states(layout or Layout(), outputs)
     count = f"{len(jobs)} of {len(jobs)} jobs done"
     if printing is None or not printing.last.startswith(count + ","):      # not said already
         print(f"[progress] {count}", file=stream, flush=True)
