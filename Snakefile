@@ -6,7 +6,8 @@
 #   a cluster:                 snakemake --profile profiles/slurm   (--config gpu=0 without GPUs)
 #   jobs sharing one GPU:      snakemake --cores all --config jobs_per_gpu=4   (the default)
 #   record outputs in DVC too: snakemake --cores all --config dvc_commit=true
-#   progress lines every N seconds: snakemake --cores all --config progress=N   (0: none; default 30 on a terminal)
+#   progress lines every N seconds: snakemake --cores all --config progress=N   (0: only the count when a job
+#                              finishes; default 30 on a terminal)
 #   any setting, as dvc exp run -S: snakemake --cores all --config set='++experiments.multitask_rr.finetune.lr=5e-5'
 #                              (several: set='KEY=VALUE KEY=VALUE'; minbert/params/overrides.py)
 from snakemake.utils import min_version
@@ -28,7 +29,7 @@ try:
     JOBS_PER_GPU = max(1, dag.whole_number(config, "jobs_per_gpu", 4, "jobs that share one GPU"))
     # where the run stands (jobs done, each training job's epoch, rate and ETA) on this terminal
     PROGRESS = dag.whole_number(config, "progress", 30 if sys.stderr.isatty() else 0,
-                                "seconds between progress lines (0: none)")
+                                "seconds between progress lines (0: only the count when a job finishes)")
     if PROGRESS:
         from minbert.pipeline.progress import interval
 
@@ -52,15 +53,28 @@ rule all:
 include: "workflow/rules/stages.smk"
 
 
+# the outputs of the jobs this run was started for (Snakemake's plan, as it starts): what the
+# progress counts and the run's last lines speak of (Snakemake's own count, which counts the target
+# rule as a step and never reaches it after checkpoints, is quieted in profiles/default)
+RUN_OUTPUTS = set()
+PRINTING = {}
+
+
 onstart:
     # not in a dry run: Snakemake runs this only when jobs are about to run
-    if PROGRESS:
-        from minbert.pipeline.progress import print_every
+    from minbert.pipeline.progress import print_every
 
-        print_every(PROGRESS)
+    RUN_OUTPUTS.update(str(f) for job in workflow.dag.needrun_jobs() for f in job.output)
+    PRINTING["thread"] = print_every(PROGRESS, outputs=RUN_OUTPUTS)
 
 
 onsuccess:
+    # the count, all done, and the report's summary (the best model, its scores, where the report is)
+    if RUN_OUTPUTS:
+        from minbert.pipeline.progress import run_end
+        from stages.report import SUMMARY_HEADER
+
+        run_end(RUN_OUTPUTS, report_log=dag.LAYOUT.log("report"), header=SUMMARY_HEADER, printing=PRINTING.get("thread"))
     # Opt-in: record Snakemake's outputs in dvc.lock too (docs/workflow.md: the two engines' records).
     if config.get("dvc_commit", False):
         if not dvc.dvc_commit(JOBS, dag.REPO):

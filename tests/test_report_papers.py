@@ -99,7 +99,7 @@ def test_paper_table_has_the_papers_labels_columns_and_formula(paper_report):
     assert table is not None and table.attrs["data-formula"] == "mean"
     heads = [th.text().strip() for th in table.iter("th") if th.attrs.get("data-key")]
     # the paper's names, its order; its overall with its formula named under it
-    assert heads == ["Scoreplain mean", "SST acc.", "QQP", "STS"]
+    assert heads == ["Score (plain mean)", "SST acc.", "QQP", "STS"]
     keys = [th.attrs["data-key"] for th in table.iter("th") if th.attrs.get("data-key")]
     assert keys == ["mean", "sst_acc", "para_acc", "sts_pearson"]            # Score is its plain mean
     labels = [tr.attrs["data-label"] for tr in table.iter("tr") if "data-label" in tr.attrs]
@@ -291,3 +291,110 @@ def test_scale_line_says_when_the_paper_prints_no_training_rows():
     assert "SST 3,000 (the paper: not stated, of a data set of 11,855)" in line
     # a table whose rows trained on other rows than the paper's others (004's Objective 2) says so itself
     assert scale_line(lp, paper, ["capped"], [{"file": "sst-train.tsv", "rows_kept": 8544}], {"sst": 3000}) == ""
+
+
+# ---------------------------------------------------------------- words the page runs together
+
+INLINE = {"a", "abbr", "b", "cite", "code", "em", "i", "kbd", "label", "mark", "q", "s", "small", "span", "strong",
+          "time", "u", "var"}
+
+
+def glued_words(html: str) -> list[tuple[str, str]]:
+    """The places where the page's text runs two words together across an inline element's edge, as
+    a reader copying it or a screen reader gets it ("Score" then a span "plain mean": "Scoreplain
+    mean"); block elements separate their text, and <sup>/<sub> belong to the word they follow."""
+    from html.parser import HTMLParser
+
+    class Text(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.text, self.edge, self.hidden, self.found = "", None, 0, []
+
+        def handle_starttag(self, tag, attrs):
+            self.hidden += tag in ("script", "style")
+            self._edge(tag)
+
+        def handle_endtag(self, tag):
+            self.hidden -= tag in ("script", "style")
+            self._edge(tag)
+
+        def _edge(self, tag):
+            if tag in INLINE:
+                self.edge = len(self.text)
+            elif tag not in ("sup", "sub"):
+                self.text += "\n"
+
+        def handle_data(self, data):
+            if self.hidden:
+                return
+            if self.edge == len(self.text) and self.text[-1:].isalnum() and data[:1].isalnum():
+                self.found.append((self.text[-30:].split("\n")[-1], data[:30]))
+            self.text += data
+
+    parser = Text()
+    parser.feed(html)
+    return parser.found
+
+
+def test_the_glue_finder_finds_what_the_page_did():
+    assert glued_words('<th>Score<span class="detail formula">plain mean</span></th>') == [("Score", "plain mean")]
+    assert glued_words('<p><span>reproduced 0</span><span>not significant 0</span></p>') == \
+        [("reproduced 0", "not significant 0")]
+    assert glued_words('<th>Score <span>(plain mean)</span></th><td>a</td><td>b</td><p>x<sup>2</sup></p>') == []
+
+
+def test_no_header_or_label_runs_two_words_together(paper_report, tmp_path):
+    """The paper tables' headers read "Scoreplain mean" and "Overallleaderboard"; the scorecard's
+    counts, the row tags (baseline, ensemble, seeds, best) and the page's links ran together the same
+    way: every page of the reports, checked."""
+    from test_report import GRID_PARAMS, GRID_QUALITY
+
+    pages = [Path(paper_report["layout"].final_report), *Path(paper_report["layout"].experiment_reports).glob("*.html")]
+    params_path, layout = build_inputs(tmp_path, GRID_PARAMS, GRID_QUALITY)       # heatmaps and sweeps
+    render_reports(load_params(params_path), layout, progress=False)
+    pages += [Path(layout.final_report), *Path(layout.experiment_reports).glob("*.html")]
+    found = {(p.name, glued) for p in pages for glued in glued_words(p.read_text())}
+    assert not found, sorted(found)
+    header = next(th for th in _table(paper_report["final"]).iter("th") if th.attrs.get("data-key") == "mean")
+    assert " ".join(header.text().split()) == "Score (plain mean)"
+
+
+def test_a_row_untrained_on_one_claims_column_is_named_with_it_beside_the_columns_it_trained_on():
+    """The scorecard said "not: cross_encoder" beside a judged cross_encoder claim: cross_encoder had
+    trained on that claim's column (Overall) and not on another claim's (STS)."""
+    from types import SimpleNamespace as NS
+
+    from minbert.report.papers import Scorecard, rows_checked
+
+    def claim(column, *rows, split="dev"):
+        return NS(column=column, split=split, training=[NS(name=n, trained=t, evidence="") for n, t in rows])
+
+    claims = [claim("STS", ("cross_encoder", False), ("multitask_rr", False)),
+              claim("Overall", ("cross_encoder", True), ("multitask_rr", True)),
+              claim("Score", ("mlm_multitask", False), ("frozen_baseline", True)),
+              claim("Score", ("multitask_rr", True), ("frozen_baseline", True)),
+              claim("Score", ("mlm_multitask", False), ("x", True), split="test")]
+    card = Scorecard(claims, {}, True, rows=rows_checked(claims))
+    assert card.untrained_where == ["cross_encoder on STS (trained on Overall)", "mlm_multitask on Score, test Score",
+                                    "multitask_rr on STS (trained on Overall, Score)"]
+    assert card.rows_untrained == ["cross_encoder", "mlm_multitask", "multitask_rr"]
+
+
+def test_the_run_ends_on_the_best_model_its_score_the_claims_and_where_the_report_is(paper_report):
+    """The report stage prints these lines last (DVC's terminal shows them; Snakemake's run ends on
+    them): the best model as the page names it, with its dev score and interval, the scorecard's
+    counts, the report's path."""
+    import re
+
+    layout = paper_report["layout"]                   # rendered again, the same pages
+    params_path = Path(layout.results).parent / "params.yaml"
+    summary: list[str] = []
+    render_reports(load_params(params_path), layout, progress=False, summary=summary)
+    html = Path(layout.final_report).read_text()
+    best = re.search(r'class="callout best-model">Best model: <strong>(?:<a [^>]*>)?([^<]+)', html).group(1)
+    assert summary[0].startswith(f"best model: {best}") and re.search(r"dev overall score 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]$",
+                                                                      summary[0]), summary
+    assert summary[1] == ("claims: 8 of 10 judged (3 reproduced, 1 not significant, 1 reversed, 2 differs, "
+                          "1 inconclusive); 1 undertrained; 1 not run (demo data: the verdicts only show how the page "
+                          "reads)")
+    assert summary[2] == f"report: {layout.final_report}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -334,3 +335,111 @@ def dates_kept(folder: Path):
         for p in sorted(dates, key=lambda q: len(q.parts), reverse=True):
             if p.exists():
                 os.utime(p, ns=dates[p])
+
+
+# ---------------------------------------------------------------- the README's examples, run
+
+# a number standing alone (not inside an id such as 86e78229f5750d7cf7a9f3214)
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])")
+
+
+def console_examples(path: Path) -> list[tuple[str, str]]:
+    """(command, the output the page shows under it) of each `$ ` command of the page's console
+    blocks, in order."""
+    import shlex
+
+    out, inside, lang = [], False, None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fence = re.match(r"^\s*```(\w*)\s*$", line)
+        if fence:
+            inside, lang = not inside, fence.group(1)
+            continue
+        if not inside or lang != "console":
+            continue
+        if line.startswith("$ ") and not (out and out[-1][2]):
+            out.append([line[2:], [], False])
+        elif out and out[-1][2]:
+            out[-1][0] += "\n" + line
+        else:
+            out[-1][1].append(line)
+        try:
+            shlex.split(out[-1][0])
+            out[-1][2] = False
+        except ValueError:
+            out[-1][2] = True                    # an open quote: the command goes on
+    return [(command, "\n".join(lines)) for command, lines, _ in out]
+
+
+def layout(text: str) -> list[str]:
+    """The text's layout: its lines with every number and every class name a prediction holds
+    masked (the rest, headers, ids, texts and the layout itself, is compared as it is; the spaces
+    that align a printed tensor's columns, which depend on the numbers' signs, count as one)."""
+    from minbert.core.tasks import TASKS
+
+    names = sorted({c for t in TASKS.values() for c in (t.classes or ())}, key=len, reverse=True)
+    out = []
+    for line in text.strip("\n").splitlines():
+        fields = ["<class>" if f in names else NUMBER.sub("<n>", f) for f in line.rstrip().split("\t")]
+        out.append(re.sub(r"\[ +", "[", re.sub(r" {2,}", " ", "\t".join(fields))))
+    return out
+
+
+def numbers(text: str) -> list[float]:
+    return [float(x) for x in NUMBER.findall(text)]
+
+
+def run_readme_examples(folder: Path, repo_root: Path) -> list[tuple[str, str, str]]:
+    """Each README console example run in `folder` as written: (command, README's output, stdout)."""
+    env = child_env(folder, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    ran = []
+    for command, shown in console_examples(repo_root / "README.md"):
+        r = subprocess.run(["bash", "-c", command], cwd=folder, env=env, capture_output=True, text=True, timeout=900,
+                           check=False)
+        assert r.returncode == 0, f"`{command}` failed:\n{(r.stdout + r.stderr)[-3000:]}"
+        ran.append((command, shown, r.stdout))
+    return ran
+
+
+def check_predictions(stdout: str) -> None:
+    """A `minbert predict` output: each label's class name is the one the task gives that label."""
+    import io
+
+    import pandas as pd
+
+    from minbert.core.tasks import TASKS
+
+    frame = pd.read_csv(io.StringIO(stdout), sep="\t", quoting=3)
+    for task in ("sst", "para"):
+        if f"{task}_label" in frame:
+            assert [TASKS[task].classes[k] for k in frame[f"{task}_label"]] == frame[f"{task}_class"].tolist()
+
+
+def test_the_readmes_examples_print_what_the_readme_shows(demo_repo, repo_root):
+    """README.md's outputs ("Use your model") are what the commands above them print, run as written
+    on the built demo: the same lines and fields, headers, ids and texts; numbers and class names
+    are the tiny model's here (tests/test_shipped_demo.py's demo: its shapes and scores are its own),
+    and each class name is its label's. The README's own numbers are the real demo's
+    (`test_the_readmes_numbers_are_the_demos`)."""
+    ran = run_readme_examples(demo_repo, repo_root)
+    assert len(ran) >= 7, [c for c, _, _ in ran]
+    for command, shown, stdout in ran:
+        if command.startswith("ls "):                      # ls lays its names out by the terminal's width
+            assert sorted(stdout.split()) == sorted(shown.split()), command
+            continue
+        assert layout(stdout) == layout(shown), (command, stdout)
+        if "minbert predict" in command:
+            check_predictions(stdout)
+            check_predictions(shown)
+
+
+@pytest.mark.skipif(not os.environ.get("MINBERT_BUILT_DEMO"), reason="MINBERT_BUILT_DEMO names no built demo")
+def test_the_readmes_numbers_are_the_demos(repo_root):
+    """With MINBERT_BUILT_DEMO set to a copy of the project where `snakemake --cores all
+    results/exports/mlm_multitask` ran with the packaged MiniLM (not the tiny model), the README's
+    numbers are what the commands print there, up to the last digits a machine's float sums change
+    (README.md, "Use your model")."""
+    for command, shown, stdout in run_readme_examples(Path(os.environ["MINBERT_BUILT_DEMO"]), repo_root):
+        if command.startswith("ls "):
+            continue
+        assert layout(stdout) == layout(shown), (command, stdout)
+        assert numbers(stdout) == pytest.approx(numbers(shown), rel=2e-2, abs=2e-3), (command, stdout)

@@ -31,10 +31,20 @@ FT = {"epochs": 1, "batch_size": 8, "lr": 1e-3, "warmup_ratio": 0.0, "max_steps_
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def shipped_heads(name: str) -> dict:
+    """The heads of an experiment of the shipped params.yaml, as its settings resolve them."""
+    from minbert.params import load_params
+
+    lp = load_params(os.path.join(REPO, "params.yaml"))
+    return lp.experiment(name).finetune.heads.model_dump(mode="json")
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_model_dir):
-    """A results folder with two tiny trained experiments and their predictions: `bi` (mean pooling,
-    cosine pair heads) and `cross` (pooler output, cross-encoder pair heads)."""
+    """A results folder with tiny trained experiments and their predictions: `bi` (mean pooling,
+    cosine pair heads), `cross` (pooler output, cross-encoder pair heads), `shipped_cross` (the
+    heads of the shipped params.yaml's `cross_encoder`: mean pooling, cross-encoder pair heads) and
+    `deep_cross` (CLS pooling, a hidden layer in each pair head)."""
     root = tmp_path_factory.mktemp("use")
     results = root / "results"
     write_prepared(results / "data", n_train=32, n_dev=24, n_test=16)
@@ -45,9 +55,12 @@ def trained(tmp_path_factory, tiny_model_dir):
         "experiments": {
             "bi": {"description": "cosine heads", "finetune": {"heads": {"pooling": "mean", "para": "cosine",
                                                                           "sts": "cosine"}}},
-            "cross": {"finetune": {"heads": {"pooling": "pooler", "para": "cross", "sts": "cross"}}}},
-        "export": {"experiments": ["bi", "cross"], "license": "mit"}}), encoding="utf-8")
-    for name in ("bi", "cross"):
+            "cross": {"finetune": {"heads": {"pooling": "pooler", "para": "cross", "sts": "cross"}}},
+            "shipped_cross": {"finetune": {"heads": shipped_heads("cross_encoder")}},
+            "deep_cross": {"finetune": {"heads": {"pooling": "cls", "para": "cross", "sts": "cross",
+                                                  "hidden_layers": {"para": 1, "sts": 2}}}}},
+        "export": {"experiments": ["bi", "cross", "shipped_cross", "deep_cross"], "license": "mit"}}), encoding="utf-8")
+    for name in ("bi", "cross", "shipped_cross", "deep_cross"):
         for stage in (finetune, predict, export):
             run(stage.main, ["--experiment", name, "--params", str(params), "--results", str(results)])
     return results
@@ -237,35 +250,71 @@ def test_sentence_transformers_gives_our_sentence_embeddings(trained):
         np.testing.assert_allclose(st.encode(sentences, batch_size=8), ours.embed(sentences), atol=1e-5, rtol=0)
 
 
-def test_a_cross_encoder_head_loads_as_a_cross_encoder_and_others_through_the_api(trained):
+def cross_encoder_matches(folder, model, task: str, pairs: list, stage=None, stage_precision: str = "fp32"):
+    """sentence_transformers.CrossEncoder on the export's `cross-encoder-<task>/` against the API's
+    float32 predictions of `model` (the export's own model) and, when given, the predict stage's.
+    CrossEncoder computes in float32. The predict stage ran in the precision `auto` means here (its
+    run record says which): in float32 its numbers must be CrossEncoder's; in bf16 autocast they
+    differ by bf16's rounding (8 bits of mantissa, about 0.4% per product), which is no error, so
+    then the stage is compared within that rounding and the API in float32 exactly."""
     from sentence_transformers import CrossEncoder
 
+    ce = CrossEncoder(str(folder / f"cross-encoder-{task}"), device="cpu")
+    got = ce.predict(pairs, batch_size=8)
+    ours = model.predict(task, pd.DataFrame(pairs, columns=["sentence1", "sentence2"]))
+    tol = {"atol": 1e-5, "rtol": 1e-5} if stage_precision == "fp32" else {"atol": 2e-2, "rtol": 0}
+    if task == "para":                   # sigmoid of the logit: the paraphrase probability
+        np.testing.assert_allclose(got, ours["prob_1"], atol=1e-5, rtol=1e-5)
+        if stage is not None:
+            np.testing.assert_allclose(got, stage["prob_1"], **tol)
+    else:                                # the raw output: 5 * output, clipped, is the score
+        np.testing.assert_allclose(np.clip(5 * got, 0, 5), ours["prediction"], atol=1e-4, rtol=1e-5)
+        if stage is not None:
+            np.testing.assert_allclose(np.clip(5 * got, 0, 5), stage["prediction"], **{k: v * 5 for k, v in tol.items()})
+
+
+@pytest.mark.parametrize("name, form", [("cross", "BertForSequenceClassification"), ("shipped_cross", "modules"),
+                                        ("deep_cross", "modules")])
+def test_a_cross_encoder_head_loads_as_a_cross_encoder(trained, name, form):
+    """A cross-encoder pair head on the pooler's output is `BertForSequenceClassification`; the shipped
+    `cross_encoder` experiment's (mean pooling) and one with CLS pooling and hidden layers are
+    sentence-transformers modules (the encoder, the pooling, the head's layers as Dense modules):
+    CrossEncoder loads each and predicts what the pipeline predicts."""
     from minbert.api import load_model
 
-    folder = trained / "exports" / "cross"
-    # CrossEncoder computes in float32. The predict stage ran in the precision `auto` means here (its
-    # run record says which): in float32 its numbers must be CrossEncoder's; in bf16 autocast they
-    # differ by bf16's rounding (8 bits of mantissa, about 0.4% per product), which is no error,
-    # so then the stage is compared within that rounding and the API in float32 exactly.
-    stage_precision = json.loads((trained / "runs" / "predict" / "cross.json").read_text())["precision"]
-    fp32 = load_model(trained / "experiments" / "cross", device="cpu", precision="fp32")
+    folder = trained / "exports" / name
+    stage_precision = json.loads((trained / "runs" / "predict" / f"{name}.json").read_text())["precision"]
+    fp32 = load_model(trained / "experiments" / name, device="cpu", precision="fp32")
     for task in ("para", "sts"):
         rows = read_split(trained / "data" / f"{task}-dev.tsv")
-        stage = stage_predictions(trained, "cross", task)
-        ce = CrossEncoder(str(folder / f"cross-encoder-{task}"), device="cpu")
         pairs = list(zip(rows["sentence1"], rows["sentence2"]))
-        got = ce.predict(pairs, batch_size=8)
-        ours = fp32.predict(task, pd.DataFrame(pairs, columns=["sentence1", "sentence2"]))
-        tol = {"atol": 1e-5, "rtol": 1e-5} if stage_precision == "fp32" else {"atol": 2e-2, "rtol": 0}
-        if task == "para":                   # sigmoid of the logit: the paraphrase probability
-            np.testing.assert_allclose(got, ours["prob_1"], atol=1e-5, rtol=1e-5)
-            np.testing.assert_allclose(got, stage["prob_1"], **tol)
-        else:                                # the raw output: 5 * output, clipped, is the score
-            np.testing.assert_allclose(np.clip(5 * got, 0, 5), ours["prediction"], atol=1e-4, rtol=1e-5)
-            np.testing.assert_allclose(np.clip(5 * got, 0, 5), stage["prediction"],
-                                       **{k: v * 5 for k, v in tol.items()})
+        written = json.loads((folder / f"cross-encoder-{task}" / "config.json").read_text())["architectures"]
+        assert (written == ["BertForSequenceClassification"]) == (form == "BertForSequenceClassification")
+        assert (folder / f"cross-encoder-{task}" / "modules.json").is_file() == (form == "modules")
+        cross_encoder_matches(folder, fp32, task, pairs, stage_predictions(trained, name, task), stage_precision)
     card = (folder / "README.md").read_text()
     assert 'CrossEncoder("path/to/this/folder/cross-encoder-para")' in card
+    assert ("sentence-transformers modules (sentence-transformers 6 or later)" in card) == (form == "modules")
+
+
+def test_a_cross_encoders_calibration_is_folded_into_its_output_layer(trained, tmp_path):
+    """A head whose outputs the model maps by a fitted calibration (a loss that fixes no scale,
+    minbert.model.outputs) is exported with the map in its output layer: CrossEncoder predicts the
+    calibrated probability and score, in either form."""
+    from minbert.api import load_model
+    from minbert.share.export import export_model
+
+    for name in ("cross", "deep_cross"):
+        m = load_model(trained / "experiments" / name, device="cpu", precision="fp32")
+        m.model.calibration.update({"para": [1.7, -0.4], "sts": [0.8, 0.6]})
+        export_model(m.model, m.tokenizer, tmp_path / name)
+        for task in ("para", "sts"):
+            rows = read_split(trained / "data" / f"{task}-dev.tsv")
+            cross_encoder_matches(tmp_path / name, m, task, list(zip(rows["sentence1"], rows["sentence2"])))
+
+
+def test_other_pair_heads_load_through_the_api(trained):
+    from minbert.api import load_model
 
     bi = trained / "exports" / "bi"
     assert not list(bi.glob("cross-encoder-*"))

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from minbert.core.registry import active
 from minbert.core.tasks import DEFAULT_TASKS
+from minbert.core.trackers import TRACKERS, installed, missing
 from minbert.params.fields import LR_SCHEDULE, MAX_BATCH, MAX_EPOCHS, MAX_STEPS, Downsample, Strict, TaskName, refuse
 from minbert.params.heads import HeadsParams, batch_statistic_problem, batch_statistic_tasks, head_problem
 
@@ -145,11 +146,12 @@ class FinetuneParams(Strict):
                                     "PCGrad, SMART or a loss that is a statistic of the whole batch (`pearson`, "
                                     "`mse+pearson`, `ranking`, or one of yours that declares it), which need the "
                                     "whole batch at once")
-    tracking: list[Literal["dvclive", "tensorboard"]] = Field(
+    tracking: list[Literal[tuple(TRACKERS)]] = Field(
         [], description="experiment trackers the run also logs to, offline: `dvclive` (DVC's: `dvc exp show` and "
-                        "`dvc plots` read it) and `tensorboard`; each gets every history row and, between "
-                        "evaluations, each update's lr and training losses, in the run's state folder while it runs "
-                        "and beside model.pt when it has finished (docs/finetuning.md, Tracking)")
+                        "`dvc plots` read it), `tensorboard` and `mlflow` (its local file store); each gets every "
+                        "history row and, between evaluations, each update's lr and training losses, in the run's "
+                        "state folder while it runs and beside model.pt when it has finished; a tracker whose package "
+                        "is not installed is refused when the params load (docs/finetuning.md, Tracking)")
     max_steps_per_epoch: int | None = Field(None, ge=1, le=MAX_STEPS, description="cut every epoch to at most this many updates "
                                                                     "(demo, tests, quick runs); the lr schedule is "
                                                                     "built on the cut epochs")
@@ -175,6 +177,9 @@ class FinetuneParams(Strict):
     def _each_tracker_once(cls, v):
         if len(set(v)) != len(v):
             raise ValueError("lists a tracker twice")
+        absent = next((tool for tool in v if not installed(tool)), None)
+        if absent:
+            raise ValueError(missing(absent).removeprefix("finetune.tracking "))
         return v
 
     @model_validator(mode="after")

@@ -99,9 +99,12 @@ def _jobs(layout: Layout):
             continue
 
 
-def job_states(layout: Layout = Layout()) -> list[JobState]:
-    """Every job of the run the job files describe, with its status (see the module docstring)."""
+def job_states(layout: Layout = Layout(), outputs: set[str] | None = None) -> list[JobState]:
+    """Every job of the run the job files describe, with its status (see the module docstring); with
+    `outputs`, only the jobs that write one of them (the jobs an engine's run was started for)."""
     jobs = list(_jobs(layout))
+    if outputs is not None:
+        jobs = [job for job in jobs if not outputs.isdisjoint(job.outputs)]
     maker = {o: i for i, job in enumerate(jobs) for o in job.outputs}
     records = [_json(Path(job.run_record)) if job.run_record else {} for job in jobs]
     recorded = [_mtime(Path(job.run_record)) if job.run_record else None for job in jobs]
@@ -291,18 +294,65 @@ def watch(seconds: float, layout: Layout = Layout(), out=None) -> str:
         time.sleep(seconds)
 
 
-def print_every(seconds: float, layout: Layout = Layout(), out=None) -> None:
-    """Print the run's progress (its counts and each running job) every `seconds`, from a thread
-    of the calling process (Snakemake's: its terminal, never a job's log), while jobs run."""
-    seconds = interval(seconds, "progress every ")
+def print_every(seconds: float, layout: Layout = Layout(), out=None,
+                outputs: set[str] | None = None) -> Printing:
+    """Print the run's progress from a thread of the calling process (Snakemake's: its terminal, never
+    a job's log) while jobs run: its counts each time a job finishes (Snakemake's own count is
+    quieted, profiles/default: one count, of the jobs this run was started for, `outputs`), and every
+    `seconds` (0: never) the counts with each running job. Returns what stops it (`run_end`)."""
+    seconds = interval(seconds, "progress every ") if seconds else 0.0
     stream = out or sys.stderr      # the terminal's, taken now: a job run in-process redirects sys.stderr to its log
+    poll = min(seconds, POLL) if seconds else POLL
+    ended = Printing()
 
     def loop():
-        while True:
-            time.sleep(seconds)
-            states = job_states(layout)
-            if any(s.status == "running" for s in states):
-                lines = summary(states)
+        done, last = None, time.monotonic()
+        while not ended.is_set():
+            states = job_states(layout, outputs)
+            now_done = sum(s.status == "done" for s in states)
+            lines = summary(states)
+            if ended.is_set():
+                return
+            if seconds and time.monotonic() - last >= seconds and any(s.status == "running" for s in states):
                 print("\n".join(["[progress] " + lines[0], *lines[1:]]), file=stream, flush=True)
+                last, ended.last = time.monotonic(), lines[0]
+            elif done is not None and now_done != done:
+                print("[progress] " + lines[0], file=stream, flush=True)
+                ended.last = lines[0]
+            done = now_done
+            ended.wait(poll)
 
     threading.Thread(target=loop, name="minbert-progress", daemon=True).start()
+    return ended
+
+
+POLL = 2.0      # seconds between looks at the run's files: a finished job is counted within them
+
+
+class Printing(threading.Event):
+    """Set: the progress thread prints no more. `last`: the count it printed last."""
+    last = ""
+
+
+def run_end(outputs: set[str], layout: Layout | None = None, out=None, report_log: str | None = None,
+            header: str = "summary:", printing: Printing | None = None) -> None:
+    """What a successful run ends on: the count of its jobs, all done, and, when the run rendered the
+    report (`report_log`, the report job's log), the summary it printed after `header` (the best
+    model, its scores, the claims, where the report is). `printing`: the progress thread to stop
+    first (`print_every`)."""
+    if printing is not None:
+        printing.set()
+    stream = out or sys.stderr
+    jobs = job_states(layout or Layout(), outputs)
+    count = f"{len(jobs)} of {len(jobs)} jobs done"
+    if printing is None or not printing.last.startswith(count + ","):      # not said already
+        print(f"[progress] {count}", file=stream, flush=True)
+    if report_log is None or not any(s.stage == "report" for s in jobs):
+        return
+    try:
+        lines = Path(report_log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return
+    if header in lines:
+        at = len(lines) - 1 - lines[::-1].index(header)
+        print("\n".join(line.strip() for line in lines[at + 1:] if line.startswith("  ")), file=stream, flush=True)

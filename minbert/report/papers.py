@@ -391,6 +391,22 @@ class Scorecard:
         return sorted(name for name, trained in self.rows.items() if not trained)
 
     @property
+    def untrained_where(self) -> list[str]:
+        """Each row that did not train, with the claim columns it did not train on and those it did
+        ("cross_encoder on STS (trained on Overall)"): a row can count as untrained beside a claim of
+        another column that it trained for and that is judged."""
+        where: dict[str, dict[str, list[str]]] = {}
+        for claim in self.claims:
+            column = claim.column if claim.split == "dev" else f"{claim.split} {claim.column}"
+            for row in claim.training:
+                kept = where.setdefault(row.name, {"not": [], "trained": []})["trained" if row.trained else "not"]
+                if column not in kept:
+                    kept.append(column)
+        return [f"{name} on {', '.join(w['not'])}" + (f" (trained on {', '.join(c for c in w['trained'] if c not in w['not'])})"
+                                                      if set(w["trained"]) - set(w["not"]) else "")
+                for name, w in sorted(where.items()) if w["not"]]
+
+    @property
     def judged(self) -> int:
         """Claims with a verdict on the comparison (not undertrained, not run)."""
         return sum(self.counts.get(v, 0) for v in JUDGED)

@@ -290,10 +290,32 @@ def summary_metrics(data: ReportData) -> dict:
     return out
 
 
+def run_summary(ctx: dict, report: str) -> list[str]:
+    """What a run ends on, in a few lines: the best model and its score, the scorecard's counts and
+    where the report is (the report stage prints them last: on DVC's terminal, and Snakemake's at the
+    end of its run)."""
+    best, card = ctx["best"], ctx["scorecard"]
+    lines = []
+    if best is not None:
+        what = "dev overall score" if best.has_overall else "dev mean of its task scores"
+        seeds = f" (the mean of its {best.seeds} seeds)" if best.repeated else ""
+        interval = f" {fmt_interval(best.interval)}" if best.has_overall and best.interval else ""
+        lines.append(f"best model: {best.name}{seeds}, {what} {fmt_metric(best.score)}{interval}")
+    if card.claims:
+        counts = ", ".join(f"{n} {v}" for v, n in card.counts.items() if n and v in JUDGED)
+        rest = "; ".join(f"{n} {v}" for v, n in card.counts.items() if n and v not in JUDGED)
+        lines.append(f"claims: {card.judged} of {len(card.claims)} judged" + (f" ({counts})" if counts else "")
+                     + (f"; {rest}" if rest else "") + (" (demo data: the verdicts only show how the page reads)"
+                                                          if card.demo else ""))
+    return lines + [f"report: {report}"]
+
+
 def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: Path = TEMPLATES,
-                   progress: bool = True, reads: dict[str, list[str]] | None = None) -> list[Path]:
+                   progress: bool = True, reads: dict[str, list[str]] | None = None,
+                   summary: list | None = None) -> list[Path]:
     """Write the final report and one page per experiment and ensemble from the outputs the report
-    job reads (`reads`: its job's; minbert.report.data); returns the paths written."""
+    job reads (`reads`: its job's; minbert.report.data); returns the paths written (and, into
+    `summary` when given, the run's summary lines: `run_summary`)."""
     data = load_report_data(params, layout, reads)
     earlier = read_manifest(layout.experiment_reports)   # the pages an earlier rendering wrote
     book = ScoreBook(data)                      # every bootstrap once, shared by all pages
@@ -308,8 +330,11 @@ def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: P
         path = Path(layout.experiment_report(name))
         write_text(path, html)
         written.append(path)
-    html = env.get_template("final.html.j2").render(**final_context(data, book, best, analyses))
+    ctx = final_context(data, book, best, analyses)
+    html = env.get_template("final.html.j2").render(**ctx)
     write_text(layout.final_report, html)
+    if summary is not None:
+        summary += run_summary(ctx, layout.final_report)
     written.append(Path(layout.final_report))
     write_json(layout.summary_metrics, summary_metrics(data))
     # A page of an experiment no longer in params.yaml would be linked from nowhere and mislead: the

@@ -186,9 +186,16 @@ def _card_usage(files: dict, tasks: list[str]) -> list[str]:
                   f"`--trust-remote-code`), and refuses a file that differs from the one exported.", ""]
     for task, why in files["cross"].items():
         if why is None:
-            map_ = ("the paraphrase probability (sigmoid of the logit)" if TASKS[task].kind == "binary"
-                    else "the raw output; the similarity on the 0-5 scale is `min(max(5 * output, 0), 5)`")
-            lines += [f"The {TASKS[task].title} head is a cross-encoder in the form of `BertForSequenceClassification`, "
+            lo, hi = TASKS[task].label_range if TASKS[task].kind == "regression" else (0, 1)
+            scaled = f"{hi - lo:g} * output" if lo == 0 else f"{lo:g} + {hi - lo:g} * output"
+            map_ = (f"the probability of '{TASKS[task].classes[1] if TASKS[task].classes else 'positive'}' "
+                    f"(sigmoid of the logit)" if TASKS[task].kind == "binary"
+                    else f"the raw output; the score on the {lo:g}-{hi:g} scale is `min(max({scaled}, {lo:g}), {hi:g})`")
+            form = ("in the form of `BertForSequenceClassification`"
+                    if files.get("cross_forms", {}).get(task, "BertForSequenceClassification") ==
+                    "BertForSequenceClassification" else "as sentence-transformers modules (sentence-transformers 6 "
+                    "or later)")
+            lines += [f"The {TASKS[task].title} head is a cross-encoder {form}, "
                       f"in `cross-encoder-{task}/`:", "", "```python", "from sentence_transformers import CrossEncoder",
                       "", f'ce = CrossEncoder("path/to/this/folder/cross-encoder-{task}")',
                       'ce.predict([("first sentence", "second sentence")])   # ' + map_, "```", ""]

@@ -11,9 +11,10 @@ The folder (results/exports/<E>/, written by the export stage) holds
                                           pooler's dense layer and tanh, as 2_Dense)
     heads.safetensors, minbert.json      the task heads (and shared layers, branches) and what
                                           rebuilds the multi-task model (minbert.api.load_model)
-    cross-encoder-<task>/                 a cross-encoder pair head in the form of
-                                          `BertForSequenceClassification` (sentence_transformers.CrossEncoder
-                                          loads it), when the head has that form (`cross_encoder_form`)
+    cross-encoder-<task>/                 a cross-encoder pair head that sentence_transformers.CrossEncoder
+                                          loads (minbert.share.cross: `BertForSequenceClassification`,
+                                          or sentence-transformers modules), when the head has such a
+                                          form (`cross_encoder_form`)
     code/                                the user's modules a head or loss comes from, with their helper
                                           files (minbert.share.code: checked by content, run only when
                                           trusted)
@@ -36,9 +37,10 @@ from minbert.core.plain import as_json
 from minbert.core.provenance import git_revision
 from minbert.core.tasks import TASKS
 from minbert.model.checkpoint import declared, load_checkpoint
-from minbert.model.weights import hf_to_minbert, minbert_to_hf, read_config, read_state_dict, save_hf_folder
+from minbert.model.weights import hf_to_minbert, read_config, read_state_dict, save_hf_folder
 from minbert.share.card import model_card, scores
 from minbert.share.code import carried_code, carried_modules, carry_code
+from minbert.share.cross import cross_encoder_form, write_cross_encoder
 
 EXPORT_FORMAT = "minbert-export-1"
 MANIFEST = "minbert.json"
@@ -101,48 +103,6 @@ def write_sentence_transformers(folder: Path, model, max_length: int) -> str:
             "pooler": "the [CLS] vector through the pooler (dense layer and tanh)"}[pooling]
 
 
-def cross_encoder_form(model, task: str) -> str | None:
-    """Why `task`'s head is not a `BertForSequenceClassification` (None when it is one: a cross
-    view, the pooler's output, a single linear layer, nothing shared or added, one reading order)."""
-    cfg = model.heads_cfg
-    head = model.registry.heads[cfg.head_of(task)]
-    if not head.builtin:
-        return f"its head '{head.name}' is one of your own (module {head.module})"
-    if model.views[task].name != "cross":
-        return f"its {cfg.head_of(task)} head is a bi-encoder{' with a cross term' if model.views[task].name == 'hybrid' else ''}: " \
-               f"it embeds each sentence apart"
-    reasons = [(cfg.pooling_of(task) != "pooler", f"it reads the {cfg.pooling_of(task)} pooling, not the pooler's output"),
-               (cfg.depth(task) > 0, "its head has hidden layers"),
-               (model.shared is not None and task in cfg.shared.tasks, "it reads shared layers"),
-               (cfg.symmetric_pairs, "its prediction averages both sentence orders")]
-    return next((why for bad, why in reasons if bad), None)
-
-
-def write_cross_encoder(folder: Path, model, task: str, tokenizer) -> None:
-    """`task`'s cross-encoder head with the encoder as BertForSequenceClassification (one label):
-    sentence_transformers.CrossEncoder(folder) predicts its logit through `activation_fn`
-    (sigmoid: the paraphrase probability; identity: the raw similarity output)."""
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True)
-    enc_sd = {k: v for k, v in model.state_dict().items() if k.startswith("encoder.")}
-    sd = {f"bert.{k}": v.cpu() for k, v in minbert_to_hf({k[len("encoder."):]: v for k, v in enc_sd.items()}).items()}
-    linear = model.heads[task].net[-1]
-    sd["classifier.weight"] = linear.weight.detach().cpu().contiguous()
-    sd["classifier.bias"] = linear.bias.detach().cpu().contiguous()
-    save_file(sd, str(folder / "model.safetensors"))
-    spec = TASKS[task]
-    activation = "Sigmoid" if spec.kind == "binary" else "Identity"
-    module = "activation" if activation == "Sigmoid" else "linear"
-    # one label per logit: a softmax task's classes, else the positive class or the score
-    names = list(spec.classes) if spec.kind == "classification" else [spec.classes[1] if spec.classes else spec.name]
-    _json(folder / "config.json", {
-        "model_type": "bert", "architectures": ["BertForSequenceClassification"], **model.encoder.config.to_dict(),
-        "id2label": {str(k): name for k, name in enumerate(names)}, "label2id": {n: k for k, n in enumerate(names)},
-        "sentence_transformers": {"activation_fn": f"torch.nn.modules.{module}.{activation}"}})
-    write_tokenizer(folder, tokenizer)
-
-
 def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: dict | None = None) -> dict:
     """Write the export folder (the caller makes it atomic). Returns what the card needs to say
     of the files: pooling, the cross-encoder forms and the user's modules carried in code/."""
@@ -160,12 +120,12 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
     _json(folder / MANIFEST, {"format": EXPORT_FORMAT, "tasks": model.tasks, "heads": as_json(model.heads_cfg),
                               **({"declared": own} if own else {}), "calibration": model.calibration,
                               "max_length": tokenizer.max_length, **(extra or {})})
-    cross = {}
+    cross, forms = {}, {}
     for task in model.tasks:
         if TASKS[task].pair:
             why = cross_encoder_form(model, task)
             if why is None:
-                write_cross_encoder(folder / f"cross-encoder-{task}", model, task, tokenizer)
+                forms[task] = write_cross_encoder(folder / f"cross-encoder-{task}", model, task, tokenizer)
             cross[task] = why
     if card:
         (folder / "README.md").write_text(card, encoding="utf-8")
@@ -174,7 +134,7 @@ def export_model(model, tokenizer, folder: str | Path, card: str = "", extra: di
     for p in folder.rglob("*"):          # safetensors writes its files for the owner only: a shared model is readable
         if p.is_file():
             p.chmod(0o666 & ~umask)
-    return {"pooling": pooling, "cross": cross, "code": carried_modules(own), "modules": own.get("modules", [])}
+    return {"pooling": pooling, "cross": cross, "cross_forms": forms, "code": carried_modules(own), "modules": own.get("modules", [])}
 
 
 # ---------------------------------------------------------------- what it wrote, and what it may replace

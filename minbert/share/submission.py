@@ -66,8 +66,10 @@ def results_folder(folder: Path) -> Path:
 
 def zip_default(out_dir: str | Path) -> Path:
     """Where the zip goes by default: the starter's name, in the folder that holds `out_dir` (as
-    prepare_submit.py zips predictions/ from the folder above it)."""
-    return Path(out_dir).absolute().parent / ZIP_NAME
+    prepare_submit.py zips predictions/ from the folder above it), said as `out_dir` is (relative
+    where it is relative, as the six files are printed)."""
+    out = Path(out_dir)
+    return (out.parent if out.name not in ("", ".", "..") else out.absolute().parent) / ZIP_NAME
 
 
 def write_submission(source: str | Path, out_dir: str | Path = "predictions", zip_path: str | Path | None = None,
