@@ -2,13 +2,13 @@
 the stage registry (minbert.pipeline.registry: each stage's message, resources and paths).
 
 Every job has a resolved description (its settings, what it reads, the code it runs) written to
-results/jobs/<stage>/<name>.json, and rewritten only when it changes. Both engines depend on that
-file and on the outputs the job reads:
+results/jobs/<stage>/<name>.json, and rewritten only when it changes (workflow/jobfiles.py). Both
+engines depend on that file and on the files the job reads:
 - the Snakefile builds one rule per stage (per output shape); the description file is an input, so
   a job re-runs when its description is newer than its outputs (the Snakefile rewrites changed
-  descriptions each time it is read);
-- dvc.yaml (`python -m workflow.dag --write-dvc`) has a `resolve` stage that rewrites the
-  description files from the params (its params: the whole params file), then one stage per job
+  descriptions each time it is read; a dry run reads copies of them in a temporary folder);
+- dvc.yaml has a `resolve` stage that rewrites the description files from the params (its params:
+  the whole params file), and dvc.yaml itself where the params change it, then one stage per job
   depending on its description file (by hash; it holds the hash of the job's code) and its inputs.
 A test keeps the committed dvc.yaml equal to the generated one. Everything here is linear in the
 number of jobs (a grid of 10,000 experiments plans in seconds).
@@ -16,8 +16,9 @@ number of jobs (a grid of 10,000 experiments plans in seconds).
     python -m workflow.dag                       # print the jobs
     python -m workflow.dag --write-dvc           # (re)generate dvc.yaml from params.yaml
     python -m workflow.dag --check               # exit 1 when dvc.yaml is out of date
-    python -m workflow.dag --resolve             # rewrite the changed description files (DVC's first stage)
-    python -m workflow.dag --params params/minilm.yaml --write-dvc   # dvc.yaml for another params file
+    python -m workflow.dag --resolve             # DVC's first stage: job files, dvc.yaml, params.yaml's layout
+    python -m workflow.dag --dvc-commit          # record in dvc.lock what a run built
+    python -m workflow.dag --params params/minilm.yaml --results results-minilm --write-dvc   # another params file
 
 The repository, its params and its jobs as both engines take them are workflow/repo.py; dvc.yaml is
 rendered by workflow/dvc.py.
