@@ -3,9 +3,11 @@
 # generates dvc.yaml: both engines run the same stage commands on the same files. profiles/default
 # (used by Snakemake without being named) holds the settings every run here shares.
 #   another params file:       snakemake --cores all --config params=params/minilm.yaml
+#   ... beside the default's:  snakemake --cores all --config params=laptop.yaml results=results-laptop
+#                              (its results there, its reports in results-laptop/reports)
 #   a cluster:                 snakemake --profile profiles/slurm   (--config gpu=0 without GPUs)
 #   jobs sharing one GPU:      snakemake --cores all --config jobs_per_gpu=4   (the default)
-#   record outputs in DVC too: snakemake --cores all --config dvc_commit=true
+#   not recorded in dvc.lock:  snakemake --cores all --config dvc_commit=false   (default: recorded in a DVC repository)
 #   progress lines every N seconds: snakemake --cores all --config progress=N   (0: only the count when a job
 #                              finishes; default 30 on a terminal)
 #   any setting, as dvc exp run -S: snakemake --cores all --config set='++experiments.multitask_rr.finetune.lr=5e-5'
@@ -24,6 +26,7 @@ dag = importlib.import_module("workflow.dag")   # `workflow` here is Snakemake's
 dvc = importlib.import_module("workflow.dvc")
 
 PARAMS = config.get("params", "params.yaml")
+LAYOUT = dag.layout_for(config.get("results"), config.get("reports"))
 try:
     GPUS = dag.whole_number(config, "gpu", 1, "GPUs for each job that runs the network (0: none)")
     JOBS_PER_GPU = max(1, dag.whole_number(config, "jobs_per_gpu", 4, "jobs that share one GPU"))
@@ -35,19 +38,25 @@ try:
 
         interval(PROGRESS, "--config progress=")
     # Every job file is rewritten here when it changed: it is each job's first input, so a changed
-    # setting, input list or code file re-runs exactly the jobs it concerns.
-    JOBS = dag.resolve(PARAMS, workflow.basedir, dag.split_set(config.get("set")))
+    # setting, input list or code file re-runs exactly the jobs it concerns. A dry run writes none
+    # where a real run reads them: the job files it would write are read from a folder of its own.
+    OVERRIDES = dag.split_set(config.get("set"))
+    if dag.plans_only(workflow):
+        JOBS, STAND_INS = dag.plan_only(PARAMS, workflow.basedir, OVERRIDES, LAYOUT)
+    else:
+        JOBS, STAND_INS = dag.resolve(PARAMS, workflow.basedir, OVERRIDES, LAYOUT), {}
     dag.check_sources(JOBS, PARAMS, workflow.basedir)
 except dag.MinBertError as e:
     raise WorkflowError(str(e)) from None
-SNAKE = dag.SnakemakeDag(JOBS)
+SNAKE = dag.SnakemakeDag(JOBS, LAYOUT, STAND_INS)
 
 
 # Every declared output is asked for, not only the report: a deleted intermediate output (one
-# predictions file, say) re-runs the job that writes it, as under DVC.
+# predictions file, say) re-runs the job that writes it, and the exports params.yaml lists are
+# built, as under DVC.
 rule all:
     default_target: True
-    input: dag.LAYOUT.final_report, dag.all_outputs(JOBS)
+    input: LAYOUT.final_report, dag.all_outputs(JOBS)
 
 
 include: "workflow/rules/stages.smk"
@@ -65,7 +74,7 @@ onstart:
     from minbert.pipeline.progress import print_every
 
     RUN_OUTPUTS.update(str(f) for job in workflow.dag.needrun_jobs() for f in job.output)
-    PRINTING["thread"] = print_every(PROGRESS, outputs=RUN_OUTPUTS)
+    PRINTING["thread"] = print_every(PROGRESS, LAYOUT, outputs=RUN_OUTPUTS)
 
 
 onsuccess:
@@ -74,8 +83,11 @@ onsuccess:
         from minbert.pipeline.progress import run_end
         from stages.report import SUMMARY_HEADER
 
-        run_end(RUN_OUTPUTS, report_log=dag.LAYOUT.log("report"), header=SUMMARY_HEADER, printing=PRINTING.get("thread"))
-    # Opt-in: record Snakemake's outputs in dvc.lock too (docs/workflow.md: the two engines' records).
-    if config.get("dvc_commit", False):
+        run_end(RUN_OUTPUTS, LAYOUT, report_log=LAYOUT.log("report"), header=SUMMARY_HEADER, printing=PRINTING.get("thread"))
+    # In a DVC repository, Snakemake's outputs are recorded in dvc.lock too, so `dvc status` and
+    # `dvc repro` find nothing to do (docs/workflow.md: the two engines' records); `--config
+    # dvc_commit=false` leaves dvc.lock alone.
+    if dvc.records_in_dvc(config.get("dvc_commit"), dag.REPO, PARAMS, LAYOUT, JOBS, OVERRIDES):
         if not dvc.dvc_commit(JOBS, dag.REPO):
-            print("warning: `dvc commit --force` failed; run it by hand to update dvc.lock", file=sys.stderr)
+            print("warning: `dvc commit --force` failed; run `python -m workflow.dag --dvc-commit` to update dvc.lock",
+                  file=sys.stderr)

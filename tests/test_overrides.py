@@ -57,7 +57,14 @@ def test_overrides_change_add_and_remove_as_dvc_exp_run_s_does(tmp_path):
                                        "++experiments.b.finetune.lr=5e-5 to add it"),
     ("experiments.a.finetune.lr=5e-5", "params.yaml does not set 'experiments.a.finetune.lr'; write "
                                        "++experiments.a.finetune.lr=5e-5 to add it"),
-    ("experiments.a.finetune.epoch=3", "does not set 'experiments.a.finetune.epoch' (did you mean 'epochs'?)"),
+    ("experiments.a.finetune.epoch=3", "does not set 'experiments.a.finetune.epoch' (did you mean 'epochs'?); "
+                                       "write experiments.a.finetune.epochs=3"),
+    # a typo is told the params' own key, never to add the typo
+    ("experiments.b.finetune.lrr=1", "does not set 'experiments.b.finetune'; and no params file may set it: "
+                                     "unknown key 'experiments.b.finetune.lrr' (did you mean 'lr'?)"),
+    ("experiments.a.finetune.epochz=1", "(did you mean 'epochs'?); write experiments.a.finetune.epochs=1"),
+    ("experiments.a.finetune.head_lrr=1", "does not set 'experiments.a.finetune.head_lrr'; and no params file may set "
+                                          "it: unknown key 'experiments.a.finetune.head_lrr' (did you mean 'head_lr'?)"),
     ("++experiments.a.finetune.epoch=3", "unknown key 'experiments.a.finetune.epoch' (did you mean 'epochs'?)"),
     ("base.finetune.lr=fast", "key 'base.finetune.lr': Input should be a valid number"),
     ("+base.seed=2", "already sets 'base.seed'"),

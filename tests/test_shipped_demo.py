@@ -43,34 +43,48 @@ def copy_project(repo_root: Path, dest: Path, tiny_model_dir: Path) -> Path:
     return dest
 
 
+def changed_lines(before: str, after: str) -> int:
+    """How many lines `after` holds that `before` does not (a line edited counts once)."""
+    import difflib
+
+    return sum(line.startswith("+ ") for line in difflib.ndiff(before.splitlines(), after.splitlines()))
+
+
 @pytest.fixture(scope="module")
 def demo_repo(repo_root, tmp_path_factory, tiny_model_dir):
     from dvc.utils.hydra import apply_overrides
 
+    from workflow import params_text
+
     folder = copy_project(repo_root, tmp_path_factory.mktemp("demo") / "repo", tiny_model_dir)
+    run(["git", "init", "-q"], folder)
+    run(["git", "add", "-A"], folder)
+    run(["git", "commit", "-q", "-m", "the shipped demo"], folder)
     shipped = (folder / "params.yaml").read_text()
     apply_overrides(folder / "params.yaml", TINY)                 # DVC's own rewrite of the shipped file
+    assert changed_lines(shipped, (folder / "params.yaml").read_text()) > 50
+    # what DVC's first stage, resolve, does with it: the file as written, each key set on its own line
+    said = params_text.restore("params.yaml", folder, "results/jobs")
     text = (folder / "params.yaml").read_text()
-    assert "&demo_differs" not in text or "*demo_differs" in text     # the file as DVC leaves it, readable
-    assert text.count("\n") > shipped.count("\n") // 2
+    assert said and changed_lines(shipped, text) == len(TINY), said
+    assert "differs: &demo_differs" in text and "*demo_differs" in text and "# `stand_in`" in text
     run([sys.executable, "-m", "workflow.dag", "--write-dvc"], folder)   # the jobs now read the tiny model's folder
-    run(["git", "init", "-q"], folder)
-    run([DVC, "config", "--local", "cache.type", "hardlink,symlink"], folder)   # queued runs link, not copy
     run(["git", "add", "-A"], folder)
     run(["git", "commit", "-q", "-m", "the shipped demo, tiny"], folder)
-    # built once, the stages inside Snakemake's process (no Python start-up per job), recorded in dvc.lock
+    # built once, the stages inside Snakemake's process (no Python start-up per job), recorded in
+    # dvc.lock as every Snakemake run in a DVC repository is: the export params.yaml lists included
     log = run([SNAKEMAKE, "--cores", "1", "--scheduler", "greedy", "--force-use-threads", "--config",
-               "in_process=true", "dvc_commit=true", "progress=1", "--", "all", "results/exports/mlm_multitask"],
-              folder, timeout=1800)
+               "in_process=true", "progress=1"], folder, timeout=1800)
     # the head of the longest chain starts first (its priority: workflow.dag.chain_heights)
     started = [w for w in re.findall(r"^Job \d+: (\S+)", log, re.M) if not w.startswith("prepare")]
     assert started[0] == "pretrain", log[-3000:]
     # where the run stood, on Snakemake's terminal every second while jobs ran (minbert.pipeline.progress)
     assert re.search(r"^\[progress\] \d+ of 26 jobs done, 1 running, \d+ waiting", log, re.M), log[-3000:]
+    assert (folder / "results/exports/mlm_multitask/minbert.json").is_file()
     # the stages ran inside Snakemake's process; its records of them would make a plain run re-run them
     shutil.rmtree(folder / ".snakemake" / "metadata")
     run([sys.executable, "-m", "workflow.dvc_plots"], folder)       # what scripts/install.sh does
-    assert "up to date" in run([DVC, "status"], folder)
+    assert "up to date" in run([DVC, "status"], folder)            # the quick start leaves DVC a baseline
     run(["git", "add", "-A"], folder)
     run(["git", "commit", "-q", "-m", "results"], folder)
     return folder
@@ -144,6 +158,13 @@ CHANGED = {
     "dvc exp run -S base.finetune.lr=5e-5": "dvc exp run -S base.finetune.lr=5e-5 --queue && dvc queue remove --queued",
     "dvc exp run -S '++experiments.multitask_rr.finetune.lr=5e-5'":
         "dvc exp run -S '++experiments.multitask_rr.finetune.lr=5e-5' --queue && dvc queue remove --queued",
+    "dvc exp run -S experiments.cross_encoder.finetune.heads.para=concat":
+        "dvc exp run -S experiments.cross_encoder.finetune.heads.para=concat --queue && dvc queue remove --queued",
+    "dvc exp run -S '++experiments.cross_encoder.finetune.tracking=[dvclive]'":
+        "dvc exp run -S '++experiments.cross_encoder.finetune.tracking=[dvclive]' --queue && dvc queue remove --queued",
+    # the build above committed the baseline already (and git here may know no author)
+    'git add dvc.lock && git commit -m "demo baseline"':
+        "git add dvc.lock && git -c user.name=demo -c user.email=demo@demo commit -q --allow-empty -m 'demo baseline'",
     # it would train cross_encoder's chain again: planned instead (tested to be exactly that chain above)
     "snakemake --cores all --config set='++experiments.cross_encoder.finetune.lr=5e-5'":
         "snakemake -n --cores all --config set='++experiments.cross_encoder.finetune.lr=5e-5'",
@@ -443,3 +464,153 @@ def test_the_readmes_numbers_are_the_demos(repo_root):
             continue
         assert layout(stdout) == layout(shown), (command, stdout)
         assert numbers(stdout) == pytest.approx(numbers(shown), rel=2e-2, abs=2e-3), (command, stdout)
+
+
+# ---------------------------------------------------------------- DVC as its users expect it
+
+def commit_all(folder: Path, message: str) -> None:
+    """The workspace committed as it stands (the baseline `dvc exp show` compares with)."""
+    run(["git", "add", "-A"], folder)
+    run(["git", "commit", "-q", "--allow-empty", "-m", message], folder)
+
+
+def exp_show(folder: Path, *options: str) -> list[dict]:
+    out = run([DVC, "exp", "show", "--json", *options], folder)
+    return json.loads(out[out.index("["):])
+
+
+def test_one_dvc_exp_run_s_changes_one_line_and_the_engines_agree_after_it(demo_repo):
+    """`dvc exp run -S KEY=VALUE` on the shipped params.yaml changes exactly its line (in the workspace
+    and in the experiment's commit); `dvc exp show --only-changed` shows the experiment beside the
+    baseline with the key and the scores that differ, not every column; Snakemake then has nothing
+    to do, nor after `git checkout params.yaml && dvc repro` restored the models from DVC's cache."""
+    commit_all(demo_repo, "baseline")
+    before = (demo_repo / "params.yaml").read_text()
+    log = run([DVC, "exp", "run", "-n", "concat-heads", "-S", f"{KEY}=concat"], demo_repo)
+    assert stages_run(log) - {"resolve"} == {j.replace("@", "-") for j in CHAIN}, log[-3000:]
+    after = (demo_repo / "params.yaml").read_text()
+    assert changed_lines(before, after) == 1 and "heads: {para: concat, sts: cross}" in after, after
+    ref = run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], demo_repo).split()
+    committed = run(["git", "show", f"{next(r for r in ref if r.endswith('/concat-heads'))}:params.yaml"], demo_repo)
+    assert committed == after
+    header = run([DVC, "exp", "show", "--only-changed", "--csv"], demo_repo).strip().splitlines()[0].split(",")
+    assert KEY in header and "cross_encoder.dev" in header, header
+    params = [c for c in header if c.startswith(("base.", "experiments.", "pretrainings.", "ensembles.", "data."))]
+    assert params == [KEY], header                      # the one key set, not every key of the file
+    deps = [c for c in header if c.startswith(("results/", "reports/", "data/"))]
+    assert deps and all("cross_encoder" in c or c in ("results/jobs/report.json", "results/runs")
+                        or c.startswith("results/runs/") for c in deps), header
+    assert snakemake_plan(demo_repo) == set()           # after DVC, Snakemake has nothing to do
+    run(["git", "checkout", "params.yaml"], demo_repo)
+    log = run([DVC, "repro"], demo_repo)                 # the models back from DVC's run cache
+    restored = set(re.findall(r"Stage '([^']+)' is cached - skipping run", log))
+    assert {"finetune-cross_encoder", "predict-cross_encoder"} <= restored, log[-3000:]
+    assert snakemake_plan(demo_repo) == set()
+    assert "up to date" in run([DVC, "status"], demo_repo)
+
+
+def test_dvc_exp_run_s_turns_tracking_on(demo_repo):
+    """A tracker turned on from the command line in one `dvc exp run -S`: the stage writes its logs
+    inside the training folder DVC already records (dvc.yaml's stages are the ones DVC started with;
+    `resolve` adds the tracker's metrics to its views), and `dvc exp show` reads them."""
+    pytest.importorskip("dvclive")
+    key = "++experiments.cross_encoder.finetune.tracking=[dvclive]"
+    before = (demo_repo / "params.yaml").read_text()
+    run([DVC, "exp", "run", "-n", "tracked", "-S", key], demo_repo)
+    assert changed_lines(before, (demo_repo / "params.yaml").read_text()) == 1
+    live = "results/experiments/cross_encoder/finetune/dvclive/metrics.json"
+    assert (demo_repo / live).is_file()
+    assert live in yaml_load(demo_repo / "dvc.yaml")["metrics"]
+    assert "up to date" in run([DVC, "status"], demo_repo)
+    shown = {e["name"]: e["revs"][0]["data"] for rev in exp_show(demo_repo)
+             for e in (rev.get("experiments") or [])}
+    assert live in shown["tracked"]["metrics"], list(shown["tracked"]["metrics"])
+    run(["git", "checkout", "params.yaml", "dvc.yaml"], demo_repo)
+    run([DVC, "repro"], demo_repo)
+    assert "up to date" in run([DVC, "status"], demo_repo) and snakemake_plan(demo_repo) == set()
+
+
+def yaml_load(path: Path):
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+# a task added as docs/extending.md adds one (the demo's SST files as a 0-4 score), trained by one
+# experiment; and one experiment's learning rate
+SST_SCORE = ("{title:'sentiment score',range:[0,4],files:{format:tsv,train:data/demo/ids-sst-train.csv,"
+             "dev:data/demo/ids-sst-dev.csv,texts:[sentence],label:sentiment,id:id}}")
+ENGINE_EDITS = {
+    "a task added": ([f"++tasks.sst_score={SST_SCORE}",
+                      "++experiments.cross_encoder.finetune.tasks=[sst,para,sts,sst_score]"],
+                     {"prepare"} | CHAIN),
+    "an lr": (["++experiments.cross_encoder.finetune.lr=1e-3"], CHAIN),
+}
+
+
+@pytest.mark.parametrize("edit", ENGINE_EDITS)
+def test_an_edit_reruns_the_same_jobs_under_both_engines(demo_repo, edit):
+    """The same edit of params.yaml re-runs the same jobs under `dvc repro` as under Snakemake: a task
+    added re-runs prepare and the jobs that read the new task's files, not every job that reads the
+    prepared data (dvc.yaml lists the files each job reads). A task added changes what the stages of
+    its experiment read: DVC's first run writes the new dvc.yaml and stops, saying so in one line
+    (DVC planned that run from the old file); the next runs the jobs."""
+    from dvc.utils.hydra import apply_overrides
+
+    overrides, expected = ENGINE_EDITS[edit]
+    ran = {}
+    for engine in ("dvc", "snakemake"):
+        apply_overrides(demo_repo / "params.yaml", overrides)
+        try:
+            if engine == "dvc":
+                first = subprocess.run([DVC, "repro"], cwd=demo_repo, capture_output=True, text=True, timeout=900)
+                log = first.stdout + first.stderr
+                if "tasks" in " ".join(overrides):
+                    assert first.returncode != 0 and "error: dvc.yaml: rewritten for params.yaml (changed: " in log \
+                        and "run the same command again" in log and stages_run(log) == {"resolve"}, log[-3000:]
+                    log = run([DVC, "repro"], demo_repo)
+                else:
+                    assert first.returncode == 0, log[-3000:]
+                ran[engine] = {s.replace("-", "@", 1) for s in stages_run(log)} - {"resolve"}
+            else:
+                log = run([SNAKEMAKE, "--cores", "2", "--printshellcmds"], demo_repo, timeout=900)
+                ran[engine] = job_ids(demo_repo, commands_run(log))
+        finally:
+            run(["git", "checkout", "params.yaml", "dvc.yaml"], demo_repo)
+            run([DVC, "repro"], demo_repo)             # the committed results back, from DVC's cache
+    assert ran["dvc"] == ran["snakemake"] == expected, ran
+    assert snakemake_plan(demo_repo) == set() and "up to date" in run([DVC, "status"], demo_repo)
+
+
+def tree(folder: Path) -> dict[str, tuple]:
+    """Every file under `folder`: its bytes' hash and its date."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_other_params_beside_the_demo_leave_its_results_alone(demo_repo):
+    """A dry run of other params (any `--config`) writes nothing a run relies on; a run of them in a
+    results folder of their own (`--config results=DIR`, the README's way) leaves the demo's results,
+    job files and report as they were: the demo then has nothing to do under either engine."""
+    other = yaml_load(demo_repo / "params.yaml")
+    other["experiments"] = {"cross_encoder": other["experiments"]["cross_encoder"]}
+    other["ensembles"], other["studies"], other["export"] = {}, [], {"experiments": []}
+    other["papers"] = {}
+    import yaml
+
+    (demo_repo / "laptop.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
+    results, reports = tree(demo_repo / "results"), tree(demo_repo / "reports")
+    for config in (["params=laptop.yaml"], ["params=laptop.yaml", "set=base.seed=3"], [f"set={KEY}=concat"]):
+        run([SNAKEMAKE, "-n", "--cores", "2", "--config", *config], demo_repo)
+        run([SNAKEMAKE, "--summary", "--config", *config], demo_repo)
+        assert tree(demo_repo / "results") == results, config
+    run([SNAKEMAKE, "--cores", "2", "--config", "params=laptop.yaml", "results=results-laptop"], demo_repo,
+        timeout=900)
+    assert (demo_repo / "results-laptop/reports/final.html").is_file()
+    assert (demo_repo / "results-laptop/experiments/cross_encoder/metrics.json").is_file()
+    assert tree(demo_repo / "results") == results and tree(demo_repo / "reports") == reports
+    assert snakemake_plan(demo_repo) == set() and "up to date" in run([DVC, "status"], demo_repo)
+    shutil.rmtree(demo_repo / "results-laptop")
+    (demo_repo / "laptop.yaml").unlink()

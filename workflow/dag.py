@@ -2,13 +2,13 @@
 the stage registry (minbert.pipeline.registry: each stage's message, resources and paths).
 
 Every job has a resolved description (its settings, what it reads, the code it runs) written to
-results/jobs/<stage>/<name>.json, and rewritten only when it changes. Both engines depend on that
-file and on the outputs the job reads:
+results/jobs/<stage>/<name>.json, and rewritten only when it changes (workflow/jobfiles.py). Both
+engines depend on that file and on the files the job reads:
 - the Snakefile builds one rule per stage (per output shape); the description file is an input, so
   a job re-runs when its description is newer than its outputs (the Snakefile rewrites changed
-  descriptions each time it is read);
-- dvc.yaml (`python -m workflow.dag --write-dvc`) has a `resolve` stage that rewrites the
-  description files from the params (its params: the whole params file), then one stage per job
+  descriptions each time it is read; a dry run reads copies of them in a temporary folder);
+- dvc.yaml has a `resolve` stage that rewrites the description files from the params (its params:
+  the whole params file), and dvc.yaml itself where the params change it, then one stage per job
   depending on its description file (by hash; it holds the hash of the job's code) and its inputs.
 A test keeps the committed dvc.yaml equal to the generated one. Everything here is linear in the
 number of jobs (a grid of 10,000 experiments plans in seconds).
@@ -16,8 +16,9 @@ number of jobs (a grid of 10,000 experiments plans in seconds).
     python -m workflow.dag                       # print the jobs
     python -m workflow.dag --write-dvc           # (re)generate dvc.yaml from params.yaml
     python -m workflow.dag --check               # exit 1 when dvc.yaml is out of date
-    python -m workflow.dag --resolve             # rewrite the changed description files (DVC's first stage)
-    python -m workflow.dag --params params/minilm.yaml --write-dvc   # dvc.yaml for another params file
+    python -m workflow.dag --resolve             # DVC's first stage: job files, dvc.yaml, params.yaml's layout
+    python -m workflow.dag --dvc-commit          # record in dvc.lock what a run built
+    python -m workflow.dag --params params/minilm.yaml --results results-minilm --write-dvc   # another params file
 
 The repository, its params and its jobs as both engines take them are workflow/repo.py; dvc.yaml is
 rendered by workflow/dvc.py.
@@ -34,88 +35,26 @@ import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from workflow.repo import LAYOUT, REPO, in_repo, jobs, load  # the repository's folder first on sys.path
+from workflow.repo import LAYOUT, REPO, in_repo, jobs, layout_for, load  # the repository's folder first on sys.path
 
 from minbert.core.errors import MinBertError  # noqa: E402
-from minbert.core.provenance import one_pass  # noqa: E402
+from minbert.core.layout import Layout  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, LoadedParams  # noqa: E402
-from minbert.params.overrides import dvc_rewrite_problems, split_set  # noqa: E402
-from minbert.params.unread import unread_settings  # noqa: E402
-from minbert.pipeline import finished  # noqa: E402
+from minbert.params.overrides import split_set  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
-from minbert.pipeline.plan import made_from, write_job_file  # noqa: E402
 from minbert.pipeline.registry import STAGES  # noqa: E402
 from minbert.pipeline.runinfo import UpToDate  # noqa: E402
-from workflow.dvc import built, dvc_commit, render_dvc  # noqa: E402
+from workflow import params_text  # noqa: E402
+from workflow.dvc import built, dvc_commit, params_source, render_dvc, stage_changes  # noqa: E402
 from workflow.dvc_plots import write_template  # noqa: E402
 from workflow.gpu_slot import visible_gpus  # noqa: E402
+from workflow.jobfiles import plan_only, resolve  # noqa: E402
 
 # What each stage asks of the machine is the stage registry's (minbert.pipeline.registry): Snakemake
 # caps `threads` at --cores on one machine; on a cluster they become the job's CPUs (capped by
 # --max-threads). The stages that run the network ask for `gpu` GPUs each (`--config gpu=0` on a
 # CPU-only cluster); mem_mb in MB, runtime in minutes.
 STAGE_RESOURCES = {name: spec.resources for name, spec in STAGES.items()}
-
-
-def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=()) -> list[Job]:
-    """Write every job's description file whose content changed, and remove the records of finished
-    work of jobs the params no longer have (minbert.pipeline.finished.prune); returns the jobs. A
-    setting no job reads (minbert.params.unread), and what would break `dvc exp run -S` in the
-    params files, are said on stderr, once per load."""
-    lp = load(params, repo, overrides)
-    with in_repo(repo):
-        problems = [p for f in dict.fromkeys([lp.path, lp.source]) if f is not None for p in dvc_rewrite_problems(f)]
-    for line in problems + unread_settings(lp):
-        print(f"warning: {line}", file=sys.stderr)
-    all_jobs = jobs(lp, repo)
-    with in_repo(repo), one_pass():
-        for job in all_jobs:
-            write_job_file(job)
-        finished.prune(LAYOUT.results, all_jobs)
-        _prune_job_files(all_jobs)
-        _date_job_files(all_jobs)
-    return all_jobs
-
-
-def _date_job_files(all_jobs: list[Job]) -> None:
-    """Give a job file whose description made the job's outputs now in place (its run record says so)
-    a date no later than the oldest of them, Snakemake's benchmark included, as a rewritten one gets
-    (minbert.pipeline.plan.write_job_file): Snakemake, which compares dates, then runs nothing after a
-    run it did not make. DVC makes such runs: it runs a job again after a Snakemake run (Snakemake's
-    benchmark stays, older than the job file DVC's `resolve` rewrote), or restores a job's outputs
-    from its cache as hard links, with the dates the cache's copies have."""
-    for job in all_jobs:
-        path = Path(job.job_file)
-        made = [Path(o) for o in job.outputs] + [Path(LAYOUT.benchmark(job.stage, job.name))]
-        try:
-            oldest = min((t for p in made for t in _mtimes(p)), default=None)
-            if oldest is None or path.stat().st_mtime <= oldest:
-                continue
-        except OSError:
-            continue
-        started = made_from(job, job.description())
-        if started is not None:
-            os.utime(path, (min(started, oldest), min(started, oldest)))
-
-
-def _mtimes(path: Path):
-    """The dates of a file, or of a folder and everything in it; none for a path that is not there."""
-    if path.is_dir():
-        yield path.stat().st_mtime
-        for root, _, names in os.walk(path):
-            yield from (os.stat(os.path.join(root, n)).st_mtime for n in names)
-    elif path.exists():
-        yield path.stat().st_mtime
-
-
-def _prune_job_files(all_jobs: list[Job]) -> None:
-    """Remove the job files of jobs the params no longer have: a target naming one finds no job file,
-    as for a name the params never had."""
-    wanted = {Path(j.job_file) for j in all_jobs}
-    folder = Path(LAYOUT.job_files)
-    for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
-        if path not in wanted and not path.is_symlink():
-            path.unlink()
 
 
 def check_sources(all_jobs: list[Job], params_path: str | Path, repo: Path = REPO) -> None:
@@ -131,6 +70,27 @@ def check_sources(all_jobs: list[Job], params_path: str | Path, repo: Path = REP
                     f"{missing[0]}: not found, and {job.id} reads it ({len(missing)} such path(s); set in "
                     f"{params_path}: data.dir, data.nli_file or a model); point the params at it (python -m "
                     f"stages.fetch_data fetches the CS224N files) and run again")
+
+
+# what a Snakemake command that runs no job asks for (the plan, the graph, a summary, the lint, ...)
+PLANS_ONLY = ("dryrun", "dag", "rulegraph", "filegraph", "d3dag", "summary", "detailed_summary", "lint", "list_rules",
+              "list_target_rules", "list_changes", "unlock", "cleanup_metadata", "print_compilation", "containerize",
+              "export_cwl", "report")
+
+
+def plans_only(workflow) -> bool:
+    """Whether this Snakemake command runs no job (`-n`, `--dag`, `--summary`, `--lint`, ...): it then
+    plans without writing what a real run reads (`plan_only`). Snakemake reads the Snakefile before it
+    sets its executor, so its command line says it."""
+    if workflow.dryrun:
+        return True
+    from snakemake.cli import get_argument_parser
+
+    try:
+        args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
+    except (SystemExit, Exception):       # noqa: BLE001 (not Snakemake's command line: a real run)
+        return False
+    return any(getattr(args, k, None) for k in PLANS_ONLY)
 
 
 def stage_resources(stage: str, gpus: int = 1) -> dict:
@@ -172,7 +132,7 @@ def pattern_job(job: Job) -> Job:
     registry derives them for that name and the job's settings)."""
     if job.name is None:
         return job
-    return Job.build(job.stage, "{name}", job.settings, LAYOUT)
+    return Job.build(job.stage, "{name}", job.settings, Layout(job.results, job.reports))
 
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
@@ -207,9 +167,11 @@ def _rules(all_jobs: list[Job]) -> list[tuple[str, str, Job, str, list[Job]]]:
 class SnakemakeDag:
     """The jobs as the Snakefile declares them: one rule per stage and output shape, a checkpoint
     where other jobs read the outputs (Snakemake then judges those jobs again once it has run: an
-    output that came out with the same content re-runs nothing after it), and each job's inputs."""
+    output that came out with the same content re-runs nothing after it), and each job's inputs
+    (`stand_ins`: a dry run's job files, `plan_only`, in place of those of the results folder)."""
 
-    def __init__(self, all_jobs: list[Job]):
+    def __init__(self, all_jobs: list[Job], layout: Layout = LAYOUT, stand_ins: dict[str, str] | None = None):
+        self.layout, self.stand_ins = layout, stand_ins or {}
         self.jobs = {j.id: j for j in all_jobs}
         rules = _rules(all_jobs)
         self.groups = [(rule, stage, sample, pattern) for rule, stage, sample, pattern, _ in rules]
@@ -250,7 +212,7 @@ class SnakemakeDag:
         be missing from it), each planned as reading what the jobs before it write."""
         job = self.job(stage, wildcards)
         if job is None:          # no such job: its job file is missing, Snakemake's own one-line error
-            return [LAYOUT.job_file(stage, wildcards.name)]
+            return [self.layout.job_file(stage, wildcards.name)]
         for rule_name, names in [] if dry_run else self.upstream(job):
             getattr(checkpoints, rule_name).get(**names)
         return self.inputs(job)
@@ -263,7 +225,7 @@ class SnakemakeDag:
         DVC."""
         from snakemake.io import ancient
 
-        out = [job.job_file]
+        out = [self.stand_ins.get(job.job_file, job.job_file)]
         sources = set(job.sources)
         for dep in job.deps:
             maker = self.maker.get(dep)
@@ -310,7 +272,7 @@ def snakemake_outputs(sample: Job) -> list:
     out = []
     metrics = set(sample.metrics)
     for pattern in sample.output_files:
-        if pattern == LAYOUT.experiment_reports:       # the pages final.html links to: in the report too
+        if pattern == Layout(sample.results, sample.reports).experiment_reports:       # the pages final.html links to: in the report too
             out.append(report(directory(pattern), patterns=["{page}.html"], category="Reports",
                               labels={"page": "{page}"}))
         elif "." not in Path(pattern).name:            # folders have no suffix
@@ -326,10 +288,11 @@ def snakemake_outputs(sample: Job) -> list:
 
 
 def all_outputs(all_jobs: list[Job]) -> list[str]:
-    """Every declared output of every job but the exports (their own targets): what `rule all` asks
-    for (Snakemake would otherwise take a deleted intermediate output for a temporary one and re-run
-    nothing)."""
-    return [o for job in all_jobs if job.stage != "export" for o in job.output_files]
+    """Every declared output of every job, the exports that params' `export.experiments` lists
+    included: what `rule all` asks for (Snakemake would otherwise take a deleted intermediate output
+    for a temporary one and re-run nothing), and what `dvc repro` builds, so that after either engine
+    the other has nothing to do."""
+    return [o for job in all_jobs for o in job.output_files]
 
 
 def whole_number(config: dict, key: str, default: int, what: str) -> int:
@@ -345,11 +308,11 @@ def whole_number(config: dict, key: str, default: int, what: str) -> int:
 
 
 def snakemake_log(sample: Job) -> str:
-    return LAYOUT.log(sample.stage, sample.name)
+    return Layout(sample.results).log(sample.stage, sample.name)
 
 
 def snakemake_benchmark(sample: Job) -> str:
-    return LAYOUT.benchmark(sample.stage, sample.name)
+    return Layout(sample.results).benchmark(sample.stage, sample.name)
 
 
 def run_in_process(job: Job, log: str) -> None:
@@ -374,37 +337,77 @@ def run_in_process(job: Job, log: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="List the pipeline's jobs; generate dvc.yaml; write job descriptions")
     ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--results", default=None, help="the results folder (default: results)")
+    ap.add_argument("--reports", default=None, help="the reports folder (default: reports, or RESULTS/reports)")
     ap.add_argument("--write-dvc", action="store_true", help="write dvc.yaml")
     ap.add_argument("--check", action="store_true", help="exit 1 when dvc.yaml differs from the generated one")
-    ap.add_argument("--resolve", action="store_true", help="rewrite the job description files that changed "
-                                                           "(dvc.yaml must be up to date)")
+    ap.add_argument("--resolve", action="store_true", help="rewrite the job description files that changed, and "
+                                                           "dvc.yaml where it changed (DVC's first stage)")
     ap.add_argument("--dvc-commit", action="store_true", help="record in dvc.lock the outputs of every stage "
                                                               "whose outputs are there (after a Snakemake run)")
     a = ap.parse_args(argv)
-    dvc_path = REPO / "dvc.yaml"
+    layout = layout_for(a.results, a.reports)
     if a.write_dvc or a.resolve:          # `dvc plots show` offline: its page template, scripts inlined
         write_template(REPO)
+    if a.resolve:                         # params.yaml as the user wrote it, after `dvc exp run -S`
+        _restore_params_text(a.params, layout)
     lp = load(a.params, REPO)
-    all_jobs = jobs(lp)
+    all_jobs = jobs(lp, layout=layout)
     if a.dvc_commit:
         if not dvc_commit(all_jobs, REPO):
             raise MinBertError("dvc commit --force failed (its message above); is this a DVC repository (dvc init)?")
         print(f"recorded {len(built(all_jobs, REPO)) - 1} of {len(all_jobs)} stages in dvc.lock (those whose "
               f"outputs are there)")
     elif a.write_dvc:
-        dvc_path.write_text(render_dvc(a.params, REPO, lp, all_jobs), encoding="utf-8")
-        print(f"wrote {dvc_path.relative_to(REPO)} ({len(all_jobs)} jobs)")
+        DVC_YAML.write_text(render_dvc(a.params, REPO, lp, all_jobs, layout), encoding="utf-8")
+        print(f"wrote {DVC_YAML.relative_to(REPO)} ({len(all_jobs)} jobs)")
     elif a.check or a.resolve:
-        if not dvc_path.is_file() or dvc_path.read_text(encoding="utf-8") != render_dvc(a.params, REPO, lp, all_jobs):
-            other = "" if a.params == "params.yaml" else f" --params {a.params}"
-            raise MinBertError(f"dvc.yaml is out of date with {a.params} (jobs added, removed or moved): run "
-                               f"`python -m workflow.dag --write-dvc{other}`")
-        if a.resolve:
-            resolve(lp)
-        print("dvc.yaml is up to date")
+        _check_or_resolve(a, lp, all_jobs, layout)
     else:
         for job in all_jobs:
             print(f"{job.id:40s} {job.cmd}")
+
+
+DVC_YAML = REPO / "dvc.yaml"
+
+
+def _restore_params_text(params: str, layout: Layout) -> None:
+    """Put each params file back as the user wrote it where DVC's writer rewrote it (workflow.params_text)."""
+    files = [params]
+    try:
+        files += [f for f in params_source(load(params, REPO), params, REPO) if f != params]
+    except MinBertError:
+        pass                              # the load below says what is wrong
+    for f in files:
+        said = params_text.restore(f, REPO, layout.job_files)
+        if said:
+            print(said, file=sys.stderr)
+
+
+def _check_or_resolve(a, lp: LoadedParams, all_jobs: list[Job], layout: Layout) -> None:
+    """`--check`: dvc.yaml is the one the params give, or exit 1. `--resolve` (DVC's first stage): the
+    job files written, and dvc.yaml rewritten where the params changed it. DVC planned the run from
+    the dvc.yaml it read when it started: a change of its metrics and plots alone goes on; a change of
+    its stages (jobs added or removed, a job reading other files) stops the run with one line saying
+    to run it again, as it now stands."""
+    want = render_dvc(a.params, REPO, lp, all_jobs, layout)
+    have = DVC_YAML.read_text(encoding="utf-8") if DVC_YAML.is_file() else ""
+    if a.check:
+        if have != want:
+            other = "" if a.params == "params.yaml" else f" --params {a.params}"
+            raise MinBertError(f"dvc.yaml is out of date with {a.params} ({stage_changes(have, want) or 'its views'}):"
+                               f" run `python -m workflow.dag --write-dvc{other}`")
+        print("dvc.yaml is up to date")
+        return
+    changes = stage_changes(have, want) if have != want else ""
+    if have != want:
+        DVC_YAML.write_text(want, encoding="utf-8")
+        print(f"dvc.yaml: rewritten for {a.params} ({changes or 'its metrics and plots'})", file=sys.stderr)
+    resolve(lp, layout=layout)
+    if changes and os.environ.get("DVC_STAGE"):
+        raise MinBertError(f"dvc.yaml: rewritten for {a.params} ({changes}); DVC planned this run from the "
+                           "dvc.yaml before: run the same command again (dvc exp run, dvc repro)")
+    print("dvc.yaml is up to date")
 
 
 if __name__ == "__main__":
@@ -412,4 +415,4 @@ if __name__ == "__main__":
 
     run(main)
 
-__all__ = ["CATALOGUE_SECTIONS", "LAYOUT", "REPO", "in_repo", "jobs", "load", "split_set"]
+__all__ = ["CATALOGUE_SECTIONS", "LAYOUT", "REPO", "in_repo", "jobs", "layout_for", "load", "plan_only", "split_set"]

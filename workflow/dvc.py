@@ -5,12 +5,15 @@ the committed dvc.yaml equal to the generated one (`python -m workflow.dag --wri
 it names are looked up in the params' own registry (minbert.core.registry)."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import yaml
 
+from minbert.core.layout import TRAINING_STAGES, Layout
 from minbert.core.tasks import TASKS
 from minbert.params import LoadedParams
 from minbert.pipeline.code import PROJECT_PACKAGES, module_files, project_root, user_roots
@@ -49,40 +52,62 @@ def user_modules(all_jobs: list[Job], repo: Path) -> list[str]:
 
 
 def dvc_yaml(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: LoadedParams | None = None,
-             all_jobs: list[Job] | None = None) -> dict:
+             all_jobs: list[Job] | None = None, layout: Layout = LAYOUT) -> dict:
     """dvc.yaml as a dict: the resolve stage, one stage per job, metrics and plots for DVC's views
-    (`lp`, `all_jobs`: the params and jobs of `params_path`, where already at hand)."""
+    (`lp`, `all_jobs`: the params and jobs of `params_path`, where already at hand; `layout`: where
+    they write).
+
+    A training stage's outputs are its folder (the model, its curve and, where `tracking` asks, the
+    trackers' logs), so turning a tracker on changes what the stage writes, not the stage: DVC's
+    graph stays the one `dvc exp run -S` started with, and the trackers' metrics and plots are
+    top-level views (`resolve` rewrites them)."""
     repo = Path(repo)
     lp = lp or load(params_path, repo)
-    all_jobs = all_jobs if all_jobs is not None else jobs(lp, repo)
-    params_arg = "" if str(params_path) == "params.yaml" else f" --params {params_path}"
+    all_jobs = all_jobs if all_jobs is not None else jobs(lp, repo, layout=layout)
+    args = ("" if str(params_path) == "params.yaml" else f" --params {params_path}") + \
+        ("" if layout.results == LAYOUT.results else f" --results {layout.results}") + \
+        ("" if layout.reports in (LAYOUT.reports, f"{layout.results.rstrip('/')}/reports")
+         else f" --reports {layout.reports}")
     folders = _DvcFolders(all_jobs)
     stages = {RESOLVE_STAGE: {
-        "cmd": f"python -m workflow.dag --resolve{params_arg}",
+        "cmd": f"python -m workflow.dag --resolve{args}",
         "params": [{f: None} for f in params_source(lp, params_path, repo)],
         # what the job files it writes hold: the code (each file's hash: the project's folders are
         # enough to re-run it) and the sources' content hashes
         "deps": sorted({p for p in PROJECT_PACKAGES if (repo / p).is_dir()} | set(user_modules(all_jobs, repo)) |
                        set(folders.sources([s for j in all_jobs for s in j.sources]))),
-        "outs": [{LAYOUT.job_files: {"persist": True, "cache": False}}],
+        "outs": [{layout.job_files: {"persist": True, "cache": False}}],
     }}
+    views: dict[str, list] = {"metrics": [], "plots": []}
     for job in all_jobs:
-        # the job file holds the content hash of the job's code closure: it changes when that code
-        # does, so the code files are not listed again here (the resolve stage reads them).
-        # DVC compares one metrics file, the report's summary (`dvc exp show` stays readable); each
-        # job's own metrics file is a cached output like the others. Metrics and curves are cached:
-        # DVC reads them for every commit and experiment (`dvc exp show`, `metrics diff`, `plots diff`)
-        # (and a tracked run's DVCLive summary, which the user asked DVC to show: finetune.tracking)
-        metrics = [m for m in job.metrics if m == LAYOUT.summary_metrics or m.endswith("/dvclive/metrics.json")]
-        st: dict = {"cmd": job.cmd, "deps": [job.job_file] + folders.deps(job),
-                    "outs": job.outs + [m for m in job.metrics if m not in metrics] + [job.run_record]}
-        if metrics:
-            st["metrics"] = metrics
-        if job.plots:
-            st["plots"] = job.plots
-        stages[dvc_stage_name(job)] = st
+        stages[dvc_stage_name(job)] = _stage(job, folders, views)
     with lp.registry.active():
-        return {"stages": stages, "plots": _dvc_plot_views(all_jobs)}
+        plots = _dvc_plot_views(all_jobs) + views["plots"]
+    return {"stages": stages, **({"metrics": views["metrics"]} if views["metrics"] else {}), "plots": plots}
+
+
+def _stage(job: Job, folders: _DvcFolders, views: dict[str, list]) -> dict:
+    """A job's dvc.yaml stage. The job file holds the content hash of the job's code closure: it
+    changes when that code does, so the code files are not listed again here (the resolve stage
+    reads them). DVC compares one metrics file, the report's summary (`dvc exp show` stays
+    readable); each job's own metrics file is a cached output like the others. Metrics and curves
+    are cached: DVC reads them for every commit and experiment (`dvc exp show`, `metrics diff`,
+    `plots diff`), and a tracked run's DVCLive summary, which the user asked DVC to show
+    (finetune.tracking), is a top-level metric."""
+    st: dict = {"cmd": job.cmd, "deps": [job.job_file] + folders.deps(job)}
+    if job.stage in TRAINING_STAGES:
+        named = job.writes
+        views["metrics"] += named.get("live_metrics", [])
+        views["plots"] += named.get("live_plots", [])
+        st["outs"] = [Layout(job.results).training(job.name, job.stage), job.run_record]
+        return st
+    metrics = [m for m in job.metrics if m == Layout(job.results).summary_metrics]
+    st["outs"] = job.outs + [m for m in job.metrics if m not in metrics] + [job.run_record]
+    if metrics:
+        st["metrics"] = metrics
+    if job.plots:
+        st["plots"] = job.plots
+    return st
 
 
 def _ancestors(path: str, itself: bool = True) -> list[str]:
@@ -92,13 +117,20 @@ def _ancestors(path: str, itself: bool = True) -> list[str]:
 
 
 class _DvcFolders:
-    """A job's dependencies as dvc.yaml lists them: a folder where the job reads everything in it
-    that any job writes (a predictions folder, every fine-tuning's run record), one line where the
-    Snakefile needs a file each (Snakemake compares files by content, DVC folders by hash); raw
-    files sharing a folder as that folder. Linear: each folder's count of outputs is counted once."""
+    """A job's dependencies as dvc.yaml lists them: the files it reads inside another job's output
+    folder (the prepared splits of its tasks, as the Snakefile lists them: a task added to prepare
+    re-runs only what reads its files); a folder where the job reads everything in it that any job
+    writes (a predictions folder, every fine-tuning's run record), one line where the Snakefile needs
+    a file each (Snakemake compares files by content, DVC folders by hash); raw files sharing a
+    folder as that folder. Linear: each folder's count of outputs is counted once."""
 
     def __init__(self, all_jobs: list[Job]):
         self.outputs = {o for j in all_jobs for o in j.outputs}
+        self.known = {o for j in all_jobs for o in j.files}      # output folders whose files are known
+        # a training stage's folder is its output under DVC: what reads its curve or its trackers'
+        # logs (the report) depends on the folder; its model is read on its own
+        self.training = {Layout(j.results).training(j.name, j.stage): Layout(j.results).model(j.name, j.stage)
+                         for j in all_jobs if j.stage in TRAINING_STAGES}
         self.total: dict[str, int] = {}
         for o in self.outputs:
             for folder in _ancestors(o):
@@ -106,7 +138,8 @@ class _DvcFolders:
 
     def deps(self, job: Job) -> list[str]:
         sources = set(job.sources)
-        deps = [d for d in job.deps if d not in sources]
+        deps = list(dict.fromkeys(self._training_folder(r) for d in job.deps if d not in sources
+                                  for r in self._read_inside(job, d)))
         read: dict[str, int] = {}
         for d in (d for d in deps if d in self.outputs):
             for folder in _ancestors(d):
@@ -118,6 +151,17 @@ class _DvcFolders:
             if folder not in out:
                 out.append(folder)
         return out + [s for s in self.sources(job.sources) if s not in out]
+
+    def _training_folder(self, dep: str) -> str:
+        """A training stage's folder for what lies in it but its model; anything else as it is."""
+        folder = next((f for f in _ancestors(dep, itself=False) if f in self.training), None)
+        return folder if folder is not None and self.training[folder] != dep else dep
+
+    def _read_inside(self, job: Job, dep: str) -> list[str]:
+        """What the job reads of `dep`: the files it names inside an output folder whose files are
+        known, or `dep` itself (a job that reads the whole folder, as the report reads the data's)."""
+        inside = [r for r in job.holders.get(dep, []) if r != dep] if dep in self.known else []
+        return inside or [dep]
 
     def _widest(self, dep: str, read: dict[str, int], own: set[str]) -> str:
         """The widest folder above `dep` whose every output the job reads (and none of its own)."""
@@ -166,8 +210,24 @@ HEADER = ("# Generated by `python -m workflow.dag --write-dvc` from the params f
 
 
 def render_dvc(params_path: str | Path = "params.yaml", repo: Path = REPO, lp: LoadedParams | None = None,
-               all_jobs: list[Job] | None = None) -> str:
-    return HEADER + yaml.safe_dump(dvc_yaml(params_path, repo, lp, all_jobs), sort_keys=False, width=120)
+               all_jobs: list[Job] | None = None, layout: Layout = LAYOUT) -> str:
+    return HEADER + yaml.safe_dump(dvc_yaml(params_path, repo, lp, all_jobs, layout), sort_keys=False, width=120)
+
+
+def stage_changes(have: str, want: str) -> str:
+    """How the stages of dvc.yaml text `want` differ from those of `have`, in words ("" when alike)."""
+    def stages(text: str) -> dict:
+        try:
+            return (yaml.safe_load(text) or {}).get("stages") or {}
+        except yaml.YAMLError:
+            return {}
+
+    old, new = stages(have), stages(want)
+    said = [(what, [n for n in names][:4], len(names)) for what, names in (
+        ("added", [n for n in new if n not in old]), ("removed", [n for n in old if n not in new]),
+        ("changed", [n for n in new if n in old and new[n] != old[n]]))]
+    return "; ".join(f"{what}: {', '.join(names)}{f' and {n - 4} more' if n > 4 else ''}"
+                     for what, names, n in said if n)
 
 
 def built(all_jobs: list[Job], repo: Path = REPO) -> list[str]:
@@ -176,13 +236,32 @@ def built(all_jobs: list[Job], repo: Path = REPO) -> list[str]:
     return [RESOLVE_STAGE] + [dvc_stage_name(j) for j in all_jobs if all((repo / o).exists() for o in j.outputs)]
 
 
+def records_in_dvc(setting, repo: Path, params_path: str, layout: Layout, all_jobs: list[Job], overrides) -> bool:
+    """Whether a Snakemake run records its outputs in dvc.lock: as `--config dvc_commit=` says, and by
+    default where DVC would run the same jobs: a DVC repository (`.dvc/`, `dvc` installed) whose
+    dvc.yaml is the one of these params and results folder, for a run without `--config set=`
+    (outputs of settings params.yaml does not hold are not what DVC would make of it)."""
+    if setting is not None and str(setting).strip():
+        return str(setting).strip().lower() not in ("false", "0", "no")
+    if overrides or not (Path(repo) / ".dvc").is_dir() or shutil.which("dvc") is None:
+        return False
+    try:
+        have = (Path(repo) / "dvc.yaml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return have == render_dvc(params_path, repo, None, all_jobs, layout)
+
+
 def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
     """Record the outputs of the stages that were built in dvc.lock (`dvc commit --force STAGE...`)
-    without touching their timestamps.
+    without touching their dates, nor giving DVC's copies other dates.
 
     DVC re-links committed files into the workspace, which would make them look newer to
     Snakemake than the jobs that read them; restoring the times keeps a later Snakemake run a no-op.
-    """
+    And it copies a folder's files into its cache: a run DVC restores later (a setting tried, then
+    undone) links the workspace to those copies, with their dates. Each copy gets the date of the
+    file it copies, so what DVC restores is dated as Snakemake made it, each job's outputs after
+    its inputs."""
     times = {}
     for job in all_jobs:
         for out in job.outputs + [job.job_file]:
@@ -191,10 +270,37 @@ def dvc_commit(all_jobs: list[Job], repo: Path = REPO) -> bool:
                 if p.exists():
                     st = p.stat()
                     times[p] = (st.st_atime_ns, st.st_mtime_ns)
-    ok = subprocess.run(["dvc", "commit", "--force", "--quiet", *built(all_jobs, repo)], cwd=repo).returncode == 0
+    stages = built(all_jobs, repo)
+    ok = subprocess.run(["dvc", "commit", "--force", "--quiet", *stages], cwd=repo, check=False).returncode == 0
     for p in sorted(times, key=lambda q: len(q.parts), reverse=True):   # files before their folders
         if p.exists():
             os.utime(p, ns=times[p], follow_symlinks=False)
+    if ok:
+        _date_cache_copies(repo, stages, times)
     return ok
 
 
+def _date_cache_copies(repo: Path, stages: list[str], times: dict) -> None:
+    """Give the cache's copy of each recorded output file the date of the workspace file (dvc.lock
+    names each file's hash; a folder's hash names a listing of its files' hashes)."""
+    r = subprocess.run(["dvc", "cache", "dir"], cwd=repo, capture_output=True, text=True, check=False)
+    try:
+        cache = Path(r.stdout.strip()) / "files" / "md5"
+        lock = yaml.safe_load((repo / "dvc.lock").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return
+    for name in stages:
+        for out in ((lock.get("stages") or {}).get(name) or {}).get("outs") or []:
+            md5, path = str(out.get("md5", "")), repo / str(out.get("path", ""))
+            if md5.endswith(".dir"):
+                try:
+                    listing = json.loads((cache / md5[:2] / md5[2:]).read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    continue
+                pairs = [(path / e["relpath"], e["md5"]) for e in listing if isinstance(e, dict)]
+            else:
+                pairs = [(path, md5)]
+            for file, digest in pairs:
+                copy = cache / digest[:2] / digest[2:]
+                if file in times and copy.is_file():
+                    os.utime(copy, ns=times[file])

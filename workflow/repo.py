@@ -42,8 +42,19 @@ def load(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, o
         return load_with_overrides(params, list(overrides))
 
 
-def jobs(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=()) -> list[Job]:
+def layout_for(results: str | None = None, reports: str | None = None) -> Layout:
+    """Where a run writes: `results/` and `reports/` by default; with another results folder (`--config
+    results=DIR`, `python -m workflow.dag --results DIR`), its reports inside it (DIR/reports) unless
+    given too, so a second params file tried beside the first leaves the first one's files alone."""
+    results = (str(results).strip() or LAYOUT.results) if results is not None else LAYOUT.results
+    if reports is None or not str(reports).strip():
+        reports = LAYOUT.reports if results == LAYOUT.results else f"{results.rstrip('/')}/reports"
+    return Layout(results, str(reports))
+
+
+def jobs(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=(),
+         layout: Layout = LAYOUT) -> list[Job]:
     """Every job of the pipeline, each after the jobs whose outputs it reads (paths relative to repo)."""
     lp = load(params, repo, overrides)
     with in_repo(repo):
-        return pipeline(lp, LAYOUT)
+        return pipeline(lp, layout)

@@ -20,6 +20,7 @@ then validated as a file would be (the same one-line errors, the file named with
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 import shlex
 from pathlib import Path
@@ -98,8 +99,7 @@ def apply(raw: dict, overrides: list, where: str) -> dict:
                 if o.type in (OverrideType.ADD, OverrideType.FORCE_ADD):
                     node[part] = {}
                 else:
-                    raise MinBertError(f"--config set: '{text}': {where} does not set "
-                                       f"'{'.'.join(parts[:k + 1])}'{close(part, node)}{_add_hint(text, key)}")
+                    raise _NotSet(text, key, where, parts, k, node)
             node = node[part]
         last = parts[-1]
         if not isinstance(node, dict):
@@ -113,25 +113,60 @@ def apply(raw: dict, overrides: list, where: str) -> dict:
             raise MinBertError(f"--config set: '{text}': {where} already sets '{key}'; write {key}=... to "
                                f"change it")
         elif o.type == OverrideType.CHANGE and last not in node:
-            raise MinBertError(f"--config set: '{text}': {where} does not set '{key}'{close(last, node)}"
-                               f"{_add_hint(text, key)}")
+            raise _NotSet(text, key, where, parts, len(parts) - 1, node)
         else:
             node[last] = o.value()
     return out
 
 
-def _add_hint(text: str, key: str) -> str:
-    """How to write the override that adds the key."""
-    if "=" not in text:
-        return ""
-    prefix = text.partition(":")[0] + ":" if ":" in text.partition("=")[0] else ""
-    return f"; write {prefix}++{key}={text.split('=', 1)[1]} to add it (as dvc exp run -S wants)"
+class _NotSet(MinBertError):
+    """A change of a key the params file does not set: what to write instead is said by
+    `load_with_overrides`, which can try it."""
+
+    def __init__(self, text: str, key: str, where: str, parts: list[str], k: int, node: dict):
+        self.text, self.key, self.where = text, key, where
+        self.missing = ".".join(parts[:k + 1])
+        near = difflib.get_close_matches(parts[k], [str(n) for n in node], n=1)
+        self.near = ".".join([*parts[:k], near[0], *parts[k + 1:]]) if near else None
+        super().__init__(f"--config set: '{text}': {where} does not set '{self.missing}'{close(parts[k], node)}")
+
+
+def _what_to_write(params_path: Path, overrides: list[str], e: _NotSet) -> str:
+    """What to write for a change of a key the file does not set: the key it sets that is nearest, when
+    one is near (a typo), and `++KEY` to add the key, when the params may hold it (the params checked
+    with it added); otherwise why no params file may."""
+    prefix, _, rest = e.text.rpartition(":") if ":" in e.text.partition("=")[0] else ("", "", e.text)
+    prefix = prefix + ":" if prefix else ""
+    value = rest.split("=", 1)[1] if "=" in rest else ""
+    added = f"{prefix}++{e.key}={value}"
+    try:
+        _load(params_path, [added if o == e.text else o for o in overrides])
+        can_add = True
+    except _NotSet:
+        can_add = True                    # another override's own mistake: said when this one is fixed
+    except MinBertError as err:
+        can_add, why = False, str(err).split(": ", 1)[-1]
+    fixed = f"{prefix}{e.near}={value}" if e.near else None
+    if fixed and can_add:
+        return f"; write {fixed} to change that key, or {added} to add this one"
+    if fixed:
+        return f"; write {fixed}"
+    if can_add:
+        return f"; write {added} to add it (as dvc exp run -S wants)"
+    return f"; and no params file may set it: {why}"
 
 
 def load_with_overrides(params_path: str | Path, overrides: list[str]) -> LoadedParams:
     """params.yaml (and its catalogue) with the overrides applied, validated; without overrides,
-    exactly minbert.params.load_params."""
-    path = Path(params_path)
+    exactly minbert.params.load_params. A change of a key the file does not set is one line saying
+    what to write instead (`_what_to_write`)."""
+    try:
+        return _load(Path(params_path), overrides)
+    except _NotSet as e:
+        raise MinBertError(str(e) + _what_to_write(Path(params_path), overrides, e)) from None
+
+
+def _load(path: Path, overrides: list[str]) -> LoadedParams:
     if not overrides:
         return load_params(path)
     parsed = parse(overrides)
