@@ -78,6 +78,10 @@ onstart:
 
 
 onsuccess:
+    # the dates the next resolve would give (a job that kept its outputs as they were), so that a
+    # dry run after this one plans nothing (workflow/jobfiles.py: settle_dates)
+    if RUN_OUTPUTS:
+        dag.settle_dates(JOBS, dag.REPO)
     # the count, all done, and the report's summary (the best model, its scores, where the report is)
     if RUN_OUTPUTS:
         from minbert.pipeline.progress import run_end

@@ -48,7 +48,7 @@ from workflow import params_text  # noqa: E402
 from workflow.dvc import built, dvc_commit, params_source, render_dvc, stage_changes  # noqa: E402
 from workflow.dvc_plots import write_template  # noqa: E402
 from workflow.gpu_slot import visible_gpus  # noqa: E402
-from workflow.jobfiles import plan_only, resolve  # noqa: E402
+from workflow.jobfiles import plan_only, resolve, settle_dates  # noqa: E402
 
 # What each stage asks of the machine is the stage registry's (minbert.pipeline.registry): Snakemake
 # caps `threads` at --cores on one machine; on a cluster they become the job's CPUs (capped by
@@ -415,4 +415,4 @@ if __name__ == "__main__":
 
     run(main)
 
-__all__ = ["CATALOGUE_SECTIONS", "LAYOUT", "REPO", "in_repo", "jobs", "layout_for", "load", "plan_only", "split_set"]
+__all__ = ["CATALOGUE_SECTIONS", "LAYOUT", "REPO", "in_repo", "jobs", "layout_for", "load", "plan_only", "settle_dates", "split_set"]

@@ -38,7 +38,17 @@ def resolve(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO
         finished.prune(layout.results, all_jobs)
         _prune_job_files(all_jobs, layout)
         date_job_files(all_jobs)
+        date_outputs(all_jobs)
     return all_jobs
+
+
+def settle_dates(all_jobs: list[Job], repo: Path = REPO) -> None:
+    """After a run: the dates `resolve` would give, given now (a job file whose job kept its outputs
+    as they were, an output older than what its job read), so that a dry run after it, which
+    writes nothing, plans nothing."""
+    with in_repo(repo), one_pass():
+        date_job_files(all_jobs)
+        date_outputs(all_jobs)
 
 
 def date_job_files(all_jobs: list[Job]) -> None:
@@ -48,6 +58,45 @@ def date_job_files(all_jobs: list[Job]) -> None:
         date = _earlier_date(job)
         if date is not None:
             os.utime(job.job_file, (date, date))
+
+
+def date_outputs(all_jobs: list[Job]) -> None:
+    """Give each output of a finished job that is older than what the job read (its run record says
+    it read what is in place now) the date its run started: Snakemake, which compares dates, then
+    finds nothing to do over a run it did not make. DVC makes such dates: it stores files of the
+    same content once, and a workspace file it links to its cache shares that copy's date, which may
+    be another job's file's, made earlier (two experiments' identical predictions). A file so shared
+    becomes a copy of its own first, so the date of no other file changes. Jobs in the planner's
+    order, each after the jobs it reads."""
+    for job in all_jobs:
+        newest = max((t for p in job.read_paths for t in _mtimes(Path(p))), default=None)
+        made = [Path(f) for f in job.output_files] + [Path(Layout(job.results).benchmark(job.stage, job.name))]
+        stale = [p for p in made if newest is not None and any(t < newest for t in _mtimes(p))]
+        started = made_from(job, job.description()) if stale else None
+        if started is None:
+            continue
+        when = max(started, newest)
+        for path in stale:
+            for p in [q for q in path.rglob("*") if q.is_file()] if path.is_dir() else [path]:
+                _date_own_copy(p, when)
+            if path.is_dir():
+                os.utime(path, (when, when))
+
+
+def _date_own_copy(path: Path, when: float) -> None:
+    """Date `path`, made first a file of its own where it shares its content with other names (a hard
+    link to DVC's cache): a copy beside it, renamed over it."""
+    try:
+        if path.stat().st_mtime >= when:
+            return
+        if path.stat().st_nlink > 1:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            os.close(fd)
+            shutil.copy2(path, tmp)
+            os.replace(tmp, path)
+        os.utime(path, (when, when))
+    except OSError:
+        return
 
 
 def plan_only(params: str | Path | LoadedParams = "params.yaml", repo: Path = REPO, overrides=(),
