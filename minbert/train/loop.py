@@ -112,6 +112,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
     for k, update_tasks in enumerate(bar):
         batches, labels = draw_update(streams, update_tasks, cfg.gradient_accumulation_steps)
         lr = update(tr, state, plan, batches, labels)
+        state.lr_budget += lr
         n_examples += sum(len(y) for y in labels) * tr.dist.world
         if tr.trackers is not None:
             logged = track_update(tr, state, batches, labels, lr, logged)
@@ -203,7 +204,8 @@ def train_row(tr: Training, state: TrainState, plan: Plan, fraction: float, lr: 
     state.examples += n_examples
     epoch = round(state.phase * tr.cfg.epochs + state.epoch + fraction, 4)
     row = {"epoch": int(epoch) if epoch.is_integer() else epoch, "update": state.update,
-           "phase": "+".join(plan.phases[state.phase]), "lr": lr, "seconds": round(seconds, 2),
+           "phase": "+".join(plan.phases[state.phase]), "lr": lr, "lr_budget": state.lr_budget,
+           "seconds": round(seconds, 2),
            "examples_per_second": round(n_examples / max(seconds, 1e-9), 1)}
     for k, t in enumerate(totals.tasks):
         if totals.n[t]:   # drop round-robin / sampling may skip a task in a short epoch

@@ -72,6 +72,7 @@ class TrainState:
     phase: int = 0
     epoch: int = 0                    # within the phase
     update: int = 0                   # global, across epochs and phases
+    lr_budget: float = 0.0            # the learning rate summed over those updates (the training check's axis)
     history: list = field(default_factory=list)
     best_score: float = -math.inf
     best_epoch: float = -1          # the history's `epoch` of the best evaluation
