@@ -186,6 +186,21 @@ def data_summary(layout: Layout) -> list[dict]:
     return raw
 
 
+def load_pretrainings(params: LoadedParams, layout: Layout) -> dict[str, RunResults]:
+    """Every declared pretraining's history and metrics, by name (the training check reads the one a row
+    starts from and the one that starts from in turn); an absent file loads as nothing, never a guess."""
+    out = {}
+    for name in params.params.pretrainings:
+        history = load_history(Path(layout.pretrain_history(name)))
+        path = Path(layout.pretrain_metrics(name))
+        metrics = read_json(path) if path.is_file() else None
+        if metrics is not None and not isinstance(metrics, dict):
+            raise MinBertError(f"{path}: expected a JSON object; re-run python -m stages.pretrain --name {name}")
+        out[name] = RunResults(name, "pretraining", histories={} if history is None else {"pretrain": history},
+                               pretrain_metrics=metrics)
+    return out
+
+
 @dataclass
 class ReportData:
     params: LoadedParams
@@ -193,10 +208,11 @@ class ReportData:
     runs: dict[str, RunResults]                 # experiments and ensembles by name
     run_infos: list[dict]
     data_summary: list[dict]
+    pretrainings: dict[str, RunResults] = field(default_factory=dict)   # every pretraining's history, by name
 
 
 def load_report_data(params: LoadedParams, layout: Layout = Layout()) -> ReportData:
     runs = {name: load_run(layout, name, "experiment", exp.pretrain) for name, exp in params.experiments.items()}
     runs |= {name: load_run(layout, name, "ensemble") for name in params.params.ensembles}
     return ReportData(params=params, layout=layout, runs=runs, run_infos=run_infos(layout),
-                      data_summary=data_summary(layout))
+                      data_summary=data_summary(layout), pretrainings=load_pretrainings(params, layout))
