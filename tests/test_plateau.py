@@ -112,3 +112,28 @@ def test_where_the_old_statistic_flipped_a_coin_the_rule_says_it_cannot_tell():
     tolerance = rule.resolvable(place, 0.0, CHECK.window, noise) * 1.02
     passed, failed = rule.error_rates(place, CHECK.window, noise, tolerance, seed=3)
     assert passed >= 0.95 and failed >= 0.95
+
+
+def test_the_noise_measurement_splits_a_change_into_its_rows_and_the_models_jitter():
+    """scripts/evaluation_noise.py on constructed predictions: rows whose correctness flips at random
+    give a per-row part of the square root of the share that flips and no jitter; a whole block of rows
+    flipping together (the model moving) adds jitter, which more rows would not average away."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("evaluation_noise", ROOT / "scripts" / "evaluation_noise.py")
+    noise = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noise)
+    rng = np.random.default_rng(5)
+    rows, evaluations = 2000, 30
+    labels = rng.integers(0, 2, rows)
+    right = rng.random(rows) < 0.8
+    flip = rng.random((evaluations, rows)) < 0.05                 # each evaluation: 5% of rows off their base
+    predictions = np.where(right ^ flip, labels, 1 - labels)
+    got = noise.decompose("para", labels, predictions, draws=100)
+    assert got["per_row"] == pytest.approx(math.sqrt(got["flips"]), rel=0.1)
+    assert got["flips"] == pytest.approx(2 * 0.05 * 0.95, rel=0.1) and got["jitter"] < 0.005
+    block = np.arange(rows) < 200                                 # 10% of the rows move together
+    moved = rng.random(evaluations) < 0.5
+    predictions = np.where(right ^ flip ^ (block & moved[:, None]), labels, 1 - labels)
+    jittered = noise.decompose("para", labels, predictions, draws=100)
+    assert jittered["jitter"] > 0.03 and jittered["change"] > got["change"]
