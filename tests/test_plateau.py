@@ -93,6 +93,21 @@ def test_error_rates_at_each_scales_geometry_and_measured_noise(scale):
         assert flat >= 0.95 and rising >= 0.95, (scale, two_sided, tolerance, flat, rising)
         below = rule.trend(place, np.zeros(len(place)), 0.0, CHECK.window, noise, CHECK.fit)
         assert rule.movement(below, smallest * 0.9, smallest * 0.9 if two_sided else math.inf) == "unclear"
+    # at the cap, which the overall may not quite tell, the rule says so rather than answer wrong
+    rng, cap = np.random.default_rng(11), CHECK.tolerance
+    flat = rule.trend(place, rng.normal(0, noise, (20000, len(place))), 0.0, CHECK.window, noise, CHECK.fit)
+    rising = rule.trend(place, 2 * cap * place / CHECK.window + rng.normal(0, noise, (20000, len(place))), 0.0,
+                        CHECK.window, noise, CHECK.fit)
+    assert np.mean(rule.movement(flat, cap) == "up") <= 0.01 and np.mean(rule.movement(rising, cap) == "flat") <= 0.01
+
+
+def test_a_loop_stops_where_the_report_would_pass_the_curve():
+    place = rule.phase_positions(1000, 12, 50, "constant")
+    flat = 0.7 - 0.2 * np.exp(-12 * place)
+    assert rule.settled(place, flat, 0.002, 0.01)
+    assert not rule.settled(place, 0.5 + 0.1 * place, 0.002, 0.01)            # rising 0.025 a window
+    assert not rule.settled(place, flat, 0.05, 0.01)                          # too noisy to tell: train on
+    assert not rule.settled(place[:1], flat[:1], 0.002, 0.01)                 # one evaluation shows nothing
 
 
 def test_where_the_old_statistic_flipped_a_coin_the_rule_says_it_cannot_tell():

@@ -117,6 +117,15 @@ def movement(t: Trend, up: float = math.inf, down: float = math.inf):
     return str(out) if out.ndim == 0 else out
 
 
+def settled(place, values, noise: float, tolerance: float, window: float = 0.25, fit: float | None = 0.5,
+            start: float = 0.0) -> bool:
+    """Whether a training loop may stop: the curve so far (`values` at budget `place`, its phase starting
+    at `start`) reads "flat" against a rise of `tolerance` a window, at its evaluations' `noise` (the
+    report's training check reads the same rule, with its settings)."""
+    t = trend(place, values, start, window, noise, fit)
+    return t is not None and movement(t, tolerance) == "flat"
+
+
 def resolvable(place, start: float, window: float, noise: float, two_sided: bool = False,
                fit: float | None = None) -> float | None:
     """The smallest bound the rule tells at this geometry and noise (`z * se`): below it a flat curve
