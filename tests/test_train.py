@@ -394,6 +394,30 @@ def test_sequential_trains_tasks_one_after_another(tiny_model_dir, prepared, tmp
     assert res.best_epoch in ((5, 6) if h.loc[h["phase"] == "sts", "dev_sts_pearson"].notna().any() else (-1,))
 
 
+@pytest.mark.parametrize("lr_schedule", ["linear", "constant"])
+def test_each_sequential_phase_runs_the_whole_schedule_on_its_own_updates(tiny_model_dir, prepared, tmp_path,
+                                                                        monkeypatch, lr_schedule):
+    """A sequential run's phases each warm up from their first update and (linear) decay to their
+    last, so every phase gets the same share of the learning-rate budget; one schedule over the
+    whole run gave three phases 51%, 37% and 12% of it. The history's `lr_budget` is the share of
+    its phase's budget spent at each evaluation (1 at the phase's end)."""
+    steps = []
+    real = train.set_lr
+    monkeypatch.setattr(train, "set_lr", lambda opt, step, total, warmup, schedule:
+                        steps.append((step, total, warmup)) or real(opt, step, total, warmup, schedule))
+    exp = make_exp(tiny_model_dir, schedule="sequential", tasks=["sst", "para", "sts"], epochs=2,
+                   max_steps_per_epoch=4, warmup_ratio=0.25, lr_schedule=lr_schedule, evals_per_epoch=2)
+    finetune_experiment(exp, prepared, tmp_path / "run")
+    assert steps == [(k, 8, 2) for k in range(8)] * 3          # each phase: its own 8 updates, 2 of warm-up
+    h = pd.read_csv(tmp_path / "run" / "history.csv")
+    for _, rows in h.groupby("phase", sort=False):
+        assert rows["lr_budget"].iloc[-1] == pytest.approx(1.0) and rows["lr_budget"].is_monotonic_increasing
+        assert rows["lr_budget"].tolist() == h.loc[h["phase"] == "sst", "lr_budget"].tolist()
+    if lr_schedule == "constant":                              # after the warm-up, the phase's rate held
+        assert h["lr"].tolist() == pytest.approx([1e-3] * len(h))
+        assert h["lr_budget"].tolist()[:4] == pytest.approx([1.5 / 7.5, 3.5 / 7.5, 5.5 / 7.5, 1.0])
+
+
 def test_sequential_phases_restart_the_momentum_copy_from_the_reloaded_best(tiny_model_dir, prepared, tmp_path,
                                                                           monkeypatch):
     """After each sequential phase the model goes back to that phase's best checkpoint; SMART's
