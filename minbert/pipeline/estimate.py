@@ -35,6 +35,7 @@ from minbert.core.tasks import TASKS
 from minbert.data.downsample import target_sizes
 from minbert.data.raw import RAW_SPLITS, raw_path
 from minbert.params.catalogue import LoadedParams
+from minbert.params.fields import Downsample
 from minbert.params.load import load_params
 from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, typical_length
 from minbert.pipeline.plan import pipeline
@@ -191,8 +192,12 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
     """(seconds, updates) of a pretraining: its steps (at most `max_steps_per_epoch` an epoch) and a
     dev-loss pass before the first epoch and after each."""
     train, dev = rows["train"], rows["dev"]
-    if pre.kind == "para_first":                 # one fine-tuning on para, with base.finetune's settings
-        return fit_seconds(base_finetune.model_copy(update={"epochs": pre.epochs}), ["para"], train, dev, cost, seed)
+    if pre.kind == "para_first":                 # one fine-tuning on para, at the pretraining's own pace
+        evals = (pre.finetune or {}).get("evals_per_epoch", base_finetune.evals_per_epoch)
+        cfg = base_finetune.model_copy(update={"epochs": pre.epochs, "batch_size": pre.batch_size,
+                                               "max_steps_per_epoch": pre.max_steps_per_epoch,
+                                               "evals_per_epoch": evals, "downsample": Downsample(mode="none")})
+        return fit_seconds(cfg, ["para"], train, dev, cost, seed)
     if pre.kind == "mlm":
         n = sum(target_sizes({t: train.get(t, 0) for t in pre.mlm.tasks}, pre.mlm.downsample).values())
         n_dev = sum(dev.get(t, 0) for t in pre.mlm.tasks)
