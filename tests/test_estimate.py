@@ -179,7 +179,8 @@ def test_each_tasks_sentences_weigh_their_length(lp):
     # SST's share (its 60 updates of 10 sentences and its dev passes) ten times over; STS's the same
     sst = 2 * 60 * 10 * 1e-3 + 2 * 3 * 200 * 1e-4
     assert long - plain == pytest.approx(9 * sst, rel=0.05)
-    capped, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], cost, exp.seed, max_length=40)
+    capped, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], cost, exp.seed,
+                            max_length=40)
     assert capped - plain == pytest.approx(1 * sst, rel=0.05)
     assert cost.weight("para") == 1.0 and StepCost((0, 1), (0, 1)).weight("sst") == 1.0   # unknown: as measured
 
