@@ -155,6 +155,36 @@ def test_a_pretraining_costs_its_capped_steps_and_its_dev_passes(lp):
     assert seconds == pytest.approx(16 * 16 * 1e-3 + 3 * math.ceil(400 / 16) * 16 * 1e-4)
 
 
+def test_a_paraphrase_first_pretraining_costs_its_own_batch_and_capped_steps(lp):
+    """Paraphrase-first pretraining trains Para at its own batch, epochs and `max_steps_per_epoch` (as
+    minbert.params.settings.para_first_config runs it), not base.finetune's."""
+    from minbert.params.schema import PretrainParams
+
+    rows = train_rows(lp)
+    pre = PretrainParams(kind="para_first", epochs=1, batch_size=16, max_steps_per_epoch=5)
+    seconds, updates = pretrain_seconds(pre, rows, COST, lp.base.finetune, 1)
+    assert updates == 5
+    evals = lp.base.finetune.evals_per_epoch * math.ceil(rows["dev"]["para"] * 2 / 128) * 128 * 1e-4
+    assert seconds == pytest.approx(5 * 16 * 2 * 1e-3 + evals)
+
+
+def test_each_tasks_sentences_weigh_their_length(lp):
+    """A task's sentence costs its typical length over the one measured (cut to the job's max_length):
+    CFIMDB's reviews, ten times an SST sentence, cost ten times as much, not the mean of all tasks."""
+    rows = train_rows(lp)
+    exp = lp.experiments["plain"]
+    plain, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], COST, exp.seed)
+    cost = StepCost(train=COST.train, forward=COST.forward, length=20.0, lengths={"sst": 200.0, "sts": 20.0})
+    long, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], cost, exp.seed)
+    # SST's share (its 60 updates of 10 sentences and its dev passes) ten times over; STS's the same
+    sst = 2 * 60 * 10 * 1e-3 + 2 * 3 * 200 * 1e-4
+    assert long - plain == pytest.approx(9 * sst, rel=0.05)
+    capped, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], cost, exp.seed,
+                            max_length=40)
+    assert capped - plain == pytest.approx(1 * sst, rel=0.05)
+    assert cost.weight("para") == 1.0 and StepCost((0, 1), (0, 1)).weight("sst") == 1.0   # unknown: as measured
+
+
 def test_the_typical_length_is_the_datas_mean_word_pieces(lp, minilm_dir):
     # the mean over the first 400 training rows of each CS224N file, every text column, counted by
     # transformers' own tokenizer of the model ([CLS] and [SEP] included), rounded up

@@ -1,7 +1,7 @@
 """The plateau rule (minbert.train.plateau): the learning-rate budget in closed form against the
 schedule summed update by update, the trend and its standard error against numpy's least squares,
 the rule's answers, and its error rates measured by simulation at each scale's geometry (the
-evaluations of a phase and the dev rows each scores, params/reproduce.yaml `scales:`) and at the
+evaluations of a phase and the dev rows each scores, params/papers.yaml `scales:`) and at the
 evaluations' measured noise: a flat curve settles and one rising by twice the tolerance per window
 does not, each at least 95% of the time."""
 from __future__ import annotations
@@ -66,11 +66,11 @@ DEV_ROWS = {"sst": 1101, "para": 3000, "sts": 863}     # the dev sets of ../shar
 
 @pytest.fixture(scope="module", params=["laptop", "paper"])
 def scale_geometries(request, tmp_path_factory):
-    """Each geometry a scale fine-tunes a phase at (params/reproduce.yaml's `scales:` through the loader):
+    """Each geometry a scale fine-tunes a phase at (the one catalogue, params/papers.yaml's `scales:`, through the loader):
     (its evaluations' places in the phase's learning-rate budget, the dev rows each scores per task)."""
     folder = tmp_path_factory.mktemp(request.param)
     (folder / "params").symlink_to(ROOT / "params")
-    (folder / "params.yaml").write_text(f"catalogue: reproduce\nscale: {request.param}\n")
+    (folder / "params.yaml").write_text(f"catalogue: papers\nscale: {request.param}\n")
     experiments = load_params(folder / "params.yaml").experiments.values()
     kinds = {(e.finetune.epochs, e.finetune.evals_per_epoch, e.finetune.dev_size, e.finetune.warmup_ratio,
               e.finetune.lr_schedule) for e in experiments if not e.finetune.freeze_encoder}

@@ -279,7 +279,7 @@ def test_the_page_says_what_each_table_is_and_how_it_was_made(paper_report):
     assert "here: twin vs cls" in card.text()
     # the legend says how a repeated experiment is resampled; the demo note names the real-data catalogue
     assert "also resamples its seeds" in card.text()
-    assert "catalogue: reproduce" in card.text() and "minilm" not in card.text()
+    assert "catalogue: papers" in card.text() and "minilm" not in card.text()
     # one overall score per paper table: the paper's, named
     assert "Score is the paper's overall score" in " ".join(html.split())
     heads = [th.text().strip() for th in final.find("table", id="table-paper_study").iter("th")
@@ -304,3 +304,40 @@ def test_scale_line_says_when_the_paper_prints_no_training_rows():
     assert "SST 3,000 (the paper: not stated, of a data set of 11,855)" in line
     # a table whose rows trained on other rows than the paper's others (004's Objective 2) says so itself
     assert scale_line(lp, paper, ["capped"], [{"file": "sst-train.tsv", "rows_kept": 8544}], {"sst": 3000}) == ""
+
+
+LEFT_OUT = """\
+  - name: left_study
+    title: A table left out here
+    left_out: "no claim of it can be judged at this scale"
+    paper:
+      id: "000"
+      table: Table 8
+      columns: [{name: SST acc., metric: sst_acc}]
+      rows:
+        - {label: "L1", run: cls, dev: {SST acc.: 0.5}}
+        - {label: "L2", run: only_here, dev: {SST acc.: 0.4}}
+      claims:
+        - {text: left aside, better: L1, worse: L2, column: SST acc.}
+"""
+
+
+def test_a_table_left_out_shows_the_papers_values_and_its_claims_as_left_out(tmp_path):
+    """A table a catalogue leaves out (`left_out`, at a scale: `scales.<name>.named.studies`): its
+    rows that no running table needs do not run, the page shows the paper's values with the reason,
+    and its claims count as left out, the reason beside each, never as undertrained or not run."""
+    params_path, layout = build_inputs(tmp_path)
+    text = PARAMS.replace("experiments:\n", "experiments:\n  only_here: {description: only the left-out table}\n", 1)
+    text = text.replace("studies:\n", PAPER.split("studies:\n")[0] + "studies:\n" + LEFT_OUT, 1)
+    params_path.write_text(text)
+    lp = load_params(params_path)
+    assert "only_here" not in lp.experiments and "cls" in lp.experiments      # cls: other tables run it
+    render_reports(lp, layout, progress=False)
+    final = parse(Path(layout.final_report))
+    section = final.find("section", id="study-left_study")
+    assert "Not run at this scale: no claim of it can be judged at this scale" in " ".join(section.text().split())
+    assert "0.5" in section.find("table", id="paper-left_study").text()
+    card = final.find("section", id="scorecard")
+    row = next(tr for tr in card.iter("tr") if tr.attrs.get("data-verdict") == "left out")
+    assert "left aside" in row.text() and "no claim of it can be judged" in row.text()
+    assert card.find("span", **{"data-count": "left out"}).text().split()[-1] == "1"

@@ -59,7 +59,7 @@ def expand_grids(params: Params, where: str) -> tuple[dict[str, dict], list[list
     rows = [list(st.experiments) for st in params.studies]
     grids = {}
     for i, st in enumerate(params.studies):
-        if st.grid is None:
+        if st.grid is None or st.left_out:        # a table left out makes no cells
             continue
         template = st.grid.experiment
         if template not in params.experiments:
@@ -85,6 +85,35 @@ def expand_grids(params: Params, where: str) -> tuple[dict[str, dict], list[list
         rows[i] = rows[i] + [n for n, _ in cells if n not in rows[i]]
         grids[st.name] = cells
     return experiments, rows, grids
+
+
+def names_of(study: StudyParams, rows: list[str]) -> set[str]:
+    """Every experiment or ensemble a study names: its rows, its paper rows' runs and best-of's,
+    its references and encoder-alone runs, its grid's experiment."""
+    out = set(rows)
+    if study.grid is not None:
+        out.add(study.grid.experiment)
+    if study.paper is not None:
+        out.update(x for r in study.paper.rows for x in ([r.run] if r.run else r.best_of))
+        out.update([study.paper.reference_run, *study.paper.encoder_alone] if study.paper.reference_run
+                   else study.paper.encoder_alone)
+    return out
+
+
+def drop_left_out(params: Params, experiments: dict[str, dict], rows: list[list[str]]) -> tuple[dict, set[str]]:
+    """The experiments and ensembles that run, once the tables left out (`left_out`) are: what only
+    such tables name (their rows, their ensembles and those ensembles' members) is dropped; what a
+    table that runs, an ensemble that runs or no table at all names stays. Returns (the experiments
+    kept, the names of the ensembles kept)."""
+    left = [names_of(st, r) for st, r in zip(params.studies, rows) if st.left_out]
+    if not left:
+        return experiments, set(params.ensembles)
+    kept_names = set().union(*(names_of(st, r) for st, r in zip(params.studies, rows) if not st.left_out))
+    named_left = set().union(*left)
+    ensembles = {n for n in params.ensembles if n not in named_left or n in kept_names}
+    kept_names |= {m for n in ensembles for m in params.ensembles[n].members}
+    named_left |= {m for n in set(params.ensembles) - ensembles for m in params.ensembles[n].members}
+    return {n: e for n, e in experiments.items() if n not in named_left or n in kept_names}, ensembles
 
 
 def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[list[str]],
@@ -130,18 +159,23 @@ def expand(params: Params, raw: Any, where: str = "params.yaml") -> LoadedParams
     exports), a paper row's `run` added to its study's rows and a `best_of` that names a study (and
     no run) replaced by that study's rows, as they were before any paper row was added."""
     experiments_raw, rows, grids = expand_grids(params, where)
+    experiments_raw, ensembles_kept = drop_left_out(params, experiments_raw, rows)
     experiments, groups, templates = expand_seeds(params, experiments_raw, rows, where)
     runnable = set(experiments) | set(groups) | set(params.ensembles)
 
     def seeds(names):
         return [x for m in names for x in groups.get(m, [m])]
 
-    ensembles = {n: e.model_copy(update={"members": seeds(e.members)}) for n, e in params.ensembles.items()}
+    ensembles = {n: e.model_copy(update={"members": seeds(e.members)}) for n, e in params.ensembles.items()
+                 if n in ensembles_kept}
     export = params.export.model_copy(update={"experiments": list(dict.fromkeys(seeds(params.export.experiments)))})
     rows_of = {st.name: study_rows for st, study_rows in zip(params.studies, rows)}
     studies = []
     for st, study_rows in zip(params.studies, rows):
         study_rows, paper = list(study_rows), st.paper
+        if st.left_out:                       # shown with the paper's values alone: no row of it runs here
+            studies.append(st.model_copy(update={"experiments": [], "baseline": None}))
+            continue
         if paper is not None:
             paper_rows = []
             for row in paper.rows:
@@ -176,6 +210,7 @@ class LoadedParams:
         self.templates = templates or {}    # the experiments that are only a grid's base, resolved
         self.path: Path | None = None     # params.yaml as given to load_params
         self.source: Path | None = None   # the file the sections come from (params.yaml or a catalogue)
+        self.transcribed: list[Path] = []  # the catalogues its paper tables are transcribed in (`transcribed_in`)
 
     @property
     def registry(self):

@@ -114,6 +114,9 @@ def json_schema() -> dict:
     defs.update(exp.pop("$defs", {}))
     defs["ExperimentParams"] = exp
     defs = dict(sorted(defs.items()))
+    # a table transcribed in a catalogue (`transcribed_in`) takes these from there, and its paper too
+    for name, keys in (("PaperParams", ("title", "overall")), ("StudyPaper", ("columns",))):
+        defs[name]["required"] = [k for k in defs[name].get("required", []) if k not in keys]
     schema["$defs"] = defs
     props = schema["properties"]
     props["base"] = {"$ref": "#/$defs/ExperimentParams", "description": props["base"]["description"]}

@@ -87,9 +87,10 @@ class FinetuneParams(Strict):
                                                           "layers, extra layers); null: `lr`")
     weight_decay: float = Field(0.01, ge=0, description="AdamW; no decay on biases, LayerNorm weights and other "
                                                         "parameters of fewer than 2 dimensions")
-    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of the run's updates (all epochs, all phases "
-                                                             "of `sequential`) with linear warm-up")
-    lr_schedule: Literal["linear", "cosine", "constant"] = Field("linear", description=LR_SCHEDULE)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of each phase's updates (all its epochs; a run "
+                                                             "not `sequential` is one phase) with linear warm-up")
+    lr_schedule: Literal["linear", "cosine", "constant"] = Field(
+        "linear", description=LR_SCHEDULE + "; each phase of `sequential` runs the whole schedule on its own updates")
     grad_clip: float | None = Field(1.0, gt=0, description="global gradient-norm clip; `null`: none")
     hidden_dropout: float | None = Field(
         None, ge=0, lt=1, description="dropout of the embeddings and of every layer's attention and feed-forward "

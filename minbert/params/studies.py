@@ -184,6 +184,10 @@ class StudyPaper(Strict):
     its rows with every printed value, the summary rows it prints, and its claims."""
     id: str = Field(description="a key of `papers`")
     table: str = Field(description="the table's name in the paper: \"Table 2\", \"Figure 5\"")
+    transcribed_in: str = Field("", description="the catalogue (params/NAME.yaml) whose table of this paper and name "
+                                                "this one shows some rows of: its columns, printed values, data and "
+                                                "the claims on those rows are taken from there, so a table is "
+                                                "written once; give only each row's label, run and stand-in")
     columns: list[PaperColumn] = Field(min_length=1, description="its columns in the paper's order")
     rows: list[PaperRow] = Field(min_length=1, description="its rows in the paper's order")
     printed_rows: int | None = Field(None, ge=1, description="how many rows the paper's table prints, when this study "
@@ -287,6 +291,10 @@ class StudyParams(Strict):
     splits: list[Literal["dev", "test"]] = Field(["dev", "test"], description="the splits the table shows")
     source: str = Field("", description="which paper table it reproduces, in words")
     paper: StudyPaper | None = Field(None, description="that table as data: rows, columns, printed values, claims")
+    left_out: str = Field("", description="why this table is not run (at a scale: `scales.<name>.named.studies`): "
+                                          "the page shows it with the paper's values and this reason, its claims "
+                                          "are counted as left out, and its rows run only where another table, a "
+                                          "reference or an ensemble that runs needs them")
 
 
 class NoiseParts(Strict):
@@ -426,4 +434,8 @@ class Params(Declarations):
                                                            "(minbert.params.scales applies the chosen one)")
     scale: str | None = Field(None, description="the scale of `scales` to run at (params.yaml's, else the "
                                                 "catalogue's); null where the catalogue has none")
+    model: str | None = Field(None, description="the model every experiment starts from, in place of `base.model` "
+                                                "(an experiment that names its own keeps it): `bert-base-uncased` "
+                                                "runs the papers' catalogue on the papers' model; null: "
+                                                "`base.model`")
 

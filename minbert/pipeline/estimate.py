@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from minbert.core.errors import MinBertError
@@ -35,8 +35,9 @@ from minbert.core.tasks import TASKS
 from minbert.data.downsample import target_sizes
 from minbert.data.raw import RAW_SPLITS, raw_path
 from minbert.params.catalogue import LoadedParams
+from minbert.params.fields import Downsample
 from minbert.params.load import load_params
-from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, typical_length
+from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, task_lengths, typical_length
 from minbert.pipeline.plan import pipeline
 
 NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
@@ -144,8 +145,9 @@ def sentences(task: str, heads) -> int:
 
 
 def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str, int], cost: StepCost,
-                seed: int) -> tuple[float, int]:
-    """(seconds, updates) of one training run as its loop plans it."""
+                seed: int, max_length: int | None = None) -> tuple[float, int]:
+    """(seconds, updates) of one training run as its loop plans it, each task's sentences weighed by
+    their length against the one measured (cut to `max_length`: StepCost.weight)."""
     from minbert.train.training import Plan
 
     tasks = [t for t in tasks if sizes.get(t)]
@@ -165,14 +167,16 @@ def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str
             for task in update:
                 if task in cached:
                     continue
-                n = cfg.batch_size * sentences(task, cfg.heads)
+                n = cfg.batch_size * sentences(task, cfg.heads) * cost.weight(task, max_length)
                 trains = not frozen or task in cfg.heads.extra_layers      # a branch's layers train
                 seconds += cost.of(n, train=trains) * (3 if task in smart else 1)
     # the cached tasks' features, once per split
-    seconds += sum(cost.of(target[t] * sentences(t, cfg.heads), train=False) for t in cached)
+    seconds += sum(cost.of(target[t] * sentences(t, cfg.heads) * cost.weight(t, max_length), train=False)
+                   for t in cached)
     evaluations = len(plan.phases) * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
     cap = getattr(cfg, "dev_size", None)
-    dev = {t: min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) for t in tasks}
+    dev = {t: min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) * cost.weight(t, max_length)
+           for t in tasks}
     seconds += sum(_batched(dev[t], cost) for t in cached)
     seconds += evaluations * _batched(sum(n for t, n in dev.items() if t not in cached), cost)
     # the resumable state and the best model, written after each epoch
@@ -191,8 +195,12 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
     """(seconds, updates) of a pretraining: its steps (at most `max_steps_per_epoch` an epoch) and a
     dev-loss pass before the first epoch and after each."""
     train, dev = rows["train"], rows["dev"]
-    if pre.kind == "para_first":                 # one fine-tuning on para, with base.finetune's settings
-        return fit_seconds(base_finetune.model_copy(update={"epochs": pre.epochs}), ["para"], train, dev, cost, seed)
+    if pre.kind == "para_first":                 # one fine-tuning on para, at the pretraining's own pace
+        evals = (pre.finetune or {}).get("evals_per_epoch", base_finetune.evals_per_epoch)
+        cfg = base_finetune.model_copy(update={"epochs": pre.epochs, "batch_size": pre.batch_size,
+                                               "max_steps_per_epoch": pre.max_steps_per_epoch,
+                                               "evals_per_epoch": evals, "downsample": Downsample(mode="none")})
+        return fit_seconds(cfg, ["para"], train, dev, cost, seed)
     if pre.kind == "mlm":
         n = sum(target_sizes({t: train.get(t, 0) for t in pre.mlm.tasks}, pre.mlm.downsample).values())
         n_dev = sum(dev.get(t, 0) for t in pre.mlm.tasks)
@@ -225,15 +233,16 @@ def network_seconds(job, rows: dict, cost: StepCost, heads=None) -> tuple[float,
         return None
     s = job.spec.model.model_validate(job.settings)
     train, dev = rows["train"], rows["dev"]
+    cap = getattr(s, "max_length", None)
     if job.stage == "finetune":
-        return fit_seconds(s.finetune, s.finetune.tasks, train, dev, cost, s.seed)
+        return fit_seconds(s.finetune, s.finetune.tasks, train, dev, cost, s.seed, cap)
     if job.stage == "retrain_heads":
-        return fit_seconds(s.train, s.train.tasks, train, dev, cost, s.seed)
+        return fit_seconds(s.train, s.train.tasks, train, dev, cost, s.seed, cap)
     if job.stage == "pretrain":
         return pretrain_seconds(s.pretraining, rows, cost, s.finetune, s.seed)
     # a prediction's dev and test splits; a teacher's training rows, once per member
     splits, members = (s.splits, 1) if job.stage == "predict" else (["train"], len(s.members))
-    n = sum(rows[split].get(t, 0) * sentences(t, heads) for t in s.predicts for split in splits)
+    n = sum(rows[split].get(t, 0) * sentences(t, heads) * cost.weight(t, cap) for t in s.predicts for split in splits)
     return _batched(n * members, cost), 0
 
 
@@ -424,6 +433,7 @@ def estimate_lines(params: str, device: str | None = None, threads: int | None =
     with lp.registry.active():                            # the params' own tasks
         length = typical_length(lp, base.model)
         cost = measure(base.model, dev.type, base.precision, machine.job_threads, length, base.cuda_graphs, cpu_time)
+        cost = replace(cost, length=length, lengths={t: n for t, (_, n) in task_lengths(lp, base.model).items()})
         priced = estimate(lp, cost, machine)
     captured = dev.type == "cuda" and base.cuda_graphs
     where = (f"{dev.type} ({precision_on(base.precision, dev)}, {'captured' if captured else 'eager'} steps, "

@@ -23,8 +23,9 @@ from minbert.report.tables import SUMMARIES, description, summarise_values
 from minbert.report.training import ClaimCheck
 from minbert.scoring import stats
 
-VERDICTS = ("reproduced", "not significant", "reversed", "differs", "inconclusive", "undertrained", "not run")
-JUDGED = VERDICTS[:5]                       # the verdicts on a comparison; undertrained and not run are counted apart
+VERDICTS = ("reproduced", "not significant", "reversed", "differs", "inconclusive", "undertrained", "not run",
+            "left out")
+JUDGED = VERDICTS[:5]                       # the verdicts on a comparison; the others are counted apart
 VERDICT_TITLES = {
     "reproduced": "a difference: the same sign as the paper's in every seed, and its paired-bootstrap interval "
                   "excludes 0; no effect: the interval lies within the claim's margin; no gain: the interval lies "
@@ -42,6 +43,7 @@ VERDICT_TITLES = {
                     "pretraining did not move), or more training would clearly move the claim's difference past "
                     "its verdict's boundary: the comparison would judge the run, not the paper's method",
     "not run": "one of the two rows has no dev scores (with predictions) yet",
+    "left out": "the claim's table does not run at this scale (the catalogue says why): no verdict",
 }
 
 
@@ -124,6 +126,7 @@ class ClaimView:
     settled: str = ""                           # whether more training would move the difference (the pair), in words
     alone: object = None                        # EncoderAlone: where our effect is several times the paper's
     formula: str = ""                           # an overall column: its paper's formula, named beside it
+    left_out: str = ""                          # why the claim's table does not run (the catalogue's words)
 
 
 @dataclass
@@ -145,6 +148,7 @@ class PaperTableView:
     shown_rows: int = 0                         # those a run here stands for
     overall_name: str = ""                      # the paper's overall column, as printed ("" when it has none)
     stand_ins: bool = False                     # a row's run is not the paper's method (a "compares to" column)
+    left_out: str = ""                          # why this table does not run here: the paper's values alone
 
     @property
     def formula_name(self) -> str:
@@ -358,6 +362,8 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
     sp = study.paper
     if sp is None:
         return None
+    if study.left_out:
+        return left_out_table(study, data)
     paper = data.params.params.papers[sp.id]
     splits = [s for s in ("dev", "test") if s == "dev" or any(getattr(r, s) for r in sp.rows)]
     columns = [(s, c.name, paper_metric_key(c.metric, paper.overall)) for s in splits for c in sp.columns]
@@ -375,6 +381,27 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
     view.claims = [claim_view(study.name, sp, claim, chosen, paper.overall, book, settings) for claim in sp.claims]
     view.scale = scale_line(data.params, paper, [r for r in chosen.values() if r], data.data_summary, sp.data)
     return view
+
+
+def left_out_table(study, data: ReportData) -> PaperTableView:
+    """A table the catalogue leaves out at this scale (`left_out`): the paper's rows and printed values
+    alone, each of its claims counted as left out, with the catalogue's reason."""
+    sp = study.paper
+    paper = data.params.params.papers[sp.id]
+    splits = [s for s in ("dev", "test") if s == "dev" or any(getattr(r, s) for r in sp.rows)]
+    columns = [(s, c.name, paper_metric_key(c.metric, paper.overall)) for s in splits for c in sp.columns]
+    rows = [PaperRowView(r.label, None, "", False,
+                         cells={(s, name): PaperCell(getattr(r, s).get(name)) for s, name, _ in columns})
+            for r in sp.rows]
+    own_rows = sum(1 for r in sp.rows if not r.from_table)
+    claims = [ClaimView(study.name, c.text, *c.rows, c.column, c.split, sp.paper_difference(c), None, None,
+                        verdict="left out", kind=c.kind, margin=c.margin, margin_reason=c.margin_reason,
+                        quote=c.quote, proxy=c.proxy, left_out=study.left_out) for c in sp.claims]
+    return PaperTableView(study.name, sp.id, paper.title, sp.table, paper.overall, FORMULA_TEXT[paper.overall],
+                          columns, splits, rows, claims=claims, differs=list(paper.differs) + list(sp.differs),
+                          total_rows=sp.printed_rows or own_rows, shown_rows=0,
+                          overall_name=next((c.name for c in sp.columns if c.metric == "overall"), ""),
+                          left_out=study.left_out)
 
 
 def paper_tables(data: ReportData, book: ScoreBook) -> dict[str, PaperTableView]:

@@ -240,7 +240,7 @@ def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[
     check apart): labels stay on the host, losses and outputs go to the run's totals. Returns the
     learning rate."""
     cfg, totals, scaler = tr.cfg, tr.totals, tr.scaler
-    lr = set_lr(tr.optimizer, state.update, plan.total_updates, plan.warmup, cfg.lr_schedule)
+    lr = set_lr(tr.optimizer, state.update - state.phase_start, *plan.schedule(state.phase), cfg.lr_schedule)
     tr.optimizer.zero_grad(set_to_none=True)
     totals.flag.zero_()
     pcgrad = cfg.pcgrad and len(batches) > 1
@@ -335,6 +335,7 @@ def end_of_phase(tr: Training, state: TrainState, plan: Plan) -> None:
             tr.momentum.module.load_state_dict(best["state_dict"])
         state.phase_best = -math.inf
     state.phase += 1
+    state.phase_start = state.update          # the next phase's schedule starts at its own step 0
     state.epoch = 0
     state.stale, state.stopped = 0, False
 
