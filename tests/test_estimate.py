@@ -10,12 +10,14 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from conftest import REPO, child_env
 
 from minbert.core.runtime import precision_on
 from minbert.params import load_params
+from minbert.params.plateau import UntilPlateau
 from minbert.pipeline.estimate import (
     Machine,
     Priced,
@@ -30,6 +32,8 @@ from minbert.pipeline.estimate import (
     train_rows,
     typical_length,
 )
+from minbert.train import plateau as plateau_rule
+from minbert.train import stopping
 
 PARAMS = """\
 data: {dir: DATA, nli_file: null}
@@ -54,7 +58,7 @@ def test_a_fine_tuning_costs_its_planned_updates_and_evaluations(lp):
     rows = train_rows(lp)
     assert rows["train"]["sst"] == rows["train"]["sts"] == 600 and rows["dev"]["sts"] == 200   # the demo's
     exp = lp.experiments["plain"]
-    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], COST, exp.seed)
+    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed)
     # round-robin over 600 rows per task at batch 10: 60 updates of each task an epoch, one task's batch
     # each (sst one sentence, sts a pair: 10 and 20 sentences), for 2 epochs; 3 dev passes an epoch
     # over 200 sst sentences and 200 pairs, in batches of 128, forward only
@@ -67,7 +71,7 @@ def test_a_fine_tuning_costs_its_planned_updates_and_evaluations(lp):
 def test_dev_evaluations_on_a_subset_cost_its_rows(lp):
     rows = train_rows(lp)
     cfg = lp.experiments["plain"].finetune.model_copy(update={"dev_size": 50})
-    seconds, updates = fit_seconds(cfg, ["sst", "sts"], rows["train"], rows["dev"], COST, 1)
+    seconds, updates = fit_seconds(cfg, ["sst", "sts"], rows, COST, 1)
     train = 120 * 10 * 1e-3 + 120 * 20 * 1e-3
     evals = 2 * 3 * math.ceil((50 + 100) / 128) * 128 * 1e-4     # 50 sst sentences and 50 pairs a pass
     assert updates == 240 and seconds == pytest.approx(train + evals)
@@ -76,7 +80,7 @@ def test_dev_evaluations_on_a_subset_cost_its_rows(lp):
 def test_a_frozen_encoder_without_dropout_costs_one_pass_over_its_data(lp):
     rows = train_rows(lp)
     exp = lp.experiments["frozen"]
-    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], COST, exp.seed)
+    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed)
     # the training rows and the dev rows encoded once (dev in batches of 128), then no encoder pass
     dev_once = math.ceil(200 / 128) * 128 * 1e-4 + math.ceil(400 / 128) * 128 * 1e-4
     assert updates == 240 and seconds == pytest.approx((600 + 1200) * 1e-4 + dev_once)
@@ -89,11 +93,67 @@ def test_a_frozen_task_with_its_own_layers_pays_every_update(lp):
     rows = train_rows(lp)
     cfg = lp.experiments["frozen"].finetune
     cfg = cfg.model_copy(update={"heads": cfg.heads.model_copy(update={"extra_layers": {"sst": 2}})})
-    seconds, updates = fit_seconds(cfg, ["sst", "sts"], rows["train"], rows["dev"], COST, 1)
+    seconds, updates = fit_seconds(cfg, ["sst", "sts"], rows, COST, 1)
     # every update (its branch's layers train: priced as a training pass) and every evaluation
     sst = 120 * 10 * 1e-3 + 2 * 3 * math.ceil(200 / 128) * 128 * 1e-4
     sts = 1200 * 1e-4 + math.ceil(400 / 128) * 128 * 1e-4                     # once
     assert updates == 240 and seconds == pytest.approx(sst + sts)
+
+
+def plateau_params(tmp_path, noise: str = "") -> str:
+    """PARAMS whose plain row stops at its plateau, its cap 8 epochs of 4 evaluations at a constant rate."""
+    text = PARAMS.replace("DATA", str(REPO / "data" / "demo")).replace(
+        "  plain: {}", "  plain: {finetune: {epochs: 8, evals_per_epoch: 4, lr_schedule: constant, "
+                       "until_plateau: {enabled: true" + noise + "}}}")
+    (tmp_path / "params.yaml").write_text(text)
+    return load_params(tmp_path / "params.yaml")
+
+
+def test_a_run_that_stops_at_its_plateau_is_priced_between_its_earliest_stop_and_its_cap(tmp_path):
+    """A fine-tuning that stops at its plateau is priced halfway between the earliest evaluation at which
+    the loop could stop it (where the loop itself, fed a flat curve at the noise of the dev rows it scores,
+    first reads it flat) and its cap (every planned epoch, as the same run without the rule costs)."""
+    lp = plateau_params(tmp_path)
+    rows, exp = train_rows(lp), lp.experiments["plain"]
+    ft = exp.finetune
+    cap, cap_updates = fit_seconds(ft.model_copy(update={"until_plateau": UntilPlateau()}), ["sst", "sts"], rows,
+                                   COST, exp.seed)
+    ends = [fit_seconds(ft, ["sst", "sts"], rows, COST, exp.seed, plateau=p) for p in (0.0, 0.5, 1.0)]
+    # the loop's own reading of a flat curve at the plan's evaluations (120 updates an epoch: 60 of each task,
+    # round-robin; 4 evaluations an epoch; a warm-up of 96 of its 960 updates)
+    at = [120 * e + k for e in range(8) for k in (30, 60, 90, 120)]
+    budget = plateau_rule.lr_budget(np.array(at, dtype=float), 960, 96, "constant") * ft.lr
+    rule = ft.until_plateau
+    history, first = [], None
+    for k, (u, b) in enumerate(zip(at, budget), 1):
+        history.append({"phase": "sst+sts", "update": u, "lr_budget": b, "dev_score": 0.6})
+        if stopping.reading(history, "sst+sts", ["sst", "sts"], {"sst": 200, "sts": 200}, rule)[0] == "flat":
+            first = k
+            break
+    assert first is not None and 8 <= first < 32
+    share = at[first - 1] / 960
+    assert ends[2][0] == pytest.approx(cap) and ends[2][1] == cap_updates == 960
+    assert ends[0][0] == pytest.approx(share * cap) and ends[0][1] == round(share * 960)
+    assert ends[1][0] == pytest.approx((share + (1 - share) / 2) * cap)
+    est = estimate(lp, COST, Machine("cpu", 2, threads=1))
+    plain = next(j for j in est.jobs if j.id == "finetune@plain")
+    assert plain.ends == pytest.approx((ends[0][0], ends[2][0])) and est.walls[0] < est.wall < est.walls[1]
+    said = describe(est, "cpu")
+    assert "1 fine-tunings stop at their plateau, each priced halfway between the earliest stop" in said
+
+
+def test_a_run_whose_noise_never_tells_is_priced_at_its_cap(tmp_path):
+    """Where the rule cannot tell the tolerance within the cap at its evaluations' noise (here a jitter of
+    0.2 an evaluation), the run trains to its cap, and is priced so, with no range beside it."""
+    loud = ", noise: {classification: {jitter: 0.2, rows: 1}, binary: {jitter: 0.2, rows: 1}, " \
+           "regression: {jitter: 0.2, rows: 1}}"
+    lp = plateau_params(tmp_path, loud)
+    rows, exp = train_rows(lp), lp.experiments["plain"]
+    priced = fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed)
+    assert priced == fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed, plateau=0.0)
+    assert priced[1] == 960
+    est = estimate(lp, COST, Machine("cpu", 2, threads=1))
+    assert est.walls is None and "plateau" not in describe(est, "cpu")
 
 
 def test_the_whole_estimate_prices_every_planned_job_and_schedules_them(lp):
@@ -173,13 +233,13 @@ def test_each_tasks_sentences_weigh_their_length(lp):
     CFIMDB's reviews, ten times an SST sentence, cost ten times as much, not the mean of all tasks."""
     rows = train_rows(lp)
     exp = lp.experiments["plain"]
-    plain, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], COST, exp.seed)
+    plain, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed)
     cost = StepCost(train=COST.train, forward=COST.forward, length=20.0, lengths={"sst": 200.0, "sts": 20.0})
-    long, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], cost, exp.seed)
+    long, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows, cost, exp.seed)
     # SST's share (its 60 updates of 10 sentences and its dev passes) ten times over; STS's the same
     sst = 2 * 60 * 10 * 1e-3 + 2 * 3 * 200 * 1e-4
     assert long - plain == pytest.approx(9 * sst, rel=0.05)
-    capped, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], cost, exp.seed,
+    capped, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows, cost, exp.seed,
                             max_length=40)
     assert capped - plain == pytest.approx(1 * sst, rel=0.05)
     assert cost.weight("para") == 1.0 and StepCost((0, 1), (0, 1)).weight("sst") == 1.0   # unknown: as measured

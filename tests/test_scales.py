@@ -151,20 +151,28 @@ def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
         sum(len(st.paper.claims) for st in paper.params.studies if st.paper)
     ft = laptop.experiments["p004_r4_cos_finetuned"].finetune
     assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio, ft.lr_schedule) == \
-        (4, 2, 300, 1e-4, 2e-3, 0.1, "constant")
+        (8, 3, 300, 1e-4, 2e-3, 0.1, "constant")
     assert laptop.experiments["p003_nli_triplet"].finetune.lr == 2e-4            # 10 times each paper's rate
     assert laptop.experiments["p000_sft"].finetune.epochs == 2
-    assert laptop.experiments["p003_head_mod"].finetune.epochs == 4
+    assert laptop.experiments["p003_head_mod"].finetune.epochs == 8
+    # every laptop row trains until its plateau (the check's own rule, filled from report.training_check),
+    # its epochs the cap; the papers' scale keeps the papers' fixed epochs
+    check = laptop.params.report.training_check
+    for name, exp in laptop.experiments.items():
+        rule = exp.finetune.until_plateau
+        assert rule.enabled and (rule.tolerance, rule.window, rule.fit, rule.noise) == \
+            (check.tolerance, check.window, check.fit, check.noise), name
+    assert not any(e.finetune.until_plateau.enabled for e in paper.experiments.values())
     # the pretrainings' own dev loss 4 times in their one epoch: the training check's curve of each
     for name, p in laptop.params.pretrainings.items():
         assert (p.epochs, p.lr) == (1, 5e-5) and (p.evals_per_epoch == 4 or p.kind == "para_first"), name
     assert laptop.params.pretrainings["para_first"].max_steps_per_epoch == 375
     assert ft.downsample.caps == {"sst": 1000, "para": 1000, "sts": 1000, "cfimdb": 400}
-    # the rows that train their heads alone (`frozen`): 10 epochs over the encoder's outputs computed
-    # once (no dropout in it); at the papers' scale they keep their own epochs and dropout
+    # the rows that train their heads alone (`frozen`): up to 20 epochs over the encoder's outputs
+    # computed once (no dropout in it); at the papers' scale they keep their own epochs and dropout
     for name, exp in laptop.experiments.items():
         f = exp.finetune
-        assert not f.frozen_encoder_dropout and (f.epochs == 10 or not f.freeze_encoder), name
+        assert not f.frozen_encoder_dropout and (f.epochs == 20 or not f.freeze_encoder), name
         # head re-training: each paper's epochs (000: 10, 003: 3) on the scale's rows
         assert not exp.retrain_heads.enabled or exp.retrain_heads.epochs == (3 if name.startswith("p003") else 10), name
     assert paper.experiments["p000_head_baseline.seed11711"].finetune.frozen_encoder_dropout
@@ -183,7 +191,7 @@ def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
 def test_the_model_is_one_setting_at_either_scale(tmp_path):
     lp = catalogue(tmp_path, "laptop", "model: bert-base-uncased\n")
     assert {e.model for e in lp.experiments.values()} == {"bert-base-uncased"}
-    assert lp.experiments["p004_r4_cos_finetuned"].finetune.epochs == 4     # the scale applies alike
+    assert lp.experiments["p004_r4_cos_finetuned"].finetune.epochs == 8     # the scale applies alike
 
 
 def test_the_laptop_scales_r9_is_its_own_sweep_and_never_r4(tmp_path):
@@ -244,7 +252,7 @@ def test_a_scales_named_settings_apply_to_the_row_they_name_and_an_unknown_name_
 
 def test_the_laptop_scales_epochs_state_what_its_plan_gives(tmp_path, shared_data):
     """The laptop scale's declared epochs say how many updates of each task a fine-tuned row gets
-    ("250 updates of each task", "128", "252"): its figures are those of the plan (each row's updates
+    ("500 updates of each task", "250", "256", "504", at the caps): its figures are those of the plan (each row's updates
     per task, minbert.train.training.Plan), one per paper's batch."""
     import re
 
@@ -266,7 +274,8 @@ def test_the_laptop_scales_epochs_state_what_its_plan_gives(tmp_path, shared_dat
         phase_updates = {sum(task in update for (p, _), ups in plan.epochs.items() for update in ups) for task in tasks}
         per_paper.setdefault(name[1:4], set()).update(phase_updates)
     ours = next(d.ours for d in laptop.params.papers["004"].differs if d.setting == "epochs")
-    stated = re.search(r"\((\d+) updates of each task\), 4 for 003's \((\d+)\) and 004's \((\d+)\)", ours).groups()
-    assert per_paper["000"] == per_paper["002"] == {int(stated[0])}, per_paper
-    assert per_paper["003"] == {int(stated[1])} and per_paper["004"] == {int(stated[2])}, per_paper
-    assert stated[0] in laptop.params.scales["laptop"].description
+    stated = re.search(r"\((\d+) updates of each task\) and 2 for those that train one task a phase \((\d+)\), "
+                       r"8 for 003's \((\d+)\) and 004's \((\d+)\)", ours).groups()
+    assert per_paper["000"] == per_paper["002"] == {int(stated[0]), int(stated[1])}, per_paper
+    assert per_paper["003"] == {int(stated[2])} and per_paper["004"] == {int(stated[3])}, per_paper
+    assert f"({stated[0]} updates of each task)" in " ".join(laptop.params.scales["laptop"].description.split())

@@ -10,6 +10,7 @@ claim's own difference (its bounds, moving, unclear), the laptop run's two conca
 and the verdict rules the check feeds."""
 from __future__ import annotations
 
+import math
 import time
 from types import SimpleNamespace as NS
 
@@ -18,7 +19,8 @@ import pandas as pd
 import pytest
 
 from minbert.core.layout import Layout
-from minbert.params.studies import EvaluationNoise, NoiseParts, TrainingCheckParams
+from minbert.params.plateau import EvaluationNoise, NoiseParts, UntilPlateau, with_check_rule
+from minbert.params.studies import TrainingCheckParams
 from minbert.report.effects import encoder_alone, references
 from minbert.report.papers import claim_verdict, training_check
 from minbert.report.settled import claim_bounds, pair_check, row_check
@@ -38,6 +40,7 @@ from minbert.report.training import (
 )
 from minbert.scoring import stats
 from minbert.train import plateau as rule
+from minbert.train import stopping
 
 # the logic on near-noiseless evaluations (the noise's own effect has tests of its own)
 QUIET = NoiseParts(jitter=0.0, rows=0.01)
@@ -110,7 +113,8 @@ def test_a_gain_just_past_the_tolerance_prints_as_past_it():
     must compare as the numbers do, so both take the digits that tell them apart."""
     c = curve([0.50, 0.55, 0.58, 0.60, 0.605, 0.61, 0.6154, 0.6204])
     assert not c.trained and c.last_gain == pytest.approx(0.0104)
-    assert c.why.endswith("+0.0104 a window ± 0.001 (more than 0.0100)") and c.brief == "still rising (+0.0104 > 0.0100)"
+    assert c.why.endswith("+0.0104 a window ± 0.001 (more than 0.0100)")
+    assert c.brief == "still rising (+0.0104 > 0.0100)"
     c = curve([0.50, 0.55, 0.58, 0.60, 0.605, 0.61, 0.6154, 0.6196])
     assert c.trained and c.why.endswith("+0.0096 a window ± 0.001 (within 0.0100)")
     assert curve([0.51, 0.53, 0.55, 0.57, 0.59, 0.61, 0.63, 0.65]).why.endswith("(more than 0.01)")   # apart at 3
@@ -294,7 +298,8 @@ def test_a_row_still_rising_counts_against_the_claims_own_frozen_row():
     row = row_check("ft", book, CHECK, claim_check(sp, claim, chosen, book))
     assert row.trained and "beats frozen (the claim's frozen row) on dev SST by +0.120" in row.evidence
     # not when the difference could be 0, not for the frozen side, not on a no-effect claim
-    unclear = Book([ft, frozen], {"ft": (False, COSINE), "frozen": (True, UV)}, {("ft", "frozen"): est([-0.01, 0.1] * 50)})
+    unclear = Book([ft, frozen], {"ft": (False, COSINE), "frozen": (True, UV)},
+                   {("ft", "frozen"): est([-0.01, 0.1] * 50)})
     assert not row_check("ft", unclear, CHECK, claim_check(sp, claim, chosen, unclear)).trained
     reversed_claim = NS(kind="difference", rows=("Frozen", "FT"))
     assert "ft" not in references(sp, reversed_claim, chosen, book)
@@ -449,6 +454,46 @@ def test_the_scorecard_counts_each_claim_row_once_trained_only_where_every_claim
     assert RowCheck("x").trained is False                      # no history: not trained
 
 
+# ------------------------------------------------------------------ a run that stops at its plateau
+
+def test_the_check_quotes_how_a_run_that_stops_at_its_plateau_ended_each_phase():
+    """history.csv's `stopped` (finetune.until_plateau) is read: a phase stopped at its plateau says so
+    beside its verdict, and one that ran to its cap still rising says that it hit the cap."""
+    flat = [0.6, 0.7, 0.75, 0.8, 0.81, 0.81, 0.81, 0.81]
+    rising = [0.50, 0.53, 0.56, 0.59, 0.62, 0.65, 0.68, 0.71]
+    h = pd.concat([history("sst", flat, stopped=[None] * 7 + ["plateau"]),
+                   history("para", rising, stopped=[None] * 7 + ["cap"])], ignore_index=True)
+    h["update"], h["epoch"] = range(10, 170, 10), [k / 4 for k in range(1, 17)]
+    settled, still = stage_checks(Run(), "finetune", h, CONSTANT, CHECK, SELECTION)
+    assert settled.trained and settled.why.endswith("; the run stopped this phase at its plateau (epoch 2)")
+    assert not still.trained and still.why.endswith("; the run trained this phase to its cap (epoch 4) without "
+                                                    "reading it flat")
+    assert still.brief.endswith(", at its cap")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_loop_stops_exactly_where_the_check_passes_the_curve(seed):
+    """The loop's reading (minbert.train.stopping) and the check's (`plateau`) of the same selection-score
+    curve, at the same noise, tolerance, window and fit, agree on every prefix of curves flat, rising,
+    bending and noisy: a run stops where its check would pass it."""
+    cfg = NOISY
+    loop_rule = with_check_rule(UntilPlateau(enabled=True), cfg)
+    rows = {"sst": 300}
+    noise = rule.weighted_noise(rows, {"sst": 1.0}, cfg.noise)
+    rng = np.random.default_rng(seed)
+    for shape in (lambda x: 0.6 + 0 * x, lambda x: 0.4 + 0.2 * x, lambda x: 0.7 - 0.3 * np.exp(-5 * x)):
+        x = np.arange(1, 25) / 24
+        scores = shape(x) + rng.normal(0, noise, len(x))
+        place = rule.lr_budget(np.arange(1, 25) * 10, 240, 24, "constant")
+        for k in range(1, 25):
+            hist = [{"phase": "sst", "lr_budget": p, "dev_score": v} for p, v in zip(place[:k], scores[:k])]
+            said, _ = stopping.reading(hist, "sst", ["sst"], rows, loop_rule)
+            check = CurveCheck("r", "finetune", "sst", False, "", noise=noise)
+            passed = plateau(check, scores[:k], place[:k], 0.0, cfg, (cfg.tolerance, math.inf)).trained \
+                and k >= cfg.min_evaluations
+            assert (said == "flat") == passed, (seed, k, said, check.why)
+
+
 # ------------------------------------------------------------------ the budget each history carries
 
 def test_each_phase_is_placed_on_its_own_budget_as_the_history_records_it():
@@ -493,7 +538,8 @@ def test_a_curve_too_noisy_to_tell_is_unclear_not_a_coin_flip():
 
 
 def test_the_noise_of_a_score_comes_from_its_tasks_rows():
-    from minbert.report.training import score_noise, score_weights
+    from minbert.report.training import score_noise
+    from minbert.train.plateau import score_weights
 
     run = Run(rows=1200)                                                       # sst 1,200, para 1,200, sts 1,200
     n = NOISY.noise
@@ -581,8 +627,8 @@ def test_a_sequential_rows_claim_column_is_read_in_its_later_phases():
     assert checks[-1].why.startswith("still falling") and checks[-1].last_gain < -0.01
     # an overall claim is read from the phase by which all its tasks have trained: the last one here
     h["dev_overall"] = h["dev_para_acc"]
-    assert [(c.phase, c.curve) for c in stage_checks(Run(), "finetune", h, DECAYING, CHECK,
-                                                     ClaimCheck("overall", "Overall", 0.01))][-1] == ("sst", "dev Overall")
+    overall = stage_checks(Run(), "finetune", h, DECAYING, CHECK, ClaimCheck("overall", "Overall", 0.01))
+    assert [(c.phase, c.curve) for c in overall][-1] == ("sst", "dev Overall")
 
 
 def test_every_cell_of_a_best_of_row_its_teacher_and_its_upstream_pretraining_are_read():

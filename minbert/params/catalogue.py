@@ -13,9 +13,12 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from minbert.core.errors import MinBertError
 from minbert.params.fields import check_name
 from minbert.params.messages import close
+from minbert.params.plateau import evaluations_needed, with_check_rule
 from minbert.params.schema import EnsembleParams, ExperimentParams, PretrainParams, deep_merge, resolve_experiment
 from minbert.params.studies import Params, StudyParams
 
@@ -133,7 +136,7 @@ def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[li
             ov = {}
         if not isinstance(ov, dict):
             raise MinBertError(f"{where}: key 'experiments.{name}': expected a mapping of overrides")
-        exp = resolve_experiment(params.base, ov, name, where)
+        exp = with_stop_rule(resolve_experiment(params.base, ov, name, where), params, f"experiments.{name}", where)
         if exp.template:
             templates[name] = exp
             continue
@@ -151,6 +154,27 @@ def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[li
             experiments[member] = exp.model_copy(update={"seed": seed, "repeats": 1})
             groups[name].append(member)
     return experiments, groups, templates
+
+
+def with_stop_rule(exp: ExperimentParams, params: Params, key: str, where: str) -> ExperimentParams:
+    """`exp` whose fine-tuning stops at its plateau with the rule's unset keys taken from the report's
+    training check (minbert.params.plateau.with_check_rule); a cap that gives a phase fewer dev
+    evaluations than the rule needs is refused. `key`: where `exp` is written (for the error)."""
+    ft = exp.finetune
+    if not ft.until_plateau.enabled:
+        return exp
+    at = f"{where}: key '{key}.finetune.until_plateau'"
+    try:
+        rule = with_check_rule(ft.until_plateau, params.report.training_check)
+    except ValidationError as err:
+        raise MinBertError(f"{at}: {err.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    need, have = evaluations_needed(rule), ft.epochs * ft.evals_per_epoch
+    if have < need:
+        raise MinBertError(f"{at}: its cap gives a phase {have} dev evaluations (epochs {ft.epochs} x evals_per_epoch "
+                           f"{ft.evals_per_epoch}), fewer than the {need} a phase needs before the plateau rule can "
+                           f"read it flat (min_evaluations, and window_evaluations in its last window); raise "
+                           f"finetune.epochs (the cap) or finetune.evals_per_epoch")
+    return exp.model_copy(update={"finetune": ft.model_copy(update={"until_plateau": rule})})
 
 
 def expand(params: Params, raw: Any, where: str = "params.yaml") -> LoadedParams:
@@ -190,8 +214,9 @@ def expand(params: Params, raw: Any, where: str = "params.yaml") -> LoadedParams
                 paper_rows.append(row.model_copy(update={"best_of": list(dict.fromkeys(names))}))
             paper = paper.model_copy(update={"rows": paper_rows})
         studies.append(st.model_copy(update={"experiments": study_rows, "paper": paper}))
+    base = with_stop_rule(params.base, params, "base", where)
     expanded = params.model_copy(update={"experiments": experiments_raw, "ensembles": ensembles, "export": export,
-                                         "studies": studies})
+                                         "studies": studies, "base": base})
     return LoadedParams(params=expanded, experiments=experiments, raw=raw, groups=groups, grids=grids,
                         templates=templates)
 

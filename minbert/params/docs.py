@@ -21,6 +21,7 @@ from pydantic_core import PydanticUndefined
 from minbert.core.errors import MinBertError
 from minbert.params.finetune import DistillParams, EarlyStopping, FinetuneParams, RetrainHeadsParams
 from minbert.params.heads import HeadsParams
+from minbert.params.plateau import UntilPlateau
 from minbert.params.schema import ExperimentParams, PretrainParams
 from minbert.params.studies import Params
 from minbert.params.tasks import TaskParams
@@ -32,6 +33,7 @@ TABLES: dict[str, tuple[str, type[BaseModel], tuple[str, ...]]] = {
     "distill": ("docs/finetuning.md", DistillParams, ()),
     "retrain_heads": ("docs/finetuning.md", RetrainHeadsParams, ()),
     "early_stopping": ("docs/finetuning.md", EarlyStopping, ()),
+    "until_plateau": ("docs/finetuning.md", UntilPlateau, ()),
     "pretraining": ("docs/pretraining.md", PretrainParams, ("mlm", "nli")),
     "task": ("docs/extending.md", TaskParams, ("files",)),
 }

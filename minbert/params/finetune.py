@@ -12,6 +12,7 @@ from minbert.core.registry import active
 from minbert.core.tasks import DEFAULT_TASKS
 from minbert.params.fields import LR_SCHEDULE, Downsample, Strict, TaskName, refuse
 from minbert.params.heads import HeadsParams, batch_statistic_problem, batch_statistic_tasks, head_problem
+from minbert.params.plateau import UntilPlateau
 
 # the multi-task schedules (minbert.train.schedules implements each)
 SCHEDULES = ("round_robin", "drop_round_robin", "simultaneous", "task_by_task", "sequential",
@@ -80,7 +81,8 @@ class FinetuneParams(Strict):
                                                       "distillation temperature)")
     task_weights: dict[TaskName, Annotated[float, Field(ge=0)]] = Field(
         {}, description="a factor on each task's loss (unnamed tasks 1), e.g. `{sst: 2.0}`; only trained tasks")
-    epochs: int = Field(3, ge=1, description="training epochs")
+    epochs: int = Field(3, ge=1, description="training epochs (of each phase; with `until_plateau`, the most it "
+                                             "trains)")
     batch_size: int = Field(32, ge=1, description="the global batch, also under `torchrun`")
     lr: float = Field(2e-5, gt=0, description="AdamW learning rate of the encoder")
     head_lr: float | None = Field(None, gt=0, description="AdamW learning rate of everything else (heads, shared "
@@ -137,6 +139,9 @@ class FinetuneParams(Strict):
         None, description="`{patience, min_delta}`: stop when the dev selection score has not improved for `patience` "
                           "evaluations (the model kept is still the best evaluated; the lr schedule stays the one "
                           "planned for every epoch); null: train every epoch")
+    until_plateau: UntilPlateau = Field(UntilPlateau(), description="train each phase until its dev curve settles, "
+                                                                    "by the report's training check's rule, `epochs` "
+                                                                    "being the cap (Until the plateau below)")
     gradient_accumulation_steps: int = Field(
         1, ge=1, le=64, description="split each task's batch of an update into this many micro-batches whose "
                                     "gradients add up before the one optimiser step: the update of `batch_size` "
@@ -228,6 +233,9 @@ class FinetuneParams(Strict):
             raise refuse("pcgrad", f"PCGrad projects the gradients of the tasks of one update, and under schedule "
                                    f"'{self.schedule}' every update trains one task, so it would do nothing; use "
                                    f"schedule: simultaneous")
+        if self.until_plateau.enabled and self.early_stopping is not None:
+            raise refuse("until_plateau", "stops each phase at its plateau, and early_stopping by another rule: "
+                                          "set one of them (early_stopping: null)")
         if self.frozen_encoder_dropout and not self.freeze_encoder:
             raise refuse("frozen_encoder_dropout", "applies to a frozen encoder only and would do nothing here; drop "
                                                    "it or set finetune.freeze_encoder: true")

@@ -22,6 +22,7 @@ from minbert.params.catalogue import LoadedParams
 from minbert.params.fields import Downsample
 from minbert.params.finetune import FinetuneParams
 from minbert.params.heads import HeadsParams
+from minbert.params.plateau import UntilPlateau
 from minbert.params.schema import (
     EnsembleParams,
     ExperimentParams,
@@ -171,8 +172,9 @@ def pretraining_from(pre: PretrainParams, base: ExperimentParams) -> PretrainSet
     """`pretrain_settings` from the pretraining's section and the base."""
     first = pre.kind == "para_first"
     sources = [t for t in pre.mlm.tasks if t != "nli"] if pre.kind == "mlm" else ["para"] if first else []
+    shared = base.finetune.model_copy(update={"until_plateau": UntilPlateau()})     # it runs its own epochs
     return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
-                            pretraining=pretraining_read(pre), finetune=base.finetune if first else None,
+                            pretraining=pretraining_read(pre), finetune=shared if first else None,
                             **declared(sources, base.finetune.heads if first else None),
                             **{**TrainingSettings.keys_of(base), "precision": pre.precision or base.precision})
 

@@ -18,6 +18,7 @@ from typing import Literal
 from minbert.core.layout import NLI_SOURCE, PREDICTED_SPLITS, TRAINING_STAGES
 from minbert.params.fields import Downsample
 from minbert.params.finetune import FinetuneParams, SmartParams
+from minbert.params.plateau import UntilPlateau
 from minbert.params.schema import (
     ClassificationCombination,
     DataParams,
@@ -35,8 +36,10 @@ PredictedSplit = Literal[PREDICTED_SPLITS]   # a split an experiment predicts (d
 
 def extras_off() -> dict:
     """What a training derived from an experiment's fine-tuning leaves out of it (head retraining,
-    paraphrase-first): its regularisers, its distillation and its walk through tasks across epochs."""
-    return {"smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None}
+    paraphrase-first): its regularisers, its distillation, its walk through tasks across epochs and its
+    stop at the plateau (each runs its own epochs)."""
+    return {"smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None,
+            "until_plateau": UntilPlateau()}
 
 
 class PrepareSettings(DataParams, Declarations):

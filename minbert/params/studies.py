@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from minbert.core.tasks import TASKS
 from minbert.params.fields import Strict, TaskName
 from minbert.params.messages import close
+from minbert.params.plateau import EvaluationNoise
 from minbert.params.schema import DataParams, EnsembleParams, ExperimentParams, ExportParams, PretrainParams
 from minbert.params.tasks import Declarations
 
@@ -295,24 +296,6 @@ class StudyParams(Strict):
                                           "the page shows it with the paper's values and this reason, its claims "
                                           "are counted as left out, and its rows run only where another table, a "
                                           "reference or an ensemble that runs needs them")
-
-
-class NoiseParts(Strict):
-    """How much a task's dev metric changes between two successive evaluations of a model that has
-    stopped improving: the square root of jitter^2 + rows_part^2 / the dev rows scored."""
-    jitter: float = Field(ge=0, description="the model's own move between evaluations, whatever the rows scored")
-    rows: float = Field(gt=0, description="the part that falls as the square root of the dev rows scored (for an "
-                                          "accuracy, the square root of the share of rows whose prediction flips)")
-
-
-class EvaluationNoise(Strict):
-    """The noise of dev evaluations, by the task's kind (docs/report.md, "The evaluations' noise":
-    measured on real fine-tunes of the packaged MiniLM)."""
-    classification: NoiseParts = Field(NoiseParts(jitter=0.022, rows=0.46), description="a classification's "
-                                                                                        "accuracy (SST-5)")
-    binary: NoiseParts = Field(NoiseParts(jitter=0.022, rows=0.36), description="a binary task's accuracy (Quora, "
-                                                                                "CFIMDB)")
-    regression: NoiseParts = Field(NoiseParts(jitter=0.003, rows=0.13), description="a regression's Pearson r (STS)")
 
 
 class TrainingCheckParams(Strict):

@@ -8,6 +8,8 @@ Every job the planner plans (minbert.pipeline.plan) is priced by what it will ru
   passes for SMART),
   its dev evaluations (the evaluation pass, batches of 128), its checkpoints (the resumable state
   and the best model each epoch), the CUDA graphs it records, and its start-up;
+  a fine-tuning that stops at its plateau (`finetune.until_plateau`), each phase halfway from the
+  earliest stop its evaluations' noise allows to its cap (PLATEAU_PRICED; both ends said beside it);
 - masked-LM and NLI pretraining: its steps (`max_steps_per_epoch` counted) and dev-loss passes;
 - a prediction or a teacher: the forward passes over its rows; prepare, evaluate, ensemble, export
   and the report: their start-up and an allowance each (ALLOWANCE, measured on the demo).
@@ -29,6 +31,8 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
 from minbert.core.tasks import TASKS
@@ -39,6 +43,8 @@ from minbert.params.fields import Downsample
 from minbert.params.load import load_params
 from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, task_lengths, typical_length
 from minbert.pipeline.plan import pipeline
+from minbert.train import plateau as plateau_rule
+from minbert.train.points import eval_points
 
 NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
 # Four captured MiniLM jobs side by side on one H200 by time slices each ran at its full speed
@@ -51,6 +57,10 @@ REPORT_PER_JOB = 0.05
 # A job's start-up where nobody measured it: `minbert progress` prices a running pipeline's waiting
 # jobs without measuring (its start-up is the demo's, 2 CPU cores: Python, the stage's imports, the model).
 STARTUP = 6.0
+# A phase that stops at its plateau (finetune.until_plateau) is priced this share of the way from the
+# earliest stop its evaluations' noise allows to its cap: halfway, until a run records where its phases
+# stopped (docs/results.md); the estimate says both ends beside it.
+PLATEAU_PRICED = 0.5
 
 
 @dataclass
@@ -92,6 +102,7 @@ class Priced:
     deps: list[str]
     network: bool
     updates: int = 0
+    ends: tuple[float, float] | None = None          # a run that stops at its plateau: its seconds at either end
 
 
 @dataclass
@@ -100,6 +111,7 @@ class Estimate:
     wall: float = 0.0                                 # when the last job ends, scheduled as the engine runs them
     chain: list[str] = field(default_factory=list)    # the longest chain of jobs, first to last
     chain_seconds: float = 0.0
+    walls: tuple[float, float] | None = None          # were every run that stops at its plateau at either end
 
     @property
     def updates(self) -> int:
@@ -144,17 +156,44 @@ def sentences(task: str, heads) -> int:
     return 3 if task in getattr(heads, "hybrid", ()) else 2
 
 
-def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str, int], cost: StepCost,
-                seed: int, max_length: int | None = None) -> tuple[float, int]:
-    """(seconds, updates) of one training run as its loop plans it, each task's sentences weighed by
-    their length against the one measured (cut to `max_length`: StepCost.weight)."""
+def phase_share(cfg, plan, phase: int, dev_rows: dict[str, int], plateau: float) -> float:
+    """The share of a phase's planned updates a run prices: all of them, or where it stops at its
+    plateau (finetune.until_plateau), `plateau` of the way from the earliest stop its evaluations'
+    noise allows (the first evaluation at which a flat curve can read flat: minbert.train.plateau.
+    earliest_stop, on the dev rows it scores) to its cap (0: the earliest, 1: the cap)."""
+    rule = getattr(cfg, "until_plateau", None)
+    if rule is None or not rule.enabled:
+        return 1.0
+    updates, warmup = plan.schedule(phase)
+    done, at = 0, []
+    for epoch in range(cfg.epochs):
+        n = len(plan.epochs[(phase, epoch)])
+        at += [done + k for k in eval_points(n, cfg.evals_per_epoch)]
+        done += n
+    tasks = plan.phases[phase]
+    rows = {t: min(dev_rows.get(t, 0), cfg.dev_size or dev_rows.get(t, 0)) for t in tasks}
+    noise = plateau_rule.weighted_noise(rows, plateau_rule.score_weights(tasks), rule.noise)
+    place = plateau_rule.lr_budget(np.array(at, dtype=float), updates, warmup, cfg.lr_schedule)
+    first = plateau_rule.earliest_stop(place, noise, rule)
+    earliest = at[first - 1] / max(updates, 1) if first else 1.0
+    return earliest + plateau * (1.0 - earliest)
+
+
+def fit_seconds(cfg, tasks: list[str], rows: dict[str, dict[str, int]], cost: StepCost, seed: int,
+                max_length: int | None = None, plateau: float = PLATEAU_PRICED) -> tuple[float, int]:
+    """(seconds, updates) of one training run as its loop plans it on `rows` ({split: {task: rows}}),
+    each task's sentences weighed by their length against the one measured (cut to `max_length`:
+    StepCost.weight); a run that stops at its plateau, each phase for its share of the plan
+    (`phase_share`, at `plateau`)."""
     from minbert.train.training import Plan
 
+    sizes, dev_rows = rows["train"], rows["dev"]
     tasks = [t for t in tasks if sizes.get(t)]
     if not tasks:
         return 0.0, 0
     target = target_sizes({t: sizes[t] for t in tasks}, cfg.downsample)
     plan = Plan.build(cfg, tasks, target, seed)
+    share = [phase_share(cfg, plan, p, dev_rows, plateau) for p in range(len(plan.phases))]
     frozen = cfg.freeze_encoder
     # a frozen encoder's outputs are computed once, but where dropout, SMART or a task's own layers
     # (extra_layers: its branch) make them differ each time (minbert.train.frozen.cacheable)
@@ -162,28 +201,28 @@ def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str
               and t not in cfg.heads.extra_layers}
     smart = set(cfg.smart.tasks or tasks) if cfg.smart.enabled else set()
     seconds = 0.0
-    for updates in plan.epochs.values():
+    for (phase, _), updates in plan.epochs.items():
         for update in updates:
             for task in update:
                 if task in cached:
                     continue
                 n = cfg.batch_size * sentences(task, cfg.heads) * cost.weight(task, max_length)
                 trains = not frozen or task in cfg.heads.extra_layers      # a branch's layers train
-                seconds += cost.of(n, train=trains) * (3 if task in smart else 1)
+                seconds += cost.of(n, train=trains) * (3 if task in smart else 1) * share[phase]
     # the cached tasks' features, once per split
     seconds += sum(cost.of(target[t] * sentences(t, cfg.heads) * cost.weight(t, max_length), train=False)
                    for t in cached)
-    evaluations = len(plan.phases) * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
+    evaluations = sum(share) * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
     cap = getattr(cfg, "dev_size", None)
     dev = {t: min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) * cost.weight(t, max_length)
            for t in tasks}
     seconds += sum(_batched(dev[t], cost) for t in cached)
     seconds += evaluations * _batched(sum(n for t, n in dev.items() if t not in cached), cost)
     # the resumable state and the best model, written after each epoch
-    seconds += len(plan.phases) * cfg.epochs * cost.checkpoint
+    seconds += sum(share) * cfg.epochs * cost.checkpoint
     # on CUDA, a graph recorded per task and batch shape (a few length buckets each)
     seconds += cost.capture * 3 * len(tasks)
-    return seconds, plan.total_updates
+    return seconds, round(sum(f * n for f, n in zip(share, plan.phase_updates)))
 
 
 def _batched(n_sentences: float, cost: StepCost) -> float:
@@ -200,7 +239,7 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
         cfg = base_finetune.model_copy(update={"epochs": pre.epochs, "batch_size": pre.batch_size,
                                                "max_steps_per_epoch": pre.max_steps_per_epoch,
                                                "evals_per_epoch": evals, "downsample": Downsample(mode="none")})
-        return fit_seconds(cfg, ["para"], train, dev, cost, seed)
+        return fit_seconds(cfg, ["para"], rows, cost, seed)
     if pre.kind == "mlm":
         n = sum(target_sizes({t: train.get(t, 0) for t in pre.mlm.tasks}, pre.mlm.downsample).values())
         n_dev = sum(dev.get(t, 0) for t in pre.mlm.tasks)
@@ -223,21 +262,22 @@ def runs_network(job) -> bool:
     return "gpu" in job.spec.resources
 
 
-def network_seconds(job, rows: dict, cost: StepCost, heads=None) -> tuple[float, int] | None:
+def network_seconds(job, rows: dict, cost: StepCost, heads=None, plateau: float = PLATEAU_PRICED
+                    ) -> tuple[float, int] | None:
     """(seconds, training updates) of what a planned job (minbert.pipeline.job.Job) runs on the
     network, its start-up left out: a training run's, a pretraining's, a prediction's or a teacher's
     passes over `rows` ({split: {task: rows}}) at `cost`; None for a job that runs no network. `heads`:
     the predicting experiment's (a hybrid pair is read three times); None: a pair counts twice.
+    `plateau`: where between its earliest stop and its cap a fine-tuning that stops at its plateau is priced.
     `minbert progress` prices its waiting jobs with it at a unit cost per sentence."""
     if not runs_network(job):
         return None
     s = job.spec.model.model_validate(job.settings)
-    train, dev = rows["train"], rows["dev"]
     cap = getattr(s, "max_length", None)
     if job.stage == "finetune":
-        return fit_seconds(s.finetune, s.finetune.tasks, train, dev, cost, s.seed, cap)
+        return fit_seconds(s.finetune, s.finetune.tasks, rows, cost, s.seed, cap, plateau)
     if job.stage == "retrain_heads":
-        return fit_seconds(s.train, s.train.tasks, train, dev, cost, s.seed, cap)
+        return fit_seconds(s.train, s.train.tasks, rows, cost, s.seed, cap)
     if job.stage == "pretrain":
         return pretrain_seconds(s.pretraining, rows, cost, s.finetune, s.seed)
     # a prediction's dev and test splits; a teacher's training rows, once per member
@@ -246,13 +286,14 @@ def network_seconds(job, rows: dict, cost: StepCost, heads=None) -> tuple[float,
     return _batched(n * members, cost), 0
 
 
-def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int) -> tuple[float, int]:
+def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int,
+                plateau: float = PLATEAU_PRICED) -> tuple[float, int]:
     """(seconds, training updates) of one planned job (minbert.pipeline.job.Job) on this machine:
     its network's work and start-up (`network_seconds`), or a job's that runs none (its start-up
     and an allowance)."""
     heads = lp.experiments[job.name].finetune.heads if job.stage == "predict" and job.name in lp.experiments \
         else None
-    work = network_seconds(job, rows, cost, heads)
+    work = network_seconds(job, rows, cost, heads, plateau)
     if work is None:
         extra = REPORT_PER_JOB * jobs_in_report if job.stage == "report" else 0.0
         return cost.light_startup + ALLOWANCE.get(job.stage, 1.0) + extra, 0
@@ -344,9 +385,16 @@ def estimate(lp: LoadedParams, cost: StepCost, machine: Machine | None = None) -
         seconds, updates = job_seconds(job, rows, cost, lp, len(jobs))
         # the planner names each read by the output that holds it (Job.deps): the jobs that make them
         deps = sorted({maker[d] for d in job.deps if d in maker} - {job.id})
-        priced.append(Priced(job.id, job.stage, seconds, deps, runs_network(job), updates))
+        ends = tuple(job_seconds(job, rows, cost, lp, len(jobs), end)[0] for end in (0.0, 1.0)) \
+            if job.stage == "finetune" else None
+        priced.append(Priced(job.id, job.stage, seconds, deps, runs_network(job), updates,
+                             ends if ends and ends[0] < ends[1] else None))
     wall, chain, chain_seconds = schedule(priced, machine)
-    return Estimate(priced, wall, chain, chain_seconds)
+    walls = None
+    if any(p.ends for p in priced):           # the wall time were every such run to stop at either end
+        walls = tuple(schedule([replace(p, seconds=p.ends[k]) if p.ends else p for p in priced], machine)[0]
+                      for k in (0, 1))
+    return Estimate(priced, wall, chain, chain_seconds, walls)
 
 
 # ---------------------------------------------------------------- saying it
@@ -398,9 +446,15 @@ def describe(est: Estimate, where: str, machine: Machine | None = None) -> str:
     parts, work = rounded_parts(est.seconds, 6.0 if tenths else 60.0)
     stages = " + ".join(f"{s} {_minutes(m, tenths)}" for s, m in sorted(parts.items(), key=lambda kv: -kv[1]))
     chain = " -> ".join(i.replace("@", " ") for i in est.chain if not i.startswith(("report", "prepare")))
+    plateau = ""
+    if est.walls:
+        runs = sum(1 for j in est.jobs if j.ends)
+        plateau = (f"; {runs} fine-tunings stop at their plateau, each priced halfway between the earliest stop its "
+                   f"evaluations' noise allows and its cap: between {fmt_seconds(est.walls[0], tenths)} (all at the "
+                   f"earliest) and {fmt_seconds(est.walls[1], tenths)} (all at their caps)")
     return (f"about {fmt_seconds(est.wall, tenths)} on {where}, {machine.describe()}: {len(est.jobs)} jobs, "
             f"{est.updates:,} training updates; the longest chain {fmt_seconds(est.chain_seconds, tenths)} ({chain}); "
-            f"the work {_minutes(work, tenths)} = {stages or 'nothing'}")
+            f"the work {_minutes(work, tenths)} = {stages or 'nothing'}{plateau}")
 
 
 def machine_here(device_type: str, threads: int | None = None, cores: int | None = None,

@@ -187,34 +187,27 @@ def column_values(history: pd.DataFrame, key: str) -> np.ndarray | None:
 
 # ------------------------------------------------------------------ the evaluations' noise
 
-def score_weights(tasks: list[str]) -> dict[str, float]:
-    """How much each task's metric weighs in a selection score of `tasks` (a mean on a 0-1 scale)."""
-    return {t: (0.5 if TASKS[t].kind == "regression" else 1.0) / len(tasks) for t in tasks if t in TASKS}
-
-
 def column_weights(key: str) -> dict[str, float]:
     """How much each task's metric weighs in a claim column."""
     tasks = column_tasks(key)
     if key == "overall":
-        return score_weights(tasks)
+        return rule.score_weights(tasks)
     return {t: 1.0 / len(tasks) for t in tasks}
 
 
 def score_noise(run, weights: dict[str, float], cfg, dev_size: int | None) -> float | None:
     """The sd of one evaluation of a score (its tasks' metrics, weighted) on the dev rows the run's
     training scored (`dev_size` of its dev set, the whole set without it): from each task's measured
-    change between evaluations (`cfg.noise`, by the task's kind: independent tasks, whose variances add).
+    change between evaluations (`cfg.noise`, by the task's kind: minbert.train.plateau.weighted_noise).
     None where a task's rows are unknown."""
-    var = 0.0
-    for task, weight in weights.items():
+    rows = {}
+    for task in weights:
         frame = run.labelled(task, "dev")
         known = [x for x in (dev_size, None if frame is None else len(frame)) if x]
         if not known:
             return None
-        rows = min(known)
-        parts = getattr(cfg.noise, TASKS[task].kind)
-        var += (weight * rule.evaluation_noise(rows, parts.rows, parts.jitter)) ** 2
-    return math.sqrt(var)
+        rows[task] = min(known)
+    return rule.weighted_noise(rows, weights, cfg.noise)
 
 
 # ------------------------------------------------------------------ the learning-rate budget
@@ -343,7 +336,8 @@ def stage_checks(run, stage: str, history: pd.DataFrame, exp, cfg, claim: ClaimC
     if "dev_score" not in history.columns or history.empty:
         return [CurveCheck(run.name, stage, "", False, "its history has no dev scores", brief="no dev scores")]
     phases = history["phase"].astype(str) if "phase" in history.columns else pd.Series([""] * len(history))
-    place, dev_size = positions(history, *stage_schedule(exp)), getattr(getattr(exp, "finetune", None), "dev_size", None)
+    place, dev_size = positions(history, *stage_schedule(exp)), getattr(getattr(exp, "finetune", None), "dev_size",
+                                                                        None)
     needs, values = column_tasks(claim.key), column_values(history, claim.key)
     out, start, trained = [], 0.0, set()
     for phase in dict.fromkeys(phases):
@@ -352,9 +346,9 @@ def stage_checks(run, stage: str, history: pd.DataFrame, exp, cfg, claim: ClaimC
         trained |= set(tasks)
         same = set(needs) == set(tasks)             # the selection score is the column
         check = CurveCheck(run.name, stage, phase, False, "", chance=chance_score(run, tasks), column=same,
-                           noise=score_noise(run, score_weights(tasks), cfg, dev_size))
-        out.append(score_curve(check, history["dev_score"].to_numpy(float)[rows], place[rows], start, cfg,
-                               (claim.tolerance, math.inf)))
+                           noise=score_noise(run, rule.score_weights(tasks), cfg, dev_size))
+        out.append(with_stop(score_curve(check, history["dev_score"].to_numpy(float)[rows], place[rows], start, cfg,
+                                         (claim.tolerance, math.inf)), history[rows]))
         if values is not None and set(needs) <= trained and not same and np.isfinite(values[rows]).any():
             check = CurveCheck(run.name, stage, phase, False, "", curve=f"{claim.split} {claim.column}",
                                chance=column_chance(run, claim.key), column=True,
@@ -363,6 +357,21 @@ def stage_checks(run, stage: str, history: pd.DataFrame, exp, cfg, claim: ClaimC
                                    printed))
         start = float(place[rows][-1])
     return out
+
+
+def with_stop(check: CurveCheck, rows: pd.DataFrame) -> CurveCheck:
+    """`check` with what the run's loop said of the phase's end, where it stops at its plateau
+    (finetune.until_plateau: history.csv's `stopped` on the phase's last evaluation, `plateau` or `cap`)."""
+    said = rows["stopped"].dropna() if "stopped" in rows.columns else pd.Series([], dtype=object)
+    if said.empty:
+        return check
+    epoch = float(rows["epoch"].iloc[-1])
+    if said.iloc[-1] == "plateau":
+        check.why += f"; the run stopped this phase at its plateau (epoch {epoch:g})"
+    else:
+        check.why += f"; the run trained this phase to its cap (epoch {epoch:g}) without reading it flat"
+        check.brief += ", at its cap" if check.brief else ""
+    return check
 
 
 def pretrain_check(run, history: pd.DataFrame, settings, cfg) -> CurveCheck:
@@ -406,5 +415,5 @@ def pretrain_positions(history: pd.DataFrame, settings) -> np.ndarray:
     epochs = float(getattr(settings, "epochs", 1) or 1)
     steps = np.round(history["epoch"].to_numpy(float) * NOMINAL_STEPS)
     total = epochs * NOMINAL_STEPS
-    return rule.lr_budget(np.clip(steps, 0, total), int(total),
-                          int(getattr(settings, "warmup_ratio", 0.0) * total), getattr(settings, "lr_schedule", "constant"))
+    warmup = int(getattr(settings, "warmup_ratio", 0.0) * total)
+    return rule.lr_budget(np.clip(steps, 0, total), int(total), warmup, getattr(settings, "lr_schedule", "constant"))

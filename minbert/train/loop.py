@@ -25,7 +25,7 @@ import math
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +71,7 @@ from minbert.train.frozen import FrozenFeatures, cacheable
 from minbert.train.optim import build_adamw, set_lr
 from minbert.train.regularisers import MomentumModel, pcgrad_backward, pcgrad_orders
 from minbert.train.step import CapturedSteps, why_not_captured
+from minbert.train.stopping import mark_cap, phase_stops, stops_early
 from minbert.train.tracking import Trackers
 from minbert.train.training import (
     EpochTotals,
@@ -126,7 +127,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
             row = train_row(tr, state, plan, (k + 1) / len(updates), lr, time.perf_counter() - t0, n_examples - done)
             t0, done = time.perf_counter(), n_examples
             evaluate(tr, state, plan, row)
-            if tr.cfg.early_stopping and from_main(tr.dist, state.stopped, tr.device):
+            if stops_early(tr.cfg) and from_main(tr.dist, state.stopped, tr.device):
                 state.stopped = True               # on every rank, as the main one decided
                 bar.close()
                 return None
@@ -310,7 +311,7 @@ def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict | None, 
     whether early stopping ends the phase."""
     if row is not None:
         evaluate(tr, state, plan, row)
-    state.stopped = from_main(tr.dist, state.stopped, tr.device) if tr.cfg.early_stopping else state.stopped
+    state.stopped = from_main(tr.dist, state.stopped, tr.device) if stops_early(tr.cfg) else state.stopped
     state.epoch += 1
     state.seconds = time.perf_counter() - t_start
     if not tr.dist.main:
@@ -327,6 +328,7 @@ def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict | None, 
 
 def end_of_phase(tr: Training, state: TrainState, plan: Plan) -> None:
     """Sequential fine-tuning: the next task starts from this phase's best weights."""
+    mark_cap(tr.cfg, state, "+".join(plan.phases[state.phase]))
     if tr.cfg.schedule == "sequential" and state.phase + 1 < len(plan.phases):
         barrier(tr.dist)
         best = torch.load(tr.best_path, map_location="cpu", weights_only=True)
@@ -351,6 +353,7 @@ class FitResult:
     seconds: float
     examples_per_second: float
     dev_before: dict | None = None    # dev metrics of the starting model, when asked for
+    stops: list = field(default_factory=list)   # how each phase ended, where it stops at its plateau
 
 
 def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData], dev: dict[str, TaskData],
@@ -483,4 +486,4 @@ def finish(tr: Training, state: TrainState, out_dir: Path) -> None:
 def _result(state: TrainState, t_start: float) -> FitResult:
     seconds = time.perf_counter() - t_start
     return FitResult(state.best_score, state.best_epoch, state.best_dev, pd.DataFrame(state.history),
-                     seconds, state.examples / max(seconds, 1e-9), state.dev_before)
+                     seconds, state.examples / max(seconds, 1e-9), state.dev_before, phase_stops(state.history))

@@ -4,9 +4,10 @@ training check reads (minbert.report.training) and a training loop may stop on, 
 A curve is one phase's dev evaluations: each one's place in the phase's learning-rate budget (the
 learning rate summed over the updates before it, `lr_budget`) and its score. Its **trend** is the
 least-squares slope through the evaluations in the last `fit` of the budget (and the last one before
-it, where fewer than three lie there), read as the change that one more `window` of the same budget would bring (`Trend.gain`); its
-standard error follows from the noise of one evaluation (`noise`: the sd of one evaluation's score
-about the curve), which the caller knows from the rows scored (`evaluation_noise`). A fit over more
+it, where fewer than three lie there), read as the change that one more `window` of the same budget
+would bring (`Trend.gain`); its standard error follows from the noise of one evaluation (`noise`: the
+sd of one evaluation's score about the curve), which the caller knows from the rows scored
+(`evaluation_noise`, `weighted_noise`). A fit over more
 of the budget than the window reads a slope with a smaller error; where the curve still bends there,
 the slope over the longer stretch is the steeper one, so the rule errs toward "still moving".
 
@@ -20,8 +21,9 @@ The rule (`movement`): one more window could move the curve past `up` (above) or
 
 So a flat curve passes and one moving by twice the bound per window fails, each at least 95% of the
 time wherever the rule does not answer "unclear" (`error_rates` measures it by simulation; the tests
-and docs/report.md state it at each scale's geometry). Everything here is numpy over arrays: no report,
-no model.
+and docs/report.md state it at each scale's geometry). `earliest_stop` says after how many of a phase's
+evaluations a flat curve can first read flat (what `minbert estimate` prices a run that stops at its
+plateau by). Everything here is numpy over arrays: no report, no model.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from minbert.core.tasks import TASKS
 
 Z_ONE_SIDED = 1.6448536269514722        # the 95% quantile of the normal
 Z_TWO_SIDED = 1.959963984540054         # its 97.5% quantile
@@ -73,6 +77,24 @@ def evaluation_noise(rows: int, per_row: float, jitter: float = 0.0) -> float:
     of the share of rows that flip), and the change of two independent evaluations has twice the
     variance of one."""
     return math.sqrt((jitter ** 2 + per_row ** 2 / max(rows, 1)) / 2)
+
+
+def score_weights(tasks: list[str]) -> dict[str, float]:
+    """How much each task's metric weighs in a selection score of `tasks` (minbert.core.metrics.
+    selection_score: a mean on a 0-1 scale, a correlation's (r + 1) / 2 counting half its r)."""
+    return {t: (0.5 if TASKS[t].kind == "regression" else 1.0) / len(tasks) for t in tasks if t in TASKS}
+
+
+def weighted_noise(rows: dict[str, int], weights: dict[str, float], noise) -> float:
+    """The noise of one evaluation of a score that weighs each task's metric by `weights`, each task
+    scored on `rows[task]` dev rows; `noise`: each kind of task's parts (`.classification`, `.binary`,
+    `.regression`, each with `.rows` and `.jitter`: minbert.params.plateau.EvaluationNoise). The tasks
+    are independent, so their variances add."""
+    var = 0.0
+    for task, weight in weights.items():
+        parts = getattr(noise, TASKS[task].kind)
+        var += (weight * evaluation_noise(rows[task], parts.rows, parts.jitter)) ** 2
+    return math.sqrt(var)
 
 
 def in_window(place, start: float, window: float) -> np.ndarray:
@@ -133,6 +155,21 @@ def resolvable(place, start: float, window: float, noise: float, two_sided: bool
     place = np.asarray(place, dtype=float)
     t = trend(place, np.zeros(len(place)), start, window, noise, fit)
     return None if t is None else (Z_TWO_SIDED if two_sided else Z_ONE_SIDED) * t.se
+
+
+def earliest_stop(place, noise: float, rule) -> int | None:
+    """After how many of a phase's evaluations (at budget `place`, the phase starting at 0, in the order
+    they come) a curve flat throughout first reads flat at `noise`: the first k, from `min_evaluations`
+    on, with `window_evaluations` in its last `window` and its trend told to within `tolerance`
+    (`rule`: minbert.params.plateau.UntilPlateau, filled). None where it never does in `place`."""
+    place = np.asarray(place, dtype=float)
+    for k in range(max(rule.min_evaluations, 2), len(place) + 1):
+        if in_window(place[:k], 0.0, rule.window).sum() < rule.window_evaluations:
+            continue
+        told = resolvable(place[:k], 0.0, rule.window, noise, fit=rule.fit)
+        if told is not None and told <= rule.tolerance:
+            return k
+    return None
 
 
 DRAWS = 20000                           # curves per simulation
