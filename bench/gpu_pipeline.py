@@ -5,7 +5,7 @@
     python bench/gpu_pipeline.py --device cpu --model tiny --jobs 1 --seconds 20   # a CPU: the host's work per update
     python bench/gpu_pipeline.py --quick                  # smoke run on a CPU (tests/test_bench.py)
 
-The paper scale (`catalogue: reproduce`, `scale: paper`, params/reproduce.yaml) is planned in a
+The paper scale (`catalogue: papers`, `scale: paper`, params/papers.yaml) is planned in a
 scratch folder as the engines plan it (its job files), with the model and device given here, and
 its prepare job runs. Then, for each kind of job, the real thing against its isolated step, in rounds:
 
@@ -94,6 +94,10 @@ def write_params(work: Path, args) -> Path:
     if "scales" in raw:
         raw["scale"] = args.scale
     raw["data"].update(dir=str(data), nli_file=str(nli) if nli and nli.is_file() else None)
+    if not (data / "ids-cfimdb-train.csv").is_file():      # the demo data: 004's Objective 2 left out
+        raw["data"]["include_cfimdb"] = False
+        raw["studies"] = [st for st in raw["studies"] if st.get("name") != "p004_objective2"]
+        raw["experiments"] = {k: v for k, v in raw["experiments"].items() if not k.startswith("p004_obj2")}
     raw["base"].update(model=args.model_path, device=args.device, threads=args.threads)
     path = work / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
@@ -580,7 +584,7 @@ def main(argv=None) -> int:
                     "quick 1)")
     ap.add_argument("--model", default=None, help="the encoder: a name or folder, or 'tiny' (a 2-layer random BERT); "
                     "default: the catalogue's")
-    ap.add_argument("--catalogue", default="reproduce", help="params/NAME.yaml (default reproduce), or demo: "
+    ap.add_argument("--catalogue", default="papers", help="params/NAME.yaml (default papers), or demo: "
                     "params.yaml's")
     ap.add_argument("--scale", default="paper")
     ap.add_argument("--data", default="real", choices=["real", "demo"], help="the CS224N files (else the demo's)")
@@ -603,7 +607,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.jobs, args.model, args.data, args.device = 1, "tiny", "demo", "cpu"
         args.seconds, args.rounds, args.threads = args.seconds or 3.0, args.rounds or 1, args.threads or 1
-        args.experiments = args.experiments or "r000_mt.seed11711"
+        args.experiments = args.experiments or "p000_mt_sequential_rr.seed11711"
     args.seconds, args.rounds = args.seconds or 20.0, args.rounds or 3
     if args.work:
         return measure_all(args, Path(args.work).resolve())

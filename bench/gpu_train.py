@@ -22,7 +22,8 @@ Printed: the environment; per shape and batch size, each step's median and p10-p
 per step on a GPU, the wall clock on a CPU) and the ratio ours/reference of the step time (below
 1: ours is faster), the median over rounds of the per-round median ratio with its min-max; ours'
 real tokens/s, MFU, peak GPU memory and host syncs per step; then the catalogue's time projected
-from its real update counts (params/full.yaml's fine-tunings, each update at the measured bert-base
+from its real update counts (params/papers.yaml's fine-tunings at the papers' model and scale, each update at
+the measured bert-base
 step of the nearest batch size).
 """
 from __future__ import annotations
@@ -190,17 +191,17 @@ def environment(device, bf16) -> str:
 
 
 def projection(step_times: dict) -> list[str]:
-    """params/full.yaml's fine-tunings: each update costs the measured bert-base step per task it trains."""
-    path = REPO / "params" / "full.yaml"
+    """params/papers.yaml's fine-tunings at the papers' model and scale: each update costs the measured
+    bert-base step per task it trains."""
+    path = REPO / "params" / "papers.yaml"
     if not path.is_file():
-        return ["(no projection: params/full.yaml is not here)"]
+        return ["(no projection: params/papers.yaml is not here)"]
     import yaml
 
-    text = (REPO / "params.yaml").read_text().replace("catalogue: demo", "catalogue: full")
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "params").mkdir()
-        (Path(d) / "params" / "full.yaml").write_text(path.read_text())
-        (Path(d) / "params.yaml").write_text(text)
+        (Path(d) / "params" / "papers.yaml").write_text(path.read_text())
+        (Path(d) / "params.yaml").write_text("catalogue: papers\nmodel: bert-base-uncased\nscale: paper\n")
         lp = load_params(Path(d) / "params.yaml")
     src = Path(yaml.safe_load(path.read_text())["data"]["dir"])
     src = (REPO / src) if not src.is_absolute() else src
@@ -219,7 +220,8 @@ def projection(step_times: dict) -> list[str]:
         seconds += n * step_times[("bert-base", b)]
         updates += plan.total_updates
         jobs += 1
-    line = (f"catalogue projection: {jobs} fine-tunings of params/full.yaml, {updates:,} updates on the real data "
+    line = (f"catalogue projection: {jobs} fine-tunings of params/papers.yaml (bert-base-uncased, scale paper), "
+            f"{updates:,} updates on the real data "
             f"sizes, about {seconds / 3600:.2f} h of training steps on this device (bert-base shape, ours; SMART's "
             f"extra passes, pretraining, prediction and evaluation not counted)")
     return [line]

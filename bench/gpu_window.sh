@@ -10,7 +10,7 @@
 #      the GPU by time slices and by MPS (bench/gpu_sharing.py), the paper scale's real jobs beside
 #      their isolated steps (bench/gpu_pipeline.py: 4 fine-tunes, the MLM pretraining, a
 #      prediction), and `minbert estimate` of the scale;
-#   3. scale: the paper scale (`catalogue: reproduce`, `scale: paper`) from a fresh results folder,
+#   3. scale: the paper scale (`catalogue: papers`, `scale: paper`) from a fresh results folder,
 #      report included, with Snakemake, until it ends or SCALE_SECONDS pass (default: what is left of
 #      WINDOW_SECONDS, 570 s, after the benchmarks); then `minbert progress` and what ran;
 #   4. its small outputs under $OUT (predictions, metrics, histories, run records, logs, the report
@@ -80,15 +80,18 @@ sys.path.insert(0, "bench")
 import yaml
 from gpu_pipeline import REPO, tiny_model
 work = Path(sys.argv[1])
-raw = yaml.safe_load((REPO / "params" / "reproduce.yaml").read_text())
+raw = yaml.safe_load((REPO / "params" / "papers.yaml").read_text())
 raw["scale"] = "paper"
-raw["data"].update(dir=str(REPO / "data" / "demo"), nli_file=str(REPO / "data" / "demo" / "nli-sample.jsonl"))
+raw["data"].update(dir=str(REPO / "data" / "demo"), nli_file=str(REPO / "data" / "demo" / "nli-sample.jsonl"),
+                   include_cfimdb=False)                  # the demo data has no CFIMDB: 004's Objective 2 left out
+raw["studies"] = [st for st in raw["studies"] if st.get("name") != "p004_objective2"]
+raw["experiments"] = {k: v for k, v in raw["experiments"].items() if not k.startswith("p004_obj2")}
 raw["base"].update(model=str(tiny_model(work / "tiny-bert")), device="cpu", threads=1)
 (work / "paper.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
 PY
     CONFIG=(gpu=0)
   else
-    printf 'catalogue: reproduce\nscale: paper\n' > "$WORK/paper.yaml"
+    printf 'catalogue: papers\nscale: paper\n' > "$WORK/paper.yaml"
     CONFIG=()
   fi
   # a fresh results folder: the project's tracked files in a folder of their own, ../shared beside it

@@ -34,7 +34,8 @@ def main(argv=None):
         res = finetune_experiment(r.settings, folder_of(job.reads["splits"]), options, start_model=start,
                                   cache_dir=L.token_cache, teacher_dir=(job.reads["teacher"] or [None])[0])
         r.fields.update(best_epoch=res.best_epoch, best_dev=res.best_dev, train_seconds=round(res.seconds, 1),
-                        examples_per_second=round(res.examples_per_second, 1), model=start)
+                        examples_per_second=round(res.examples_per_second, 1), model=start,
+                        **({"stops": res.stops} if res.stops else {}))
 
 
 if __name__ == "__main__":

@@ -10,12 +10,14 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from conftest import REPO, child_env
 
 from minbert.core.runtime import precision_on
 from minbert.params import load_params
+from minbert.params.plateau import UntilPlateau
 from minbert.pipeline.estimate import (
     Machine,
     Priced,
@@ -30,6 +32,8 @@ from minbert.pipeline.estimate import (
     train_rows,
     typical_length,
 )
+from minbert.train import plateau as plateau_rule
+from minbert.train import stopping
 
 PARAMS = """\
 data: {dir: DATA, nli_file: null}
@@ -54,7 +58,7 @@ def test_a_fine_tuning_costs_its_planned_updates_and_evaluations(lp):
     rows = train_rows(lp)
     assert rows["train"]["sst"] == rows["train"]["sts"] == 600 and rows["dev"]["sts"] == 200   # the demo's
     exp = lp.experiments["plain"]
-    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], COST, exp.seed)
+    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed)
     # round-robin over 600 rows per task at batch 10: 60 updates of each task an epoch, one task's batch
     # each (sst one sentence, sts a pair: 10 and 20 sentences), for 2 epochs; 3 dev passes an epoch
     # over 200 sst sentences and 200 pairs, in batches of 128, forward only
@@ -67,7 +71,7 @@ def test_a_fine_tuning_costs_its_planned_updates_and_evaluations(lp):
 def test_dev_evaluations_on_a_subset_cost_its_rows(lp):
     rows = train_rows(lp)
     cfg = lp.experiments["plain"].finetune.model_copy(update={"dev_size": 50})
-    seconds, updates = fit_seconds(cfg, ["sst", "sts"], rows["train"], rows["dev"], COST, 1)
+    seconds, updates = fit_seconds(cfg, ["sst", "sts"], rows, COST, 1)
     train = 120 * 10 * 1e-3 + 120 * 20 * 1e-3
     evals = 2 * 3 * math.ceil((50 + 100) / 128) * 128 * 1e-4     # 50 sst sentences and 50 pairs a pass
     assert updates == 240 and seconds == pytest.approx(train + evals)
@@ -76,7 +80,7 @@ def test_dev_evaluations_on_a_subset_cost_its_rows(lp):
 def test_a_frozen_encoder_without_dropout_costs_one_pass_over_its_data(lp):
     rows = train_rows(lp)
     exp = lp.experiments["frozen"]
-    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows["train"], rows["dev"], COST, exp.seed)
+    seconds, updates = fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed)
     # the training rows and the dev rows encoded once (dev in batches of 128), then no encoder pass
     dev_once = math.ceil(200 / 128) * 128 * 1e-4 + math.ceil(400 / 128) * 128 * 1e-4
     assert updates == 240 and seconds == pytest.approx((600 + 1200) * 1e-4 + dev_once)
@@ -89,11 +93,67 @@ def test_a_frozen_task_with_its_own_layers_pays_every_update(lp):
     rows = train_rows(lp)
     cfg = lp.experiments["frozen"].finetune
     cfg = cfg.model_copy(update={"heads": cfg.heads.model_copy(update={"extra_layers": {"sst": 2}})})
-    seconds, updates = fit_seconds(cfg, ["sst", "sts"], rows["train"], rows["dev"], COST, 1)
+    seconds, updates = fit_seconds(cfg, ["sst", "sts"], rows, COST, 1)
     # every update (its branch's layers train: priced as a training pass) and every evaluation
     sst = 120 * 10 * 1e-3 + 2 * 3 * math.ceil(200 / 128) * 128 * 1e-4
     sts = 1200 * 1e-4 + math.ceil(400 / 128) * 128 * 1e-4                     # once
     assert updates == 240 and seconds == pytest.approx(sst + sts)
+
+
+def plateau_params(tmp_path, noise: str = "") -> str:
+    """PARAMS whose plain row stops at its plateau, its cap 8 epochs of 4 evaluations at a constant rate."""
+    text = PARAMS.replace("DATA", str(REPO / "data" / "demo")).replace(
+        "  plain: {}", "  plain: {finetune: {epochs: 8, evals_per_epoch: 4, lr_schedule: constant, "
+                       "until_plateau: {enabled: true" + noise + "}}}")
+    (tmp_path / "params.yaml").write_text(text)
+    return load_params(tmp_path / "params.yaml")
+
+
+def test_a_run_that_stops_at_its_plateau_is_priced_between_its_earliest_stop_and_its_cap(tmp_path):
+    """A fine-tuning that stops at its plateau is priced halfway between the earliest evaluation at which
+    the loop could stop it (where the loop itself, fed a flat curve at the noise of the dev rows it scores,
+    first reads it flat) and its cap (every planned epoch, as the same run without the rule costs)."""
+    lp = plateau_params(tmp_path)
+    rows, exp = train_rows(lp), lp.experiments["plain"]
+    ft = exp.finetune
+    cap, cap_updates = fit_seconds(ft.model_copy(update={"until_plateau": UntilPlateau()}), ["sst", "sts"], rows,
+                                   COST, exp.seed)
+    ends = [fit_seconds(ft, ["sst", "sts"], rows, COST, exp.seed, plateau=p) for p in (0.0, 0.5, 1.0)]
+    # the loop's own reading of a flat curve at the plan's evaluations (120 updates an epoch: 60 of each task,
+    # round-robin; 4 evaluations an epoch; a warm-up of 96 of its 960 updates)
+    at = [120 * e + k for e in range(8) for k in (30, 60, 90, 120)]
+    budget = plateau_rule.lr_budget(np.array(at, dtype=float), 960, 96, "constant") * ft.lr
+    rule = ft.until_plateau
+    history, first = [], None
+    for k, (u, b) in enumerate(zip(at, budget), 1):
+        history.append({"phase": "sst+sts", "update": u, "lr_budget": b, "dev_score": 0.6})
+        if stopping.reading(history, "sst+sts", ["sst", "sts"], {"sst": 200, "sts": 200}, rule)[0] == "flat":
+            first = k
+            break
+    assert first is not None and 8 <= first < 32
+    share = at[first - 1] / 960
+    assert ends[2][0] == pytest.approx(cap) and ends[2][1] == cap_updates == 960
+    assert ends[0][0] == pytest.approx(share * cap) and ends[0][1] == round(share * 960)
+    assert ends[1][0] == pytest.approx((share + (1 - share) / 2) * cap)
+    est = estimate(lp, COST, Machine("cpu", 2, threads=1))
+    plain = next(j for j in est.jobs if j.id == "finetune@plain")
+    assert plain.ends == pytest.approx((ends[0][0], ends[2][0])) and est.walls[0] < est.wall < est.walls[1]
+    said = describe(est, "cpu")
+    assert "1 fine-tunings stop at their plateau, each priced halfway between the earliest stop" in said
+
+
+def test_a_run_whose_noise_never_tells_is_priced_at_its_cap(tmp_path):
+    """Where the rule cannot tell the tolerance within the cap at its evaluations' noise (here a jitter of
+    0.2 an evaluation), the run trains to its cap, and is priced so, with no range beside it."""
+    loud = ", noise: {classification: {jitter: 0.2, rows: 1}, binary: {jitter: 0.2, rows: 1}, " \
+           "regression: {jitter: 0.2, rows: 1}}"
+    lp = plateau_params(tmp_path, loud)
+    rows, exp = train_rows(lp), lp.experiments["plain"]
+    priced = fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed)
+    assert priced == fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed, plateau=0.0)
+    assert priced[1] == 960
+    est = estimate(lp, COST, Machine("cpu", 2, threads=1))
+    assert est.walls is None and "plateau" not in describe(est, "cpu")
 
 
 def test_the_whole_estimate_prices_every_planned_job_and_schedules_them(lp):
@@ -155,6 +215,36 @@ def test_a_pretraining_costs_its_capped_steps_and_its_dev_passes(lp):
     assert seconds == pytest.approx(16 * 16 * 1e-3 + 3 * math.ceil(400 / 16) * 16 * 1e-4)
 
 
+def test_a_paraphrase_first_pretraining_costs_its_own_batch_and_capped_steps(lp):
+    """Paraphrase-first pretraining trains Para at its own batch, epochs and `max_steps_per_epoch` (as
+    minbert.params.settings.para_first_config runs it), not base.finetune's."""
+    from minbert.params.schema import PretrainParams
+
+    rows = train_rows(lp)
+    pre = PretrainParams(kind="para_first", epochs=1, batch_size=16, max_steps_per_epoch=5)
+    seconds, updates = pretrain_seconds(pre, rows, COST, lp.base.finetune, 1)
+    assert updates == 5
+    evals = lp.base.finetune.evals_per_epoch * math.ceil(rows["dev"]["para"] * 2 / 128) * 128 * 1e-4
+    assert seconds == pytest.approx(5 * 16 * 2 * 1e-3 + evals)
+
+
+def test_each_tasks_sentences_weigh_their_length(lp):
+    """A task's sentence costs its typical length over the one measured (cut to the job's max_length):
+    CFIMDB's reviews, ten times an SST sentence, cost ten times as much, not the mean of all tasks."""
+    rows = train_rows(lp)
+    exp = lp.experiments["plain"]
+    plain, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows, COST, exp.seed)
+    cost = StepCost(train=COST.train, forward=COST.forward, length=20.0, lengths={"sst": 200.0, "sts": 20.0})
+    long, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows, cost, exp.seed)
+    # SST's share (its 60 updates of 10 sentences and its dev passes) ten times over; STS's the same
+    sst = 2 * 60 * 10 * 1e-3 + 2 * 3 * 200 * 1e-4
+    assert long - plain == pytest.approx(9 * sst, rel=0.05)
+    capped, _ = fit_seconds(exp.finetune, ["sst", "sts"], rows, cost, exp.seed,
+                            max_length=40)
+    assert capped - plain == pytest.approx(1 * sst, rel=0.05)
+    assert cost.weight("para") == 1.0 and StepCost((0, 1), (0, 1)).weight("sst") == 1.0   # unknown: as measured
+
+
 def test_the_typical_length_is_the_datas_mean_word_pieces(lp, minilm_dir):
     # the mean over the first 400 training rows of each CS224N file, every text column, counted by
     # transformers' own tokenizer of the model ([CLS] and [SEP] included), rounded up
@@ -211,13 +301,16 @@ def test_the_planned_updates_are_the_loops_summed_in_closed_form(lp, schedule, c
         "epoch_unit": "largest"})
     plan, counted = Plan.build(cfg, list(sizes), sizes, 5), planned_updates(cfg, list(sizes), sizes)
     drawn = {t: sum(t in u for ups in plan.epochs.values() for u in ups) for t in sizes}
-    assert counted.total == plan.total_updates and counted.phases == len(plan.phases)
+    assert counted.total == plan.total_updates and len(counted.phases) == len(plan.phases)
+    assert [p.updates for p in counted.phases] == plan.phase_updates
+    assert [p.tasks for p in counted.phases] == [list(p) for p in plan.phases]
+    per_task = {t: sum(p.per_task.get(t, 0) for p in counted.phases) for t in sizes}
     if schedule in ("drop_round_robin", "proportional", "temperature"):      # within 4 binomial deviations
-        for t, expected in counted.per_task.items():
+        for t, expected in per_task.items():
             share = expected / counted.total
             assert abs(drawn[t] - expected) <= 4 * math.sqrt(counted.total * share * (1 - share)), (t, drawn)
     else:
-        assert counted.per_task == drawn
+        assert per_task == drawn
 
 
 def test_the_estimate_of_the_most_epochs_answers_at_once_and_more_are_refused(lp, tmp_path):
@@ -229,7 +322,7 @@ def test_the_estimate_of_the_most_epochs_answers_at_once_and_more_are_refused(lp
     rows = train_rows(lp)
     cfg = lp.experiments["plain"].finetune.model_copy(update={"epochs": 100_000, "schedule": "proportional"})
     t0 = time.perf_counter()
-    _, updates = fit_seconds(cfg, ["sst", "sts"], rows["train"], rows["dev"], COST, 1)
+    _, updates = fit_seconds(cfg, ["sst", "sts"], rows, COST, 1)
     assert time.perf_counter() - t0 < 0.1 and updates == 100_000 * 120
     for epochs in (10**7, 10**9):
         (tmp_path / "many.yaml").write_text(PARAMS.replace("DATA", str(REPO / "data" / "demo"))

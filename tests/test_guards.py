@@ -145,11 +145,11 @@ def test_every_predictions_file_is_a_declared_output(tmp_path):
 
 
 def test_experiments_predicting_other_tasks_get_a_snakemake_rule_of_their_own():
-    """params/full.yaml predicts five different task sets: each job is matched by exactly one rule,
+    """params/papers.yaml predicts five different task sets: each job is matched by exactly one rule,
     whose output patterns are that job's own files."""
     from workflow import dag
 
-    jobs = [j for j in dag.jobs("params/full.yaml") if j.stage in ("predict", "ensemble")]
+    jobs = [j for j in dag.jobs("params/papers.yaml") if j.stage in ("predict", "ensemble")]
     groups = [g for g in dag.rule_groups(jobs)]
     assert [g[0] for g in groups if g[1] == "predict"][:2] == ["predict", "predict_2"]
     for job in jobs:

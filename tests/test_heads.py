@@ -394,3 +394,23 @@ def test_hybrid_needs_a_bi_encoder_head():
         HeadsParams(sts="cross", hybrid=["sts"])
     with pytest.raises(ValidationError, match="twice"):
         HeadsParams(sts="cosine", hybrid=["sts", "sts"])
+
+
+def test_shared_layer_widths_follow_the_encoder(tiny_model_dir):
+    """A catalogue writes a shared layer's width as the encoder's (`encoder`) or a share of it
+    (`encoder/2`: 000's 768 -> 384 on bert-base), so its heads fit MiniLM's 384 as well as bert-base's 768."""
+    from minbert.core.errors import MinBertError
+    from minbert.params import ExperimentParams
+    from minbert.model.blocks import shared_widths
+
+    assert shared_widths([], 384) == [384] and shared_widths(["encoder/2"], 768) == [384]
+    assert shared_widths(["encoder", 5, "encoder/3"], 384) == [384, 5, 128]
+    model = _model(tiny_model_dir, HeadsParams(shared={"sizes": ["encoder", "encoder/2"], "activation": "relu"}))
+    width = model.encoder.config.hidden_size
+    assert [layer.out_features for layer in model.shared.modules() if isinstance(layer, torch.nn.Linear)] == \
+        [width, width // 2]
+    with pytest.raises(MinBertError) as e:
+        from minbert.params import validate_params
+        validate_params({"experiments": {"a": {"finetune": {"heads": {"shared": {"sizes": ["encoder/0"]}}}}}})
+    assert "finetune.heads.shared.sizes" in str(e.value) and "\n" not in str(e.value)
+    assert ExperimentParams.model_validate({"finetune": {"heads": {"shared": {"sizes": ["encoder/2"]}}}})

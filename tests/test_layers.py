@@ -140,6 +140,7 @@ def code_copy(tmp_path, monkeypatch):
     for folder in (*code.PROJECT_PACKAGES, "data/demo"):
         shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copytree(REPO / "params", tmp_path / "params")          # the catalogue the demo's tables name
     monkeypatch.setattr(code, "_package_roots", lambda: {pkg: tmp_path / pkg for pkg in code.PROJECT_PACKAGES})
     hashes, plain = {}, code.code_hash
 

@@ -177,7 +177,7 @@ def test_sections_of_params_yaml_beside_a_catalogue_are_never_read(tmp_path, mon
 
 # ---------------------------------------------------------------- DVC's rewrite of the params files
 
-SHIPPED = ["params.yaml", "params/full.yaml", "params/minilm.yaml", "params/reproduce.yaml"]
+SHIPPED = ["params.yaml", "params/papers.yaml", "params/minilm.yaml"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)

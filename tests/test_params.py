@@ -146,19 +146,20 @@ def test_repeats_expand_into_seed_experiments():
     assert "would be experiment 'a.seed11712', which params.yaml already defines" in error_of(raw)
 
 
-def test_shipped_params_and_full_catalogue_are_valid(repo_root, tmp_path):
+def test_shipped_params_and_the_papers_catalogue_are_valid(repo_root, tmp_path):
     demo = load_params(repo_root / "params.yaml")
     assert demo.params.catalogue == "demo" and demo.source == repo_root / "params.yaml"
     assert 4 <= len(demo.experiments) <= 8 and demo.params.studies and demo.params.ensembles
-    # the switch: one key selects params/full.yaml's sections
+    # the switch: one key selects params/papers.yaml's sections, another the papers' model
     (tmp_path / "params").mkdir()
-    (tmp_path / "params" / "full.yaml").write_text((repo_root / "params" / "full.yaml").read_text())
-    text = (repo_root / "params.yaml").read_text().replace("catalogue: demo", "catalogue: full")
+    (tmp_path / "params" / "papers.yaml").write_text((repo_root / "params" / "papers.yaml").read_text())
+    text = (repo_root / "params.yaml").read_text().replace("\ncatalogue: demo\n",
+                                                           "\ncatalogue: papers\nmodel: bert-base-uncased\n")
     (tmp_path / "params.yaml").write_text(text)
     full = load_params(tmp_path / "params.yaml")
-    assert full.source == tmp_path / "params" / "full.yaml"
-    assert full.experiment("p000_mt_sequential_rr").model == "bert-base-uncased"
-    assert len(full.params.ensembles["p002_ensemble"].members) == 5
+    assert full.source == tmp_path / "params" / "papers.yaml" and full.params.scale == "paper"
+    assert full.experiment("p000_mt_sequential_rr.seed11711").model == "bert-base-uncased"
+    assert len(full.params.ensembles["p002_ensemble"].members) == 15            # five cells, three seeds each
     sources = {s.source.split(",")[0].split()[0] for s in full.params.studies}
     assert sources == {"000", "002", "003", "004"}       # every paper has its tables
     assert full.params.report.title == demo.params.report.title      # `report` stays in params.yaml
@@ -177,6 +178,20 @@ def test_minilm_catalogue_is_valid(repo_root, tmp_path):
     assert kinds == {("mlm", None), ("nli", "regression"), ("nli", "contrastive"), ("nli", "triplet"),
                      ("para_first", None)}
     assert minilm.experiment("frozen").finetune.freeze_encoder
+
+
+@pytest.mark.parametrize("old, new", [("full", "catalogue: papers, model: bert-base-uncased and scale: paper"),
+                                      ("reproduce", "catalogue: papers and scale: laptop or scale: paper")])
+def test_the_catalogues_merged_into_papers_say_their_new_spelling(tmp_path, old, new):
+    """`catalogue: full` and `catalogue: reproduce` (and a params file params/full.yaml) are now one
+    catalogue, params/papers.yaml, with the model and the scale as settings: one line says what to write."""
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params.yaml").write_text(f"catalogue: {old}\n")
+    for path in (tmp_path / "params.yaml", tmp_path / "params" / f"{old}.yaml"):
+        with pytest.raises(MinBertError) as e:
+            load_params(path)
+        assert f"catalogue '{old}' is now params/papers.yaml" in str(e.value) and new in str(e.value)
+        assert "\n" not in str(e.value)
 
 
 def test_catalogue_errors(tmp_path):

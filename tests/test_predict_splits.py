@@ -67,17 +67,17 @@ def test_the_predict_stage_writes_dev_alone_and_the_scores_have_no_test(tmp_path
 
 
 def _claim_on_test(scale: str) -> dict:
-    raw = copy.deepcopy(read_yaml(REPO / "params" / "reproduce.yaml"))
+    raw = copy.deepcopy(read_yaml(REPO / "params" / "papers.yaml"))
     raw["scale"] = scale
-    study = next(st for st in raw["studies"] if st["name"] == "r002_methods")
+    study = next(st for st in raw["studies"] if st["name"] == "p002_methods")
     study["paper"]["claims"][0]["split"] = "test"
     return raw
 
 
 def test_a_claim_on_test_scores_needs_rows_that_predict_test():
-    validate_params(_claim_on_test("paper"), "reproduce.yaml")      # the papers' scale predicts test
+    validate_params(_claim_on_test("paper"), "papers.yaml")      # the papers' scale predicts test
     with pytest.raises(MinBertError) as err:
-        validate_params(_claim_on_test("laptop"), "reproduce.yaml")
+        validate_params(_claim_on_test("laptop"), "papers.yaml")
     message = str(err.value)
-    assert "\n" not in message and "key 'studies[2].paper.claims[0].split'" in message
+    assert "\n" not in message and "key 'studies[4].paper.claims[0].split'" in message
     assert "which predicts dev only (predict_test: false)" in message

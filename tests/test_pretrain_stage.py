@@ -81,7 +81,8 @@ def test_mlm_stage_lowers_dev_loss_and_keeps_its_head(params_file, prepared, tmp
     assert m["dev_loss_last"] < m["dev_loss_before"] - 0.3, m
     assert m["train_examples"] == {"sst": 240, "para": 240, "sts": 240}   # downsampled to the smallest
     hist = pd.read_csv(out / "history.csv")
-    assert list(hist.columns) == ["epoch", "train_loss", "dev_loss"] and hist["epoch"].tolist() == [1, 2]
+    assert list(hist.columns) == ["epoch", "update", "lr_budget", "train_loss", "dev_loss"]
+    assert hist["epoch"].tolist() == [1, 2] and hist["update"].is_monotonic_increasing
     assert hist["dev_loss"].iloc[-1] == pytest.approx(m["dev_loss_last"])
     run = json.loads((tmp_path / "runs" / "pretrain" / "mlm.json").read_text())
     assert run["stage"] == "pretrain" and run["name"] == "mlm" and run["wall_seconds"] > 0
@@ -144,7 +145,8 @@ def test_para_first_trains_the_paraphrase_task_and_saves_the_encoder(params_file
     assert m["kind"] == "para_first" and m["epochs"] == 2
     assert m["dev_loss_last"] < m["dev_loss_before"], m
     hist = pd.read_csv(out / "history.csv")
-    assert list(hist.columns) == ["epoch", "train_loss", "dev_loss"] and hist["epoch"].tolist() == [1, 2]
+    assert list(hist.columns) == ["epoch", "update", "lr_budget", "train_loss", "dev_loss"]
+    assert hist["epoch"].tolist() == [1, 2] and hist["update"].is_monotonic_increasing
     enc, tensors, folder = load_encoder(out / "model")
     start, _, _ = load_encoder(tiny_model_dir)
     assert tensors == {} and (folder / "tokenizer.json").is_file()

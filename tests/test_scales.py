@@ -1,6 +1,7 @@
 """A catalogue's scales: the rows written once, the chosen scale merged over them (settings, seeds,
-declared differences), the papers' scale of params/reproduce.yaml as the papers state it (a test reads
-the plan), and the one-line errors of a scale that does not exist or is not chosen."""
+declared differences, the tables it leaves out), the papers' scale of params/papers.yaml as the papers
+state it (a test reads the plan), the model as a setting, and the one-line errors of a scale that does
+not exist or is not chosen."""
 from __future__ import annotations
 
 import shutil
@@ -86,23 +87,25 @@ def test_a_scale_that_is_not_there_is_one_line(tmp_path, params, catalogue, mess
     assert "\n" not in str(e.value)
 
 
-def reproduce(tmp_path: Path, scale: str):
+def catalogue(tmp_path: Path, scale: str, extra: str = ""):
     (tmp_path / "params").mkdir(exist_ok=True)
-    shutil.copy(REPO / "params" / "reproduce.yaml", tmp_path / "params" / "reproduce.yaml")
-    (tmp_path / "params.yaml").write_text(f"catalogue: reproduce\nscale: {scale}\n")
+    shutil.copy(REPO / "params" / "papers.yaml", tmp_path / "params" / "papers.yaml")
+    (tmp_path / "params.yaml").write_text(f"catalogue: papers\nscale: {scale}\n{extra}")
     return load_params(tmp_path / "params.yaml")
 
 
 # each paper's epochs, batch and learning rate as it states them (003 states no epochs: 3, declared)
-PAPER_SETTINGS = {"r000_frozen_baseline": (10, 8, 1e-5), "r000_mt": (10, 8, 1e-5), "r000_sft": (10, 8, 1e-5),
-                  "r002_concat_smart": (10, 8, 1e-5), "r003_nli_triplet": (3, 32, 2e-5),
-                  "r004_r1": (10, 16, 1e-3), "r004_r4": (10, 16, 1e-5), "r004_r9": (6, 16, 1e-5)}
+PAPER_SETTINGS = {"p000_head_baseline": (10, 8, 1e-5), "p000_mt_sequential_rr": (10, 8, 1e-5),
+                  "p000_sft": (10, 8, 1e-5),
+                  "p002_concat_smart": (10, 8, 1e-5), "p003_nli_triplet": (3, 32, 2e-5),
+                  "p004_r1_pretrained": (10, 16, 1e-3), "p004_r4_cos_finetuned": (10, 16, 1e-5),
+                  "p004_r9_sweep": (6, 16, 1e-5), "p004_obj2_sst_ft": (10, 8, 1e-5)}
 
 
 def test_the_papers_scale_plans_each_papers_epochs_on_all_training_rows_over_three_seeds(tmp_path):
     from minbert.pipeline.plan import pipeline
 
-    lp = reproduce(tmp_path, "paper")
+    lp = catalogue(tmp_path, "paper")
     jobs = [j for j in pipeline(lp) if j.stage == "finetune"]
     by_row: dict[str, list] = {}
     for job in jobs:
@@ -122,64 +125,100 @@ def test_the_papers_scale_plans_each_papers_epochs_on_all_training_rows_over_thr
         # round-robin): no caps anywhere
         assert ds["caps"] == {} and ds["mode"] in ("none", "smallest"), job.name
     modes = {row: jobs_[0].settings["finetune"]["downsample"]["mode"] for row, jobs_ in by_row.items()}
-    assert modes["r000_frozen_baseline"] == modes["r002_baseline"] == modes["r003_baseline"] == "none"
-    assert modes["r000_mt"] == modes["r004_r2"] == "smallest"
+    assert modes["p000_head_baseline"] == modes["p002_baseline"] == modes["p003_baseline"] == "none"
+    assert modes["p000_mt_sequential_rr"] == modes["p004_r2_finetuned"] == "smallest"
+    # every table runs at the papers' scale: 002's grid, its ensemble, the sweeps of single tasks
+    assert not any(st.left_out for st in lp.params.studies) and "p002_ensemble" in lp.params.ensembles
+    assert "p002_dropout_lambda.lambda5.dropout0.4.seed11713" in lp.experiments
 
 
 def test_the_laptop_scale_is_the_same_rows_cut_and_declared(tmp_path):
-    paper, laptop = reproduce(tmp_path, "paper"), reproduce(tmp_path, "laptop")
-    # one seed each; R4 for six epochs is R4 at one epoch, and the lr sweep is this scale's own
-    rows = {n.rsplit(".seed", 1)[0] for n in paper.experiments} - {"r004_r9"}
-    assert set(laptop.experiments) - rows == {"r004_lr_sweep.lr0.001", "r004_lr_sweep.lr1e-05"}
-    assert rows - set(laptop.experiments) == {"r004_lr_sweep.lr0.0001", "r004_lr_sweep.lr1e-07"}
-    ft = laptop.experiments["r004_r4"].finetune
-    assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio) == (1, 6, 300, 1e-4, 2e-3, 0.1)
+    paper, laptop = catalogue(tmp_path, "paper"), catalogue(tmp_path, "laptop")
+    left = {st.name: st.left_out for st in laptop.params.studies if st.left_out}
+    assert set(left) == {"p000_mlm_then_multitask", "p002_dropout_lambda", "p002_ensemble", "p002_smart_weight_sst",
+                         "p004_smart_single_task"} and all(left.values())
+    # one seed each, the rows of the tables that run; R4 for six epochs is R4 itself here, so R9's sweeps
+    # are this scale's own; the tables left out run none of their own rows (Table 3's first row is Table 4's)
+    rows = {n.rsplit(".seed", 1)[0] for n in paper.experiments} - {"p004_r9_sweep"}
+    rows -= {n for n in rows if n.startswith(("p002_dropout_lambda", "p002_smart_weight_sst", "p004_smart_single_task",
+                                              "p004_lr_sweep", "p004_smart_sst_single"))}
+    rows -= {"p000_mlm_sst_sts_mt", "p000_mlm_para_sts_mt", "p000_mlm_all_mt"}
+    assert set(laptop.experiments) - rows == {"p004_lr_sweep.lr0.001", "p004_lr_sweep.lr1e-05", "p004_lr_sweep.lr1e-06"}
+    assert rows - set(laptop.experiments) == set() and "p000_mlm_sst_para_mt" in laptop.experiments
+    assert not laptop.params.ensembles and paper.params.ensembles
+    # the claims of the tables left out are still the catalogue's (the page shows them as left out)
+    assert sum(len(st.paper.claims) for st in laptop.params.studies if st.paper) == \
+        sum(len(st.paper.claims) for st in paper.params.studies if st.paper)
+    ft = laptop.experiments["p004_r4_cos_finetuned"].finetune
+    assert (ft.epochs, ft.evals_per_epoch, ft.dev_size, ft.lr, ft.head_lr, ft.warmup_ratio, ft.lr_schedule) == \
+        (8, 3, 300, 1e-4, 2e-3, 0.1, "constant")
+    assert laptop.experiments["p003_nli_triplet"].finetune.lr == 2e-4            # 10 times each paper's rate
+    assert laptop.experiments["p000_sft"].finetune.epochs == 2
+    assert laptop.experiments["p003_head_mod"].finetune.epochs == 8
+    # every laptop row trains until its plateau (the check's own rule, filled from report.training_check),
+    # its epochs the cap; the papers' scale keeps the papers' fixed epochs
+    check = laptop.params.report.training_check
+    for name, exp in laptop.experiments.items():
+        rule = exp.finetune.until_plateau
+        assert rule.enabled and (rule.tolerance, rule.window, rule.fit, rule.noise) == \
+            (check.tolerance, check.window, check.fit, check.noise), name
+    assert not any(e.finetune.until_plateau.enabled for e in paper.experiments.values())
     # the pretrainings' own dev loss 4 times in their one epoch: the training check's curve of each
-    assert all((p.epochs, p.evals_per_epoch, p.lr) == (1, 4, 5e-5) for p in laptop.params.pretrainings.values())
-    assert ft.downsample.caps == {"sst": 1000, "para": 1000, "sts": 1000}
-    # the rows that train their heads alone (`frozen`): 10 epochs over the encoder's outputs computed
-    # once (no dropout in it); at the papers' scale they keep their own epochs and dropout
+    for name, p in laptop.params.pretrainings.items():
+        assert (p.epochs, p.lr) == (1, 5e-5) and (p.evals_per_epoch == 4 or p.kind == "para_first"), name
+    assert laptop.params.pretrainings["para_first"].max_steps_per_epoch == 375
+    assert ft.downsample.caps == {"sst": 1000, "para": 1000, "sts": 1000, "cfimdb": 400}
+    # the rows that train their heads alone (`frozen`): up to 20 epochs over the encoder's outputs
+    # computed once (no dropout in it); at the papers' scale they keep their own epochs and dropout
     for name, exp in laptop.experiments.items():
         f = exp.finetune
-        assert (f.epochs, f.frozen_encoder_dropout) == ((10, False) if f.freeze_encoder else (1, False)), name
+        assert not f.frozen_encoder_dropout and (f.epochs == 20 or not f.freeze_encoder), name
         # head re-training: each paper's epochs (000: 10, 003: 3) on the scale's rows
-        assert not exp.retrain_heads.enabled or exp.retrain_heads.epochs == (3 if name.startswith("r003") else 10), name
-    assert paper.experiments["r000_frozen_baseline.seed11711"].finetune.frozen_encoder_dropout
+        assert not exp.retrain_heads.enabled or exp.retrain_heads.epochs == (3 if name.startswith("p003") else 10), name
+    assert paper.experiments["p000_head_baseline.seed11711"].finetune.frozen_encoder_dropout
     # dev alone predicted at the laptop scale (no claim reads test), both splits at the papers' scale
     assert not any(e.predict_test for e in laptop.experiments.values())
     assert all(e.predict_test for e in paper.experiments.values())
     assert ft.batch_size == 16                                       # each paper's own batch stays
     for pid, paper_params in laptop.params.papers.items():
         settings = [d.setting for d in paper_params.differs]
-        assert {"learning rates", "dev evaluations", "seeds", "test predictions", "frozen-encoder rows"} <= set(settings), pid
-        assert ("pretraining learning rates" in settings) == (pid in ("000", "003")), pid
+        assert {"learning rates", "epochs", "dev evaluations", "seeds", "test predictions",
+                "frozen-encoder rows", "pretraining learning rates"} <= set(settings), pid
         # the papers' scale's own differences are not this scale's
-        assert "Para's phase" not in settings and "3 times an epoch" not in str(paper_params.differs), pid
+        assert "Para's phase" not in settings and "the best of the 9" not in str(paper_params.differs), pid
+
+
+def test_the_model_is_one_setting_at_either_scale(tmp_path):
+    lp = catalogue(tmp_path, "laptop", "model: bert-base-uncased\n")
+    assert {e.model for e in lp.experiments.values()} == {"bert-base-uncased"}
+    assert lp.experiments["p004_r4_cos_finetuned"].finetune.epochs == 8     # the scale applies alike
 
 
 def test_the_laptop_scales_r9_is_its_own_sweep_and_never_r4(tmp_path):
-    """R9 "fails to improve on R4" could not fail if a row it takes the best of were R4: at one epoch
-    R4 for six epochs is R4, and the paper's lr 1e-4 is this scale's own rate. The scale's `named`
-    settings sweep 10x, 0.1x and 0.01x its rate (the paper's ratios to its R4's) and run no R9 as it is."""
-    laptop = reproduce(tmp_path, "laptop")
-    r4 = laptop.experiments["r004_r4"]
-    table = next(st for st in laptop.params.studies if st.name == "r004_extensions").paper
+    """R9 "fails to improve on R4" could not fail if a row it takes the best of were R4: R4 for six
+    epochs is R4 at this scale's epochs, and the paper's lr 1e-4 is this scale's own rate. The scale's
+    `named` settings sweep 10x, 0.1x and 0.01x its rate (the paper's ratios to its R4's) and run no R9
+    as it is."""
+    laptop = catalogue(tmp_path, "laptop")
+    r4 = laptop.experiments["p004_r4_cos_finetuned"]
+    table = next(st for st in laptop.params.studies if st.name == "p004_extensions").paper
     r9 = table.row("R9").best_of
     assert sorted(laptop.experiments[r].finetune.lr for r in r9) == sorted([1e-3, 1e-5, 1e-6] + [1e-4] * 3)
     assert sorted(laptop.experiments[r].finetune.heads.dropout for r in r9) == sorted([0.3] * 3 + [0.4, 0.5, 0.6])
     for r in r9:
+        assert laptop.experiments[r].finetune.epochs == r4.finetune.epochs
         assert laptop.experiments[r].model_dump(exclude={"description"}) != r4.model_dump(exclude={"description"}), r
     assert laptop.params.pretrainings["mlm_sst_para"].mlm.downsample.size == 2000
     assert any(d.setting == "R9" for d in laptop.params.papers["004"].differs)
     # without them the claim is refused in one line, naming it
-    raw = (REPO / "params" / "reproduce.yaml").read_text()
-    cut = raw.replace("        r004_r9: {template: true}", "        r004_r9: {}").replace(
-        "        r004_dropout_sweep: {experiments: []}\n", "")
+    raw = (REPO / "params" / "papers.yaml").read_text()
+    cut = raw.replace("        p004_r9_sweep: {<<: *l004, template: true}", "        p004_r9_sweep: *l004").replace(
+        "        p004_dropout_sweep: {experiments: []}\n", "")
     assert cut != raw
-    (tmp_path / "params" / "reproduce.yaml").write_text(cut)
+    (tmp_path / "params" / "papers.yaml").write_text(cut)
     with pytest.raises(MinBertError) as e:
         load_params(tmp_path / "params.yaml")
-    assert "(claim 'varying the hyperparameters fails to improve on R4'): row 'R9' runs 'r004_r9'" in str(e.value)
+    assert "(claim 'varying the hyperparameters fails to improve on R4'): row 'R9' runs 'p004_r9_sweep'" in str(e.value)
     assert "could not fail" in str(e.value) and "\n" not in str(e.value)
 
 
@@ -211,31 +250,32 @@ def test_a_scales_named_settings_apply_to_the_row_they_name_and_an_unknown_name_
     assert "\n" not in str(e.value)
 
 
-def test_the_laptop_scales_learning_rate_reason_states_what_its_plan_gives(tmp_path, shared_data):
-    """The reason beside the laptop scale's learning rates quotes how far a head moves at the papers'
-    rates in this scale's epoch (lr x the updates a head gets): its figures are those of the plan, each
-    fine-tuned row's updates per head (minbert.train.training.Plan) times the row's rate at the
-    papers' scale."""
+def test_the_laptop_scales_epochs_state_what_its_plan_gives(tmp_path, shared_data):
+    """The laptop scale's declared epochs say how many updates of each task a fine-tuned row gets
+    ("500 updates of each task", "250", "256", "504", at the caps): its figures are those of the plan (each row's updates
+    per task, minbert.train.training.Plan), one per paper's batch."""
     import re
 
     from minbert.data.downsample import target_sizes
     from minbert.pipeline.estimate import train_rows
     from minbert.train.training import Plan
 
-    paper, laptop = reproduce(tmp_path, "paper"), reproduce(tmp_path, "laptop")
+    laptop = catalogue(tmp_path, "laptop")
     rows = train_rows(laptop)["train"]
-    updates, moved = [], []
+    per_paper: dict[str, set] = {}
     for name, exp in laptop.experiments.items():
-        ft, twin = exp.finetune, paper.experiments.get(f"{name}.seed{paper.base.seed}")
-        if ft.freeze_encoder or twin is None or name.startswith("r004_lr_sweep"):   # a sweep cell: its own rate
+        ft = exp.finetune
+        # the frozen rows, FREEZE_SST's two tasks first, and drop round-robin (one task drawn a step: 000 drops
+        # the other two batches, so each task gets a third of its steps)
+        if ft.freeze_encoder or len(ft.tasks) < 3 or ft.schedule == "drop_round_robin":
             continue
         tasks = [t for t in ft.tasks if rows.get(t)]
         plan = Plan.build(ft, tasks, target_sizes({t: rows[t] for t in tasks}, ft.downsample), exp.seed)
-        for task in tasks:
-            n = sum(task in update for ups in plan.epochs.values() for update in ups)
-            updates.append(n)
-            moved.append(n * twin.finetune.lr)
-    why = next(d.why for d in laptop.params.papers["004"].differs if d.setting == "learning rates")
-    low, high, fewest, most = re.search(r"about ([\d.]+)-([\d.]+) in the (\d+)-(\d+) updates", why).groups()
-    assert (int(fewest), int(most)) == (min(updates), max(updates)), why
-    assert float(low) == pytest.approx(min(moved), rel=0.1) and float(high) == pytest.approx(max(moved), rel=0.1), why
+        phase_updates = {sum(task in update for (p, _), ups in plan.epochs.items() for update in ups) for task in tasks}
+        per_paper.setdefault(name[1:4], set()).update(phase_updates)
+    ours = next(d.ours for d in laptop.params.papers["004"].differs if d.setting == "epochs")
+    stated = re.search(r"\((\d+) updates of each task\) and 2 for those that train one task a phase \((\d+)\), "
+                       r"8 for 003's \((\d+)\) and 004's \((\d+)\)", ours).groups()
+    assert per_paper["000"] == per_paper["002"] == {int(stated[0]), int(stated[1])}, per_paper
+    assert per_paper["003"] == {int(stated[2])} and per_paper["004"] == {int(stated[3])}, per_paper
+    assert f"({stated[0]} updates of each task)" in " ".join(laptop.params.scales["laptop"].description.split())

@@ -29,6 +29,8 @@ from minbert.model.multitask import MultitaskModel
 from minbert.params import ExperimentParams
 from minbert.params.resolve import finetune_settings, retrain_settings
 from minbert.params.settings import FinetuneSettings
+from minbert.report.training import positions
+from minbert.train import plateau as rule
 from minbert.train.experiment import retrain_heads_experiment
 from minbert.train.optim import AdamW
 from minbert.train.training import FitOptions
@@ -392,6 +394,39 @@ def test_sequential_trains_tasks_one_after_another(tiny_model_dir, prepared, tmp
         assert row["dev_score"] == pytest.approx(expected, abs=1e-5, nan_ok=True)   # an undefined r: no score
     # the last stage's best checkpoint is the model; none is selected when its r is undefined in every epoch
     assert res.best_epoch in ((5, 6) if h.loc[h["phase"] == "sts", "dev_sts_pearson"].notna().any() else (-1,))
+
+
+@pytest.mark.parametrize("lr_schedule", ["linear", "constant"])
+def test_each_sequential_phase_runs_the_whole_schedule_on_its_own_updates(tiny_model_dir, prepared, tmp_path,
+                                                                        monkeypatch, lr_schedule):
+    """A sequential run's phases each warm up from their first update and (linear) decay to their
+    last, so every phase gets the same share of the learning-rate budget; one schedule over the
+    whole run gave three phases 51%, 37% and 12% of it. The history's `lr_budget` is the learning rate
+    summed over the updates done (each phase's sum on its own schedule, run-long), as the report's
+    training check reads it: each phase's evaluations, counted from its predecessor's last, sit at the
+    closed-form budget of the phase's own schedule (minbert.train.plateau.lr_budget)."""
+    steps = []
+    real = train.set_lr
+    monkeypatch.setattr(train, "set_lr", lambda opt, step, total, warmup, schedule:
+                        steps.append((step, total, warmup)) or real(opt, step, total, warmup, schedule))
+    exp = make_exp(tiny_model_dir, schedule="sequential", tasks=["sst", "para", "sts"], epochs=2,
+                   max_steps_per_epoch=4, warmup_ratio=0.25, lr_schedule=lr_schedule, evals_per_epoch=2)
+    finetune_experiment(exp, prepared, tmp_path / "run")
+    assert steps == [(k, 8, 2) for k in range(8)] * 3          # each phase: its own 8 updates, 2 of warm-up
+    h = pd.read_csv(tmp_path / "run" / "history.csv")
+    lr = exp.finetune.lr
+    phase_sum = float(rule.lr_budget(8, 8, 2, lr_schedule)) * lr
+    place, start = positions(h, exp.finetune.warmup_ratio, lr_schedule), 0.0
+    assert place.tolist() == h["lr_budget"].tolist() and h["lr_budget"].is_monotonic_increasing
+    for p, (_, rows) in enumerate(h.groupby("phase", sort=False)):
+        within = rows["update"].to_numpy() - 8 * p
+        expected = rule.lr_budget(within, 8, 2, lr_schedule) * lr
+        assert rows["lr_budget"].to_numpy() - start == pytest.approx(expected, abs=1e-4 * lr)   # csv: 6 digits
+        assert rows["lr_budget"].iloc[-1] == pytest.approx((p + 1) * phase_sum, rel=1e-5)   # each phase its share
+        start = float(rows["lr_budget"].iloc[-1])
+    if lr_schedule == "constant":                              # after the warm-up, the phase's rate held
+        assert h["lr"].tolist() == pytest.approx([lr] * len(h))
+        assert h["lr_budget"].tolist()[:4] == pytest.approx([1.5 * lr, 3.5 * lr, 5.5 * lr, 7.5 * lr])
 
 
 def test_sequential_phases_restart_the_momentum_copy_from_the_reloaded_best(tiny_model_dir, prepared, tmp_path,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 
+import pandas as pd
 import pytest
 import torch
 from test_train import finetune_experiment, initial_weights, make_exp, state_dict, write_prepared
@@ -121,6 +122,65 @@ def test_without_early_stopping_every_epoch_runs(tiny_model_dir, prepared, tmp_p
     scripted_dev(monkeypatch, itertools.repeat(0.5))
     exp = make_exp(tiny_model_dir, tasks=["sst"], epochs=3, max_steps_per_epoch=1)
     assert finetune_experiment(exp, prepared, tmp_path / "run").history["epoch"].tolist() == [1, 2, 3]
+
+
+# ---------------------------------------------------------------- until the plateau
+
+QUIET = {"jitter": 0.0, "rows": 0.01}               # the noise of an evaluation: about 0.0014 on 24 dev rows
+RULE = {"enabled": True, "tolerance": 0.01, "window": 0.25, "fit": 0.5, "window_evaluations": 2,
+        "min_evaluations": 4, "noise": dict.fromkeys(("classification", "binary", "regression"), QUIET)}
+FLAT = [0.5 + 0.001 * (-1) ** k for k in range(40)]
+RISING = [0.2 + 0.02 * k for k in range(40)]        # 0.04 an epoch: far more than 0.01 a quarter of the run
+
+
+def test_a_run_stops_at_its_plateau_and_runs_to_its_cap_while_still_rising(tiny_model_dir, prepared, tmp_path,
+                                                                        monkeypatch):
+    """Sequential fine-tuning with `until_plateau`, its cap 6 epochs of 4 updates, dev evaluated twice an
+    epoch: SST's phase, flat, ends at its plateau (its fifth evaluation, the first with two in the last
+    quarter of its learning-rate budget: 7.5 and 9.5 of 9.5 updates' worth after a warm-up of 2), Para's,
+    rising, runs to its cap; each evaluation's history row holds the rule's reading and each phase's last
+    says how it ended."""
+    scripted_dev(monkeypatch, FLAT[:5] + RISING)
+    exp = make_exp(tiny_model_dir, tasks=["sst", "para"], schedule="sequential", epochs=6, max_steps_per_epoch=4,
+                   evals_per_epoch=2, warmup_ratio=0.1, lr_schedule="constant", until_plateau=RULE)
+    result = finetune_experiment(exp, prepared, tmp_path / "run")
+    h = pd.read_csv(tmp_path / "run" / "history.csv")
+    sst, para = h[h["phase"] == "sst"], h[h["phase"] == "para"]
+    assert sst["plateau"].tolist() == ["few"] * 4 + ["flat"] and sst["stopped"].tolist()[-1] == "plateau"
+    assert sst["update"].tolist()[-1] == 10                        # 2.5 of its 6 epochs (24): the rest not trained
+    assert para["update"].tolist() == list(range(12, 12 + 24, 2))  # every evaluation of its 6 epochs
+    assert set(para["plateau"].tolist()[6:]) == {"rising"} and para["stopped"].tolist()[-1] == "cap"
+    assert h["stopped"].notna().sum() == 2
+    assert result.stops == [{"phase": "sst", "stopped": "plateau", "epoch": 2.5, "update": 10},
+                            {"phase": "para", "stopped": "cap", "epoch": 12, "update": 34}]
+
+
+def test_a_rule_that_cannot_tell_trains_to_the_cap(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    """At a noise the rule cannot tell 0.01 through (an evaluation's sd of about 0.18), a flat curve never reads
+    flat: the run trains every planned epoch, and its phase says it ran to its cap."""
+    scripted_dev(monkeypatch, FLAT)
+    loud = {**RULE, "noise": {kind: {"jitter": 0.15, "rows": 1} for kind in ("classification", "binary", "regression")}}
+    exp = make_exp(tiny_model_dir, tasks=["sst"], epochs=5, max_steps_per_epoch=2, evals_per_epoch=2,
+                   until_plateau=loud)
+    h = finetune_experiment(exp, prepared, tmp_path / "run").history
+    assert len(h) == 10 and set(h["plateau"]) <= {"few", "unclear"} and h["stopped"].dropna().tolist() == ["cap"]
+
+
+def test_without_until_plateau_the_history_is_as_before(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    scripted_dev(monkeypatch, FLAT)
+    h = finetune_experiment(make_exp(tiny_model_dir, tasks=["sst"], epochs=5, max_steps_per_epoch=2,
+                                     evals_per_epoch=2), prepared, tmp_path / "run").history
+    assert len(h) == 10 and "plateau" not in h.columns and "stopped" not in h.columns
+
+
+def test_an_unfilled_rule_is_one_line(tiny_model_dir, prepared, tmp_path, monkeypatch):
+    """A rule given to the library without the check's keys filled (as minbert.params.load_params fills
+    them) says which key and how."""
+    scripted_dev(monkeypatch, FLAT)
+    exp = make_exp(tiny_model_dir, tasks=["sst"], epochs=5, max_steps_per_epoch=2, evals_per_epoch=2,
+                   until_plateau={"enabled": True})
+    with pytest.raises(MinBertError, match=r"finetune.until_plateau.tolerance is not set: load the params"):
+        finetune_experiment(exp, prepared, tmp_path / "run")
 
 
 # ---------------------------------------------------------------- fp16 with a gradient scaler

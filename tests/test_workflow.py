@@ -162,10 +162,11 @@ def test_code_a_job_depends_on_is_its_import_closure(repo_root):
 def test_dvc_stages_track_the_description_files_and_the_whole_params_files(repo_root, tmp_path):
     shutil.copytree(repo_root / "params", tmp_path / "params")
     shutil.copytree(repo_root / "data", tmp_path / "data")
-    text = (repo_root / "params.yaml").read_text().replace("catalogue: demo", "catalogue: full")
+    text = (repo_root / "params.yaml").read_text().replace("\ncatalogue: demo\n",
+                                                           "\ncatalogue: papers\nscale: laptop\n")
     (tmp_path / "params.yaml").write_text(text)
     stages = dvc.dvc_yaml("params.yaml", repo=tmp_path)["stages"]
-    assert stages["resolve"]["params"] == [{"params.yaml": None}, {"params/full.yaml": None}]
+    assert stages["resolve"]["params"] == [{"params.yaml": None}, {"params/papers.yaml": None}]
     assert stages["resolve"]["outs"] == [{"results/jobs": {"persist": True, "cache": False}}]
     ft = stages["finetune-p000_sft"]
     assert ft["deps"][0] == "results/jobs/finetune/p000_sft.json" and "params" not in ft
@@ -179,6 +180,9 @@ def test_dvc_stages_track_the_description_files_and_the_whole_params_files(repo_
     assert stages["retrain_heads-p000_sft"]["outs"] == ["results/experiments/p000_sft/retrain_heads",
                                                         "results/runs/retrain_heads/p000_sft.json"]
     assert stages["pretrain-para_first"]["outs"][0] == "results/pretrain/para_first/model"
+    # the demo's tables are transcribed in params/papers.yaml: an edit there re-runs its resolve stage
+    demo = dvc.dvc_yaml("params.yaml", repo=repo_root)["stages"]
+    assert demo["resolve"]["params"] == [{"params.yaml": None}, {"params/papers.yaml": None}]
 
 
 def test_the_head_of_the_longest_chain_has_the_highest_priority(repo_root):

@@ -28,12 +28,14 @@ def dvc_stage_name(job: Job) -> str:
 
 
 def params_source(lp: LoadedParams, params_path: str | Path = "params.yaml", repo: Path = REPO) -> list[str]:
-    """The params files DVC tracks: the params file, and the catalogue file it takes sections from."""
+    """The params files DVC tracks: the params file, the catalogue file it takes sections from, and
+    those its paper tables are transcribed in (`transcribed_in`)."""
     files = [str(params_path)]
-    if lp.source is not None:
-        source = (Path(repo) / lp.source).resolve()         # a relative source is the repository's
-        if source != (Path(repo) / params_path).resolve():
-            files.append(source.relative_to(Path(repo).resolve()).as_posix())
+    for other in [lp.source, *lp.transcribed] if lp.source is not None else lp.transcribed:
+        source = (Path(repo) / other).resolve()             # a relative source is the repository's
+        name = source.relative_to(Path(repo).resolve()).as_posix()
+        if source != (Path(repo) / params_path).resolve() and name not in files:
+            files.append(name)
     return files
 
 

@@ -130,6 +130,30 @@ class EarlyStopping:
 
 
 @frozen
+class NoiseParts:
+    jitter: float
+    rows: float
+
+
+@frozen
+class EvaluationNoise:
+    classification: NoiseParts
+    binary: NoiseParts
+    regression: NoiseParts
+
+
+@frozen
+class UntilPlateau:
+    enabled: bool
+    tolerance: float | None
+    window: float | None
+    fit: float | None
+    window_evaluations: int | None
+    min_evaluations: int | None
+    noise: EvaluationNoise | None
+
+
+@frozen
 class Finetune:
     tasks: tuple[str, ...]
     schedule: str
@@ -158,6 +182,7 @@ class Finetune:
     evals_per_epoch: int
     dev_size: int | None
     early_stopping: EarlyStopping | None
+    until_plateau: UntilPlateau
     gradient_accumulation_steps: int
     tracking: tuple[str, ...]
     max_steps_per_epoch: int | None

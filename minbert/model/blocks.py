@@ -194,3 +194,16 @@ def reaches(out, sources) -> bool:
                 seen.add(nxt)
                 stack.append(nxt)
     return False
+
+
+def shared_widths(sizes: list, hidden: int) -> list[int]:
+    """Shared layers' widths (`SharedParams.sizes`) over an encoder of `hidden` units: `encoder` is its
+    width, `encoder/N` an Nth of it (rounded down, at least 1); `[]` one layer of its width."""
+    out = []
+    for size in sizes or ["encoder"]:
+        if isinstance(size, int):
+            out.append(size)
+        else:
+            _, _, n = size.partition("/")
+            out.append(max(1, hidden // int(n or 1)))
+    return out

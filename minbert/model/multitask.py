@@ -17,7 +17,7 @@ from minbert.core.settings import Heads
 from minbert.data.batches import TaskData
 from minbert.data.views import View, view_of
 from minbert.model.bert import BertModel, mean_pool
-from minbert.model.blocks import Branch, HybridPairHead, SharedBlock, make_head, reaches
+from minbert.model.blocks import Branch, HybridPairHead, SharedBlock, make_head, reaches, shared_widths
 from minbert.model.embeddings import FrozenFeatures
 from minbert.model.outputs import empty_outputs, predictions
 from minbert.model.tokenizer import Tokenizer
@@ -38,7 +38,7 @@ class MultitaskModel(nn.Module):
         self.views: dict[str, View] = {}
         sh = heads.shared
         H = encoder.config.hidden_size
-        self.shared = SharedBlock(H, sh.sizes or [H], sh.activation, heads.dropout) if sh else None
+        self.shared = SharedBlock(H, shared_widths(sh.sizes, H), sh.activation, heads.dropout) if sh else None
         self.branches = nn.ModuleDict()
         self.heads = nn.ModuleDict()
         # task -> [scale, shift] fitted when training ended; [] while a head trained with a loss that
@@ -86,7 +86,7 @@ class MultitaskModel(nn.Module):
         if self.shared is not None and set(self.heads_cfg.shared.tasks) & set(self.tasks) <= reset:
             sh = self.heads_cfg.shared
             H = self.encoder.config.hidden_size
-            self.shared = SharedBlock(H, sh.sizes or [H], sh.activation, self.heads_cfg.dropout).to(self._device())
+            self.shared = SharedBlock(H, shared_widths(sh.sizes, H), sh.activation, self.heads_cfg.dropout).to(self._device())
         with self.registry.active():
             for task in self.tasks:
                 if task in reset:

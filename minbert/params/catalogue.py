@@ -13,9 +13,12 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from minbert.core.errors import MinBertError
 from minbert.params.fields import check_name
 from minbert.params.messages import close
+from minbert.params.plateau import evaluations_needed, with_check_rule
 from minbert.params.schema import EnsembleParams, ExperimentParams, PretrainParams, deep_merge, resolve_experiment
 from minbert.params.studies import Params, StudyParams
 
@@ -59,7 +62,7 @@ def expand_grids(params: Params, where: str) -> tuple[dict[str, dict], list[list
     rows = [list(st.experiments) for st in params.studies]
     grids = {}
     for i, st in enumerate(params.studies):
-        if st.grid is None:
+        if st.grid is None or st.left_out:        # a table left out makes no cells
             continue
         template = st.grid.experiment
         if template not in params.experiments:
@@ -87,6 +90,35 @@ def expand_grids(params: Params, where: str) -> tuple[dict[str, dict], list[list
     return experiments, rows, grids
 
 
+def names_of(study: StudyParams, rows: list[str]) -> set[str]:
+    """Every experiment or ensemble a study names: its rows, its paper rows' runs and best-of's,
+    its references and encoder-alone runs, its grid's experiment."""
+    out = set(rows)
+    if study.grid is not None:
+        out.add(study.grid.experiment)
+    if study.paper is not None:
+        out.update(x for r in study.paper.rows for x in ([r.run] if r.run else r.best_of))
+        out.update([study.paper.reference_run, *study.paper.encoder_alone] if study.paper.reference_run
+                   else study.paper.encoder_alone)
+    return out
+
+
+def drop_left_out(params: Params, experiments: dict[str, dict], rows: list[list[str]]) -> tuple[dict, set[str]]:
+    """The experiments and ensembles that run, once the tables left out (`left_out`) are: what only
+    such tables name (their rows, their ensembles and those ensembles' members) is dropped; what a
+    table that runs, an ensemble that runs or no table at all names stays. Returns (the experiments
+    kept, the names of the ensembles kept)."""
+    left = [names_of(st, r) for st, r in zip(params.studies, rows) if st.left_out]
+    if not left:
+        return experiments, set(params.ensembles)
+    kept_names = set().union(*(names_of(st, r) for st, r in zip(params.studies, rows) if not st.left_out))
+    named_left = set().union(*left)
+    ensembles = {n for n in params.ensembles if n not in named_left or n in kept_names}
+    kept_names |= {m for n in ensembles for m in params.ensembles[n].members}
+    named_left |= {m for n in set(params.ensembles) - ensembles for m in params.ensembles[n].members}
+    return {n: e for n, e in experiments.items() if n not in named_left or n in kept_names}, ensembles
+
+
 def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[list[str]],
                  where: str) -> tuple[dict[str, ExperimentParams], dict[str, list[str]], dict[str, ExperimentParams]]:
     """Each experiment resolved (base deep-merged with its overrides), a repeated one (its `repeats`,
@@ -104,7 +136,7 @@ def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[li
             ov = {}
         if not isinstance(ov, dict):
             raise MinBertError(f"{where}: key 'experiments.{name}': expected a mapping of overrides")
-        exp = resolve_experiment(params.base, ov, name, where)
+        exp = with_stop_rule(resolve_experiment(params.base, ov, name, where), params, f"experiments.{name}", where)
         if exp.template:
             templates[name] = exp
             continue
@@ -124,24 +156,50 @@ def expand_seeds(params: Params, experiments_raw: dict[str, dict], rows: list[li
     return experiments, groups, templates
 
 
+def with_stop_rule(exp: ExperimentParams, params: Params, key: str, where: str) -> ExperimentParams:
+    """`exp` whose fine-tuning stops at its plateau with the rule's unset keys taken from the report's
+    training check (minbert.params.plateau.with_check_rule); a cap that gives a phase fewer dev
+    evaluations than the rule needs is refused. `key`: where `exp` is written (for the error)."""
+    ft = exp.finetune
+    if not ft.until_plateau.enabled:
+        return exp
+    at = f"{where}: key '{key}.finetune.until_plateau'"
+    try:
+        rule = with_check_rule(ft.until_plateau, params.report.training_check)
+    except ValidationError as err:
+        raise MinBertError(f"{at}: {err.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    need, have = evaluations_needed(rule), ft.epochs * ft.evals_per_epoch
+    if have < need:
+        raise MinBertError(f"{at}: its cap gives a phase {have} dev evaluations (epochs {ft.epochs} x evals_per_epoch "
+                           f"{ft.evals_per_epoch}), fewer than the {need} a phase needs before the plateau rule can "
+                           f"read it flat (min_evaluations, and window_evaluations in its last window); raise "
+                           f"finetune.epochs (the cap) or finetune.evals_per_epoch")
+    return exp.model_copy(update={"finetune": ft.model_copy(update={"until_plateau": rule})})
+
+
 def expand(params: Params, raw: Any, where: str = "params.yaml") -> LoadedParams:
     """The catalogue as it runs (new objects; `params` is left as it was): grid cells added to the
     experiments and their studies' rows, repeated experiments as their seeds (also in ensembles and
     exports), a paper row's `run` added to its study's rows and a `best_of` that names a study (and
     no run) replaced by that study's rows, as they were before any paper row was added."""
     experiments_raw, rows, grids = expand_grids(params, where)
+    experiments_raw, ensembles_kept = drop_left_out(params, experiments_raw, rows)
     experiments, groups, templates = expand_seeds(params, experiments_raw, rows, where)
     runnable = set(experiments) | set(groups) | set(params.ensembles)
 
     def seeds(names):
         return [x for m in names for x in groups.get(m, [m])]
 
-    ensembles = {n: e.model_copy(update={"members": seeds(e.members)}) for n, e in params.ensembles.items()}
+    ensembles = {n: e.model_copy(update={"members": seeds(e.members)}) for n, e in params.ensembles.items()
+                 if n in ensembles_kept}
     export = params.export.model_copy(update={"experiments": list(dict.fromkeys(seeds(params.export.experiments)))})
     rows_of = {st.name: study_rows for st, study_rows in zip(params.studies, rows)}
     studies = []
     for st, study_rows in zip(params.studies, rows):
         study_rows, paper = list(study_rows), st.paper
+        if st.left_out:                       # shown with the paper's values alone: no row of it runs here
+            studies.append(st.model_copy(update={"experiments": [], "baseline": None}))
+            continue
         if paper is not None:
             paper_rows = []
             for row in paper.rows:
@@ -156,8 +214,9 @@ def expand(params: Params, raw: Any, where: str = "params.yaml") -> LoadedParams
                 paper_rows.append(row.model_copy(update={"best_of": list(dict.fromkeys(names))}))
             paper = paper.model_copy(update={"rows": paper_rows})
         studies.append(st.model_copy(update={"experiments": study_rows, "paper": paper}))
+    base = with_stop_rule(params.base, params, "base", where)
     expanded = params.model_copy(update={"experiments": experiments_raw, "ensembles": ensembles, "export": export,
-                                         "studies": studies})
+                                         "studies": studies, "base": base})
     return LoadedParams(params=expanded, experiments=experiments, raw=raw, groups=groups, grids=grids,
                         templates=templates)
 
@@ -176,6 +235,7 @@ class LoadedParams:
         self.templates = templates or {}    # the experiments that are only a grid's base, resolved
         self.path: Path | None = None     # params.yaml as given to load_params
         self.source: Path | None = None   # the file the sections come from (params.yaml or a catalogue)
+        self.transcribed: list[Path] = []  # the catalogues its paper tables are transcribed in (`transcribed_in`)
 
     @property
     def registry(self):

@@ -21,6 +21,7 @@ from pydantic_core import PydanticUndefined
 from minbert.core.errors import MinBertError
 from minbert.params.finetune import DistillParams, EarlyStopping, FinetuneParams, RetrainHeadsParams
 from minbert.params.heads import HeadsParams
+from minbert.params.plateau import UntilPlateau
 from minbert.params.schema import ExperimentParams, PretrainParams
 from minbert.params.studies import Params
 from minbert.params.tasks import TaskParams
@@ -32,6 +33,7 @@ TABLES: dict[str, tuple[str, type[BaseModel], tuple[str, ...]]] = {
     "distill": ("docs/finetuning.md", DistillParams, ()),
     "retrain_heads": ("docs/finetuning.md", RetrainHeadsParams, ()),
     "early_stopping": ("docs/finetuning.md", EarlyStopping, ()),
+    "until_plateau": ("docs/finetuning.md", UntilPlateau, ()),
     "pretraining": ("docs/pretraining.md", PretrainParams, ("mlm", "nli")),
     "task": ("docs/extending.md", TaskParams, ("files",)),
 }
@@ -114,6 +116,9 @@ def json_schema() -> dict:
     defs.update(exp.pop("$defs", {}))
     defs["ExperimentParams"] = exp
     defs = dict(sorted(defs.items()))
+    # a table transcribed in a catalogue (`transcribed_in`) takes these from there, and its paper too
+    for name, keys in (("PaperParams", ("title", "overall")), ("StudyPaper", ("columns",))):
+        defs[name]["required"] = [k for k in defs[name].get("required", []) if k not in keys]
     schema["$defs"] = defs
     props = schema["properties"]
     props["base"] = {"$ref": "#/$defs/ExperimentParams", "description": props["base"]["description"]}

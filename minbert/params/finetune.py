@@ -13,6 +13,7 @@ from minbert.core.tasks import DEFAULT_TASKS
 from minbert.core.trackers import TRACKERS, installed, missing
 from minbert.params.fields import LR_SCHEDULE, MAX_BATCH, MAX_EPOCHS, MAX_STEPS, Downsample, Strict, TaskName, refuse
 from minbert.params.heads import HeadsParams, batch_statistic_problem, batch_statistic_tasks, head_problem
+from minbert.params.plateau import UntilPlateau
 
 # the multi-task schedules (minbert.train.schedules implements each)
 SCHEDULES = ("round_robin", "drop_round_robin", "simultaneous", "task_by_task", "sequential",
@@ -81,16 +82,18 @@ class FinetuneParams(Strict):
                                                       "distillation temperature)")
     task_weights: dict[TaskName, Annotated[float, Field(ge=0)]] = Field(
         {}, description="a factor on each task's loss (unnamed tasks 1), e.g. `{sst: 2.0}`; only trained tasks")
-    epochs: int = Field(3, ge=1, le=MAX_EPOCHS, description="training epochs")
+    epochs: int = Field(3, ge=1, le=MAX_EPOCHS, description="training epochs (of each phase; with `until_plateau`, the "
+                                                            "most it trains)")
     batch_size: int = Field(32, ge=1, le=MAX_BATCH, description="the global batch, also under `torchrun`")
     lr: float = Field(2e-5, gt=0, description="AdamW learning rate of the encoder")
     head_lr: float | None = Field(None, gt=0, description="AdamW learning rate of everything else (heads, shared "
                                                           "layers, extra layers); null: `lr`")
     weight_decay: float = Field(0.01, ge=0, description="AdamW; no decay on biases, LayerNorm weights and other "
                                                         "parameters of fewer than 2 dimensions")
-    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of the run's updates (all epochs, all phases "
-                                                             "of `sequential`) with linear warm-up")
-    lr_schedule: Literal["linear", "cosine", "constant"] = Field("linear", description=LR_SCHEDULE)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of each phase's updates (all its epochs; a run "
+                                                             "not `sequential` is one phase) with linear warm-up")
+    lr_schedule: Literal["linear", "cosine", "constant"] = Field(
+        "linear", description=LR_SCHEDULE + "; each phase of `sequential` runs the whole schedule on its own updates")
     grad_clip: float | None = Field(1.0, gt=0, description="global gradient-norm clip; `null`: none")
     hidden_dropout: float | None = Field(
         None, ge=0, lt=1, description="dropout of the embeddings and of every layer's attention and feed-forward "
@@ -137,6 +140,9 @@ class FinetuneParams(Strict):
         None, description="`{patience, min_delta}`: stop when the dev selection score has not improved for `patience` "
                           "evaluations (the model kept is still the best evaluated; the lr schedule stays the one "
                           "planned for every epoch); null: train every epoch")
+    until_plateau: UntilPlateau = Field(UntilPlateau(), description="train each phase until its dev curve settles, "
+                                                                    "by the report's training check's rule, `epochs` "
+                                                                    "being the cap (Until the plateau below)")
     gradient_accumulation_steps: int = Field(
         1, ge=1, le=64, description="split each task's batch of an update into this many micro-batches whose "
                                     "gradients add up before the one optimiser step: the update of `batch_size` "
@@ -232,6 +238,9 @@ class FinetuneParams(Strict):
             raise refuse("pcgrad", f"PCGrad projects the gradients of the tasks of one update, and under schedule "
                                    f"'{self.schedule}' every update trains one task, so it would do nothing; use "
                                    f"schedule: simultaneous")
+        if self.until_plateau.enabled and self.early_stopping is not None:
+            raise refuse("until_plateau", "stops each phase at its plateau, and early_stopping by another rule: "
+                                          "set one of them (early_stopping: null)")
         if self.frozen_encoder_dropout and not self.freeze_encoder:
             raise refuse("frozen_encoder_dropout", "applies to a frozen encoder only and would do nothing here; drop "
                                                    "it or set finetune.freeze_encoder: true")

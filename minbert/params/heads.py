@@ -8,6 +8,7 @@ losses and those of the params' `modules`), never a head's or a loss's name.
 """
 from __future__ import annotations
 
+import re
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -113,13 +114,18 @@ def batch_statistic_problem(heads: HeadsParams, tasks, batch_size: int, downsamp
     return None
 
 
+WIDTH = re.compile(r"^encoder(/[1-9][0-9]?)?$")     # the encoder's width, or an Nth of it
+
+
 class SharedParams(Strict):
     """Dense layers shared by some tasks between the encoder and their heads (000: all tasks,
     768 -> 384, leaky ReLU; 003: Para and STS, two ReLU layers)."""
     tasks: list[TaskName] = Field(list(PAIR_TASKS), description="the tasks whose heads read the shared layers, "
                                                                 "each once")
-    sizes: list[Annotated[int, Field(ge=1, le=1 << 16)]] = Field(
-        [], description="the layers' widths; `[]`: one layer of the encoder's width")
+    sizes: list[Annotated[int, Field(ge=1, le=1 << 16)] | str] = Field(
+        [], description="the layers' widths, each a number of units, `encoder` (the encoder's width) or `encoder/N` "
+                        "(an Nth of it, as 000's 768 -> 384 is `encoder/2`), so a catalogue's heads fit any model; "
+                        "`[]`: one layer of the encoder's width")
     activation: Literal["leaky_relu", "relu", "gelu", "tanh"] = Field(
         "leaky_relu", description="each layer is Linear, this activation, dropout")
 
@@ -128,6 +134,16 @@ class SharedParams(Strict):
     def _some_tasks(cls, v):
         if not v or len(set(v)) != len(v):
             raise ValueError("needs at least one task, each once")
+        return v
+
+    @field_validator("sizes")
+    @classmethod
+    def _widths(cls, v):
+        for size in v:
+            if isinstance(size, bool) or (isinstance(size, int) and size < 1) or \
+                    (isinstance(size, str) and not WIDTH.match(size)):
+                raise ValueError(f"{size!r} is not a width: give a number of units (1 or more), 'encoder' or "
+                                 f"'encoder/N' (N from 1 to 99)")
         return v
 
 

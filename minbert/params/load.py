@@ -112,6 +112,18 @@ def catalogue_file(params_path: str | Path, name: str) -> Path:
     return Path(params_path).parent / "params" / f"{name}.yaml"
 
 
+# catalogues merged into params/papers.yaml: what to write instead of each
+RENAMED = {"full": "catalogue: papers, model: bert-base-uncased and scale: paper (the papers' model at their scale)",
+           "reproduce": "catalogue: papers and scale: laptop or scale: paper (the packaged MiniLM unless `model` "
+                        "says otherwise)"}
+
+
+def renamed(name: str) -> str:
+    """The line that says what a catalogue merged into params/papers.yaml is now written as."""
+    return (f"catalogue '{name}' is now params/papers.yaml, the papers' tables and claims written once with the "
+            f"model and the scale as settings: write {RENAMED[name]}")
+
+
 def _with_catalogue(raw: Any, path: Path) -> tuple[Any, Path]:
     """`catalogue: demo` (the default) uses params.yaml's own sections; `catalogue: NAME` takes them
     from params/NAME.yaml instead, so switching the whole study catalogue is one key."""
@@ -121,6 +133,8 @@ def _with_catalogue(raw: Any, path: Path) -> tuple[Any, Path]:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise MinBertError(f"{path}: key 'catalogue': expected 'demo' or the name of a file in params/ (got {name!r})")
     cat_path = catalogue_file(path, name)
+    if not cat_path.is_file() and name in RENAMED:
+        raise MinBertError(f"{path}: key 'catalogue': {renamed(name)} (docs/papers.md)")
     if not cat_path.is_file():
         known = ["demo"] + sorted(p.stem for p in cat_path.parent.glob("*.yaml"))
         raise MinBertError(f"{path}: key 'catalogue': no catalogue file {cat_path}{close(name, known)}")
@@ -148,10 +162,68 @@ def parse_params(raw: Any, where: str = "params.yaml") -> Params:
         raise_validation(err, Params, where)
 
 
-def validate_params(raw: Any, where: str = "params.yaml") -> LoadedParams:
+def with_transcriptions(raw: Any, root: Path, where: str) -> tuple[Any, list[Path]]:
+    """`raw` with each paper table that names the catalogue it is transcribed in (`paper.transcribed_in`:
+    params/NAME.yaml beside params.yaml) completed from that catalogue's table of the same paper and
+    name: its columns, its rows' printed values by label, how many rows it prints, its data and the
+    claims whose rows are all here; the paper's title, formula and sizes (`papers.<id>`, but its
+    `differs`) likewise. So the papers' tables and claims are written once (params/papers.yaml) and a
+    study that shows some of their rows (the demo's) names only its rows' runs. Returns a new mapping
+    and the catalogue files read."""
+    studies = raw.get("studies") if isinstance(raw, dict) else None
+    if not isinstance(studies, list):
+        return raw, []
+    cached: dict[str, dict] = {}
+    files: list[Path] = []
+    out, papers = [], dict(raw["papers"]) if isinstance(raw.get("papers"), dict) else {}
+    for i, st in enumerate(studies):
+        paper = st.get("paper") if isinstance(st, dict) else None
+        name = paper.get("transcribed_in") if isinstance(paper, dict) else None
+        if not isinstance(name, str):
+            out.append(st)
+            continue
+        key = f"{where}: key 'studies[{i}].paper"
+        if name not in cached:
+            path = catalogue_file(root / "params.yaml", name)
+            if not NAME_RE.match(name) or not path.is_file():
+                raise MinBertError(f"{key}.transcribed_in': no catalogue file {path}")
+            cached[name] = read_yaml(path)
+            files.append(path)
+        theirs = next((s["paper"] for s in cached[name].get("studies") or [] if isinstance(s, dict)
+                       and isinstance(s.get("paper"), dict) and (s["paper"].get("id"), s["paper"].get("table"))
+                       == (paper.get("id"), paper.get("table"))), None)
+        if theirs is None:
+            raise MinBertError(f"{key}.table': params/{name}.yaml has no table {paper.get('table')!r} of paper "
+                               f"{paper.get('id')!r}")
+        printed = {r["label"]: r for r in theirs["rows"]}
+        rows = []
+        for j, row in enumerate(paper.get("rows") or []):
+            if not isinstance(row, dict) or row.get("label") not in printed:
+                label = row.get("label") if isinstance(row, dict) else row
+                raise MinBertError(f"{key}.rows[{j}].label': params/{name}.yaml's {paper.get('table')} has no row "
+                                   f"{label!r}{close(str(label), list(printed))}")
+            rows.append({**{k: v for k, v in printed[row["label"]].items() if k in ("dev", "test")}, **row})
+        labels = {r["label"] for r in rows}
+        claims = [c for c in theirs.get("claims") or []
+                  if set(c.get("same") or c.get("no_gain") or [c.get("better"), c.get("worse")]) <= labels]
+        taken = {k: theirs[k] for k in ("columns", "data") if k in theirs}
+        own_rows = sum(1 for r in theirs["rows"] if not r.get("from_table"))
+        out.append({**st, "paper": {**taken, "printed_rows": theirs.get("printed_rows") or own_rows, **paper,
+                                    "rows": rows, "claims": claims}})
+        pid = paper.get("id")
+        source = (cached[name].get("papers") or {}).get(pid)
+        mine = papers.get(pid) if isinstance(papers.get(pid), dict) else {}
+        if isinstance(source, dict) and "title" not in mine:
+            papers[pid] = {**{k: v for k, v in source.items() if k != "differs"}, **mine}
+    return {**raw, "studies": out, **({"papers": papers} if papers else {})}, files
+
+
+def validate_params(raw: Any, where: str = "params.yaml", root: str | Path = ".") -> LoadedParams:
     """Params from their YAML content: parsed, expanded (grids, seeds) and checked across sections;
-    `raw` is left as it was."""
+    `raw` is left as it was. `root`: the folder of params.yaml, whose params/ holds the catalogues a
+    paper table is transcribed in."""
     try:
+        raw, transcribed = with_transcriptions(raw, Path(root), where)
         raw = at_scale(raw, where)
         parsed = parse_params(raw, where)
         with parsed.registry.active():      # every later section names its tasks, losses and heads
@@ -159,14 +231,18 @@ def validate_params(raw: Any, where: str = "params.yaml") -> LoadedParams:
             check_params(loaded.params, loaded.experiments, loaded.groups, where, templates=loaded.templates)
     except RecursionError:     # YAML that parses but nests deeper than merging and validation go
         raise MinBertError(too_deep(where)) from None
+    loaded.transcribed = transcribed
     return loaded
 
 
 def load_params(path: str | Path = "params.yaml") -> LoadedParams:
     """params.yaml (and the catalogue file it names), validated."""
     path = Path(path)
+    if not path.is_file() and path.parent.name == "params" and path.stem in RENAMED:
+        raise MinBertError(f"{path}: no such file; {renamed(path.stem)}, in params.yaml or a params file of your own "
+                           f"(docs/papers.md)")
     raw = read_yaml(path)
     raw, source = _with_catalogue(raw, path)
-    loaded = validate_params(raw, str(source))
+    loaded = validate_params(raw, str(source), path.parent)
     loaded.path, loaded.source = path, source
     return loaded

@@ -191,7 +191,7 @@ def _load(path: Path, overrides: list[str]) -> LoadedParams:
         if k.split(".")[0] not in CATALOGUE_SECTIONS:
             raise MinBertError(f"--config set: '{text}': a catalogue file holds only {', '.join(CATALOGUE_SECTIONS)}")
     merged = apply(merged, [x[:3] for x in rest], str(source))
-    loaded = validate_params(merged, f"{source} with --config set")
+    loaded = validate_params(merged, f"{source} with --config set", Path(path).parent)
     loaded.path, loaded.source = path, source
     return loaded
 

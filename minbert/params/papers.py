@@ -2,7 +2,9 @@
 up in the text of its paper, so that a typo in a catalogue fails a test instead of misleading a
 reader.
 
-A claim's quote (the paper's words) must appear in the text, markup and spacing aside.
+A claim's quote (the paper's words) must appear in the text, markup and spacing aside. And each
+table, claim and paper is written once, in one params file (`written_twice`): a study that shows
+some rows of a table names the catalogue it is transcribed in.
 A row's printed values (its columns in the paper's order) must appear as one contiguous run of
 numbers in the paper's text, per split: the row as the paper prints it. A summary row (Average,
 Std) likewise; a paper's data sizes appear as written ("141,498" or "141498").
@@ -13,6 +15,8 @@ import re
 from pathlib import Path
 
 from minbert.params.studies import Params
+
+TRANSCRIBED = ("dev", "test")    # a row's keys that transcribe the paper (its printed values)
 
 # a number with a decimal point, as tables print them; "- 0.048" (a minus set apart) included
 NUMBER = re.compile(r"(?<![\w.])(-\s?)?(\d*\.\d+)(?![\w.]*\d)")
@@ -78,4 +82,43 @@ def transcription_problems(params: Params, papers_dir: str | Path) -> list[str]:
                 shown = ", ".join(f"{c} {values[c]:g}" for c in order if c in values)
                 problems.append(f"study {st.name} ({st.paper.id} {st.paper.table}) {what}: {shown} is not printed "
                                 f"in that order in the paper's text")
+    return problems
+
+
+def written_twice(files: dict[str, dict]) -> list[str]:
+    """Every paper (its title, formula and sizes), table (its printed values, columns) and claim
+    that more than one of the params files (`files`: name -> YAML content) writes, and every table
+    that names the catalogue it is transcribed in (`transcribed_in`) and still writes what it takes
+    from there; [] when each is written once."""
+    where: dict[tuple, list[str]] = {}
+    problems = []
+    for name, raw in files.items():
+        papers = raw.get("papers") if isinstance(raw, dict) else None
+        for pid, paper in (papers or {}).items():
+            if isinstance(paper, dict) and "title" in paper:
+                where.setdefault(("paper", pid), []).append(name)
+        studies = raw.get("studies") if isinstance(raw, dict) else None
+        for st in studies or []:
+            paper = st.get("paper") if isinstance(st, dict) else None
+            if not isinstance(paper, dict):
+                continue
+            table = (paper.get("id"), paper.get("table"))
+            if paper.get("transcribed_in"):
+                own = [k for k in ("columns", "claims", "summary", "data") if k in paper] + \
+                    [f"rows.{r.get('label')}.{k}" for r in paper.get("rows") or [] if isinstance(r, dict)
+                     for k in TRANSCRIBED if k in r]
+                problems += [f"{name}: study '{st.get('name')}' takes {table[0]} {table[1]} from "
+                             f"params/{paper['transcribed_in']}.yaml and writes its {k} again" for k in own]
+                continue
+            where.setdefault(("table", *table), []).append(name)
+            for c in paper.get("claims") or []:
+                if isinstance(c, dict):
+                    rows = tuple(c.get("same") or c.get("no_gain") or (c.get("better"), c.get("worse")))
+                    where.setdefault(("claim", *table, rows, c.get("column"), c.get("split", "dev")), []).append(name)
+    for key, names in where.items():
+        if len(names) > 1:
+            what = f"paper {key[1]}" if key[0] == "paper" else f"{key[1]} {key[2]}" if key[0] == "table" else \
+                f"the claim of {key[1]} {key[2]} on {key[4]} between {' and '.join(map(str, key[3]))}"
+            problems.append(f"{what} is written in {len(names)} places ({', '.join(names)}); write it once and "
+                            f"name it (`transcribed_in`) where it is shown")
     return problems

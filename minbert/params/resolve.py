@@ -22,6 +22,7 @@ from minbert.params.catalogue import LoadedParams
 from minbert.params.fields import Downsample
 from minbert.params.finetune import FinetuneParams
 from minbert.params.heads import HeadsParams
+from minbert.params.plateau import UntilPlateau
 from minbert.params.schema import (
     EnsembleParams,
     ExperimentParams,
@@ -178,6 +179,8 @@ def pretraining_from(pre: PretrainParams, base: ExperimentParams) -> PretrainSet
     """`pretrain_settings` from the pretraining's section and the base."""
     first = para_first_config(pre, base.finetune) if pre.kind == "para_first" else None
     sources = [t for t in pre.mlm.tasks if t != "nli"] if pre.kind == "mlm" else ["para"] if first else []
+    if first is not None:                        # it runs its own epochs, never to a plateau
+        first = first.model_copy(update={"until_plateau": UntilPlateau()})
     return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,
                             pretraining=pretraining_read(pre), finetune=first,
                             **declared(sources, first.heads if first else None),

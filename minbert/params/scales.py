@@ -1,7 +1,9 @@
-"""A catalogue at one of its scales (`scales`, chosen by `scale`): the rows, claims and declarations
-are written once, and the chosen scale is deep-merged over them before anything is parsed, so each
-job's description holds the settings it really runs with and switching the scale re-runs exactly
-the jobs it changes. A scale's `differs` join the papers' own, beside their tables."""
+"""A catalogue at one of its scales (`scales`, chosen by `scale`) and with one model (`model`, over
+`base.model`): the rows, claims and declarations are written once, and the chosen model and scale
+are merged over them before anything is parsed, so each job's description holds the settings it
+really runs with and switching either re-runs exactly the jobs it changes. A scale's `differs` join
+the papers' own, beside their tables; the model is compared with each paper's on the line under its
+tables."""
 from __future__ import annotations
 
 from typing import Any
@@ -37,14 +39,16 @@ def chosen_scale(raw: dict, where: str) -> tuple[str, ScaleParams] | None:
 
 
 def at_scale(raw: Any, where: str) -> Any:
-    """`raw` (the params' YAML content, the catalogue's sections in place) with its chosen scale
-    applied: `base` deep-merged with the scale's, the scale's `experiments` and `pretrainings` over
-    each one's own settings (then its `frozen` over the experiments that freeze their encoder), its
-    `repeats` on every study whose paper table has claims, its `named` settings over the rows they
-    name, its `differs` added to each paper's. A new mapping; `raw` stays as it was. Sections of the wrong type are
-    left for the schema to refuse."""
+    """`raw` (the params' YAML content, the catalogue's sections in place) with its chosen model and
+    scale applied: `model` as `base.model`; `base` deep-merged with the scale's, the scale's
+    `experiments` and `pretrainings` over each one's own settings (then its `frozen` over the
+    experiments that freeze their encoder), its `repeats` on every study whose paper table has
+    claims, its `named` settings over the rows they name, its `differs` added to each paper's. A new
+    mapping; `raw` stays as it was. Sections of the wrong type are left for the schema to refuse."""
     if not isinstance(raw, dict):
         return raw
+    if isinstance(raw.get("model"), str) and isinstance(raw.get("base", {}), dict):
+        raw = {**raw, "base": {**(raw.get("base") or {}), "model": raw["model"]}}
     chosen = chosen_scale(raw, where)
     if chosen is None:
         return raw

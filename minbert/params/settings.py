@@ -21,6 +21,7 @@ from pydantic import Field
 
 from minbert.core.layout import PREDICTED_SPLITS, TRAINING_STAGES
 from minbert.params.finetune import FinetuneParams, SmartParams
+from minbert.params.plateau import UntilPlateau
 from minbert.params.schema import (
     ClassificationCombination,
     DataParams,
@@ -39,8 +40,10 @@ ModelHeads = Field([], description="the heads of the model it loads")
 
 def extras_off() -> dict:
     """What a training derived from an experiment's fine-tuning leaves out of it (head retraining,
-    paraphrase-first): its regularisers, its distillation and its walk through tasks across epochs."""
-    return {"smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None}
+    paraphrase-first): its regularisers, its distillation, its walk through tasks across epochs and its
+    stop at the plateau (each runs its own epochs)."""
+    return {"smart": SmartParams(), "pcgrad": False, "walk_through": [], "distill": None,
+            "until_plateau": UntilPlateau()}
 
 
 class PrepareSettings(DataParams, Declarations):

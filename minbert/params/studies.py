@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from minbert.core.tasks import TASKS
 from minbert.params.fields import Strict, TaskName
 from minbert.params.messages import close
+from minbert.params.plateau import EvaluationNoise
 from minbert.params.schema import DataParams, EnsembleParams, ExperimentParams, ExportParams, PretrainParams
 from minbert.params.tasks import Declarations
 
@@ -184,6 +185,10 @@ class StudyPaper(Strict):
     its rows with every printed value, the summary rows it prints, and its claims."""
     id: str = Field(description="a key of `papers`")
     table: str = Field(description="the table's name in the paper: \"Table 2\", \"Figure 5\"")
+    transcribed_in: str = Field("", description="the catalogue (params/NAME.yaml) whose table of this paper and name "
+                                                "this one shows some rows of: its columns, printed values, data and "
+                                                "the claims on those rows are taken from there, so a table is "
+                                                "written once; give only each row's label, run and stand-in")
     columns: list[PaperColumn] = Field(min_length=1, description="its columns in the paper's order")
     rows: list[PaperRow] = Field(min_length=1, description="its rows in the paper's order")
     printed_rows: int | None = Field(None, ge=1, description="how many rows the paper's table prints, when this study "
@@ -287,38 +292,52 @@ class StudyParams(Strict):
     splits: list[Literal["dev", "test"]] = Field(["dev", "test"], description="the splits the table shows")
     source: str = Field("", description="which paper table it reproduces, in words")
     paper: StudyPaper | None = Field(None, description="that table as data: rows, columns, printed values, claims")
+    left_out: str = Field("", description="why this table is not run (at a scale: `scales.<name>.named.studies`): "
+                                          "the page shows it with the paper's values and this reason, its claims "
+                                          "are counted as left out, and its rows run only where another table, a "
+                                          "reference or an ensemble that runs needs them")
 
 
 class TrainingCheckParams(Strict):
     """When a row counts as trained, so that a claim's verdict judges the method and not a run cut
-    short (docs/report.md, "The training check"): on each phase of each training stage of each of
-    its seeds, the dev selection score and the claim's own column must have evaluations enough to
-    show a curve, rise clearly above what a constant prediction scores, and have flattened: their
-    best over the last `window` of the learning-rate budget at most the claim's tolerance above their
-    best before (`share` of the claim's size, between `min_tolerance` and `tolerance`); a pretraining
-    must have lowered its own dev loss and flattened."""
+    short (docs/report.md, "The training check"): on each phase of each training stage it depends on,
+    the dev selection score and the claim's own column must have evaluations enough to show a curve,
+    rise clearly above what a constant prediction scores, and have settled at the noise of their
+    evaluations (minbert.train.plateau: their trend over the last `window` of the learning-rate budget,
+    with its standard error, within the claim's tolerance); a pretraining must have lowered its own dev
+    loss and flattened; and more training must not move the claim's difference past its verdict's
+    boundary. Where the noise cannot tell, the claim is inconclusive."""
     min_evaluations: int = Field(4, ge=3, description="fewer dev evaluations in a phase cannot show a plateau (raise "
                                                       "`finetune.evals_per_epoch` for a short run)")
-    window: float = Field(0.25, gt=0, lt=1, description="the share of a phase's learning-rate budget (the learning rate "
-                                                        "summed over its updates) whose gain is its last gain: under a "
-                                                        "schedule that decays to 0 about its last half of updates")
-    window_evaluations: int = Field(2, ge=1, description="the fewest evaluations within the window that show a "
-                                                         "plateau")
-    share: float = Field(0.5, gt=0, le=1, description="the tolerance: this share of the claim's size (the paper's "
-                                                      "difference, or the claim's margin) on its column")
-    min_tolerance: float = Field(0.002, ge=0, description="the smallest tolerance (below it, the noise of one dev "
-                                                          "evaluation decides)")
+    window: float = Field(0.25, gt=0, lt=1, description="the last share of a phase's learning-rate budget (the learning "
+                                                        "rate summed over its updates) whose trend is read, as the "
+                                                        "change one more such share of training would bring")
+    fit: float = Field(0.5, gt=0, lt=1, description="the last share of a phase's learning-rate budget the trend is "
+                                                    "fitted over (at least the window): more evaluations, a smaller "
+                                                    "error; where the curve still bends there, the steeper slope")
+    window_evaluations: int = Field(2, ge=1, description="the fewest evaluations within the window that show a trend "
+                                                         "(and one before the fit)")
+    share: float = Field(0.5, gt=0, le=1, description="the tolerance: this share of the smaller of the claim's size "
+                                                      "(the paper's difference and ours, or the margin) and our "
+                                                      "interval's distance from the verdict's boundary")
+    min_tolerance: float = Field(0.002, ge=0, description="the smallest tolerance (a move below it is not asked about)")
     tolerance: float = Field(0.01, ge=0, description="the largest tolerance, and the tolerance of a claim whose size "
                                                      "the paper does not print")
+    noise: EvaluationNoise = Field(EvaluationNoise(), description="how much a task's dev score moves between two "
+                                                                  "evaluations of a model that has stopped improving")
     above_chance: float = Field(0.02, ge=0, description="how far the best score must rise above a constant "
                                                         "prediction's (the majority class, a zero correlation)")
     pretrain_min_drop: float = Field(0.01, ge=0, lt=1, description="a pretraining moved when its best dev loss is "
                                                                    "at least this share below the starting model's")
-    pretrain_share: float = Field(0.1, gt=0, le=1, description="a pretraining flattened when its loss fell by at "
-                                                               "most this share of its whole drop over the window")
+    pretrain_share: float = Field(0.1, gt=0, le=1, description="a pretraining flattened when the trend of its last "
+                                                               "window lowers its loss by at most this share of its "
+                                                               "whole drop")
 
     @model_validator(mode="after")
     def _ordered(self):
+        if self.fit < self.window:
+            raise ValueError(f"fit ({self.fit:g}) is below window ({self.window:g}): the trend is fitted over at least "
+                             f"the window")
         if self.min_tolerance > self.tolerance:
             raise ValueError(f"min_tolerance ({self.min_tolerance:g}) is above tolerance ({self.tolerance:g})")
         return self
@@ -398,4 +417,8 @@ class Params(Declarations):
                                                            "(minbert.params.scales applies the chosen one)")
     scale: str | None = Field(None, description="the scale of `scales` to run at (params.yaml's, else the "
                                                 "catalogue's); null where the catalogue has none")
+    model: str | None = Field(None, description="the model every experiment starts from, in place of `base.model` "
+                                                "(an experiment that names its own keeps it): `bert-base-uncased` "
+                                                "runs the papers' catalogue on the papers' model; null: "
+                                                "`base.model`")
 

@@ -65,7 +65,7 @@ def check_params(params: Params, experiments: dict[str, ExperimentParams], group
         if name not in known:
             raise MinBertError(f"{where}: key 'export.experiments': unknown experiment '{name}'{close(name, known)}")
     for i, st in enumerate(params.studies):
-        if not st.experiments:
+        if not st.experiments and not st.left_out:
             raise MinBertError(f"{where}: key 'studies[{i}]' (study '{st.name}'): no rows; list experiments, a grid "
                                f"or a paper table")
 
@@ -122,6 +122,8 @@ def check_papers(params: Params, runnable: set, where: str, experiments: dict, g
         if st.paper.id not in params.papers:
             raise MinBertError(f"{where}: key '{key}.id' (study '{st.name}'): unknown paper '{st.paper.id}'"
                                f"{close(st.paper.id, params.papers)}; describe it under 'papers'")
+        if st.left_out:                 # shown with the paper's values alone: none of its rows runs
+            continue
         for j, row in enumerate(st.paper.rows):
             if row.run is not None:
                 if row.run not in runnable:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,21 +38,48 @@ class StepCost:
     startup: float = 0.0
     light_startup: float = 0.0
     capture: float = 0.0
+    length: float = 0.0             # word pieces of the sentences measured (0: unknown; every task weighs 1)
+    lengths: dict = field(default_factory=dict)   # task -> word pieces of its typical sentence (`task_lengths`)
 
     def of(self, n: float, train: bool = True) -> float:
         a, b = self.train if train else self.forward
         return a + b * n if n else 0.0
 
+    def weight(self, task: str, max_length: int | None = None) -> float:
+        """What a sentence of `task` costs against a measured one: its typical length (cut to
+        `max_length`) over the length measured; 1 where either is unknown (a long review weighs
+        several SST sentences)."""
+        n = self.lengths.get(task)
+        if not n or not self.length:
+            return 1.0
+        return min(n, max_length or n) / self.length
+
 
 def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
-    """Word pieces of a typical sentence of the params' data (the mean over the first `sample`
-    training rows of each CS224N file of the tasks its experiments train, [CLS] and [SEP] included, rounded
-    up); LENGTH where the data has none. Batches are padded to their longest row but the encoder
-    skips the padding, so a pass costs about what its sentences' real lengths do."""
+    """Word pieces of a typical sentence of the params' data: the mean of `task_lengths` over the
+    leaderboard's tasks where the experiments train any (a task of long texts, CFIMDB's reviews, is
+    priced by its own length, StepCost.weight), over all their tasks otherwise, rounded up; LENGTH
+    where the data has none."""
+    lengths = task_lengths(lp, model, sample)
+    counts = {t: n for t, (n, _) in lengths.items()}
+    chosen = [t for t in lengths if t in LEADERBOARD] or list(lengths)
+    total = sum(counts[t] for t in chosen)
+    return max(4, math.ceil(sum(lengths[t][1] * counts[t] for t in chosen) / total)) if total else LENGTH
+
+
+LEADERBOARD = ("sst", "para", "sts")
+
+
+def task_lengths(lp: LoadedParams, model: str, sample: int = 400) -> dict[str, tuple[int, float]]:
+    """Per task its experiments train: (sentences read, their mean word pieces), over the first
+    `sample` training rows of its CS224N file, [CLS] and [SEP] included. Batches are padded to their
+    longest row but the encoder skips the padding, so a pass costs about what its sentences' real
+    lengths do."""
     from minbert.data.raw import raw_path, read_cs224n
     from minbert.model.tokenizer import Tokenizer
 
-    lengths = []
+    out: dict[str, tuple[int, float]] = {}
+    tokenizer = None
     used = {t for exp in lp.experiments.values() for t in exp.finetune.tasks}
     for name, task in TASKS.items():
         path = Path(raw_path(lp.params.data.dir, name, "train")) if task.format == "cs224n" and name in used else None
@@ -62,11 +89,12 @@ def typical_length(lp: LoadedParams, model: str, sample: int = 400) -> int:
             frame, _ = read_cs224n(path, name, labelled=True, on_bad_rows="drop")
         except MinBertError:
             continue                                  # prepare says what is wrong with it
-        if not lengths:
-            tokenizer = Tokenizer(model_folder(model), 512)
-        for column in task.text_columns:
-            lengths += [len(ids) for ids, _ in tokenizer.encode(frame[column].head(sample).astype(str).tolist())]
-    return max(4, math.ceil(sum(lengths) / len(lengths))) if lengths else LENGTH
+        tokenizer = tokenizer or Tokenizer(model_folder(model), 512)
+        lengths = [len(ids) for column in task.text_columns
+                   for ids, _ in tokenizer.encode(frame[column].head(sample).astype(str).tolist())]
+        if lengths:
+            out[name] = (len(lengths), sum(lengths) / len(lengths))
+    return out
 
 
 def _startup(code: str, cpu: bool = False) -> float:

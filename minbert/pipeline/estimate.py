@@ -8,6 +8,8 @@ Every job the planner plans (minbert.pipeline.plan) is priced by what it will ru
   passes for SMART),
   its dev evaluations (the evaluation pass, batches of 128), its checkpoints (the resumable state
   and the best model each epoch), the CUDA graphs it records, and its start-up;
+  a fine-tuning that stops at its plateau (`finetune.until_plateau`), each phase halfway from the
+  earliest stop its evaluations' noise allows to its cap (PLATEAU_PRICED; both ends said beside it);
 - masked-LM and NLI pretraining: its steps (`max_steps_per_epoch` counted) and dev-loss passes;
 - a prediction or a teacher: the forward passes over its rows; prepare, evaluate, ensemble, export
   and the report: their start-up and an allowance each (ALLOWANCE, measured on the demo).
@@ -26,8 +28,10 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
 
 from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
@@ -35,10 +39,13 @@ from minbert.core.tasks import TASKS
 from minbert.data.downsample import target_sizes
 from minbert.data.raw import RAW_SPLITS, raw_path
 from minbert.params.catalogue import LoadedParams
+from minbert.params.fields import Downsample
 from minbert.params.load import load_params
-from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, typical_length
+from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, task_lengths, typical_length
 from minbert.pipeline.plan import pipeline
-from minbert.train.schedules import sampling_probabilities, sequential_phases, unit_batches
+from minbert.pipeline.planned import PhasePlan, planned_updates
+from minbert.train import plateau as plateau_rule
+from minbert.train.points import eval_points
 
 NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
 # Four captured MiniLM jobs side by side on one H200 by time slices each ran at its full speed
@@ -51,6 +58,10 @@ REPORT_PER_JOB = 0.05
 # A job's start-up where nobody measured it: `minbert progress` prices a running pipeline's waiting
 # jobs without measuring (its start-up is the demo's, 2 CPU cores: Python, the stage's imports, the model).
 STARTUP = 6.0
+# A phase that stops at its plateau (finetune.until_plateau) is priced this share of the way from the
+# earliest stop its evaluations' noise allows to its cap: halfway, until a run records where its phases
+# stopped (docs/results.md); the estimate says both ends beside it.
+PLATEAU_PRICED = 0.5
 
 
 @dataclass
@@ -92,6 +103,7 @@ class Priced:
     deps: list[str]
     network: bool
     updates: int = 0
+    ends: tuple[float, float] | None = None          # a run that stops at its plateau: its seconds at either end
 
 
 @dataclass
@@ -100,6 +112,7 @@ class Estimate:
     wall: float = 0.0                                 # when the last job ends, scheduled as the engine runs them
     chain: list[str] = field(default_factory=list)    # the longest chain of jobs, first to last
     chain_seconds: float = 0.0
+    walls: tuple[float, float] | None = None          # were every run that stops at its plateau at either end
 
     @property
     def updates(self) -> int:
@@ -144,14 +157,38 @@ def sentences(task: str, heads) -> int:
     return 3 if task in getattr(heads, "hybrid", ()) else 2
 
 
-def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str, int], cost: StepCost,
-                seed: int) -> tuple[float, int]:
-    """(seconds, updates) of one training run as its loop plans it (`planned_updates`)."""
+def phase_share(cfg, phase: PhasePlan, dev_rows: dict[str, int], plateau: float) -> float:
+    """The share of a phase's planned updates a run prices: all of them, or where it stops at its
+    plateau (finetune.until_plateau), `plateau` of the way from the earliest stop its evaluations'
+    noise allows (the first evaluation at which a flat curve can read flat: minbert.train.plateau.
+    earliest_stop, on the dev rows it scores) to its cap (0: the earliest, 1: the cap)."""
+    rule = getattr(cfg, "until_plateau", None)
+    if rule is None or not rule.enabled:
+        return 1.0
+    updates, warmup = phase.updates, int(cfg.warmup_ratio * phase.updates)    # Plan.schedule's
+    at = [e * phase.per_epoch + k for e in range(cfg.epochs) for k in eval_points(phase.per_epoch, cfg.evals_per_epoch)]
+    tasks = phase.tasks
+    rows = {t: min(dev_rows.get(t, 0), cfg.dev_size or dev_rows.get(t, 0)) for t in tasks}
+    noise = plateau_rule.weighted_noise(rows, plateau_rule.score_weights(tasks), rule.noise)
+    place = plateau_rule.lr_budget(np.array(at, dtype=float), updates, warmup, cfg.lr_schedule)
+    first = plateau_rule.earliest_stop(place, noise, rule)
+    earliest = at[first - 1] / max(updates, 1) if first else 1.0
+    return earliest + plateau * (1.0 - earliest)
+
+
+def fit_seconds(cfg, tasks: list[str], rows: dict[str, dict[str, int]], cost: StepCost, seed: int,
+                max_length: int | None = None, plateau: float = PLATEAU_PRICED) -> tuple[float, int]:
+    """(seconds, updates) of one training run as its loop plans it (`planned_updates`) on `rows` ({split: {task: rows}}),
+    each task's sentences weighed by their length against the one measured (cut to `max_length`:
+    StepCost.weight); a run that stops at its plateau, each phase for its share of the plan
+    (`phase_share`, at `plateau`)."""
+    sizes, dev_rows = rows["train"], rows["dev"]
     tasks = [t for t in tasks if sizes.get(t)]
     if not tasks:
         return 0.0, 0
     target = target_sizes({t: sizes[t] for t in tasks}, cfg.downsample)
     plan = planned_updates(cfg, tasks, target)
+    share = [phase_share(cfg, phase, dev_rows, plateau) for phase in plan.phases]
     frozen = cfg.freeze_encoder
     # a frozen encoder's outputs are computed once, but where dropout, SMART or a task's own layers
     # (extra_layers: its branch) make them differ each time (minbert.train.frozen.cacheable)
@@ -159,75 +196,27 @@ def fit_seconds(cfg, tasks: list[str], sizes: dict[str, int], dev_rows: dict[str
               and t not in cfg.heads.extra_layers}
     smart = set(cfg.smart.tasks or tasks) if cfg.smart.enabled else set()
     seconds = 0.0
-    for task, count in plan.per_task.items():
-        if task not in cached:
+    for phase, part in zip(plan.phases, share):
+        for task, count in phase.per_task.items():
+            if task in cached:
+                continue
+            n = cfg.batch_size * sentences(task, cfg.heads) * cost.weight(task, max_length)
             trains = not frozen or task in cfg.heads.extra_layers      # a branch's layers train
-            seconds += count * cost.of(cfg.batch_size * sentences(task, cfg.heads), train=trains) * \
-                (3 if task in smart else 1)
+            seconds += count * cost.of(n, train=trains) * (3 if task in smart else 1) * part
     # the cached tasks' features, once per split
-    seconds += sum(cost.of(target[t] * sentences(t, cfg.heads), train=False) for t in cached)
-    evaluations = plan.phases * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
+    seconds += sum(cost.of(target[t] * sentences(t, cfg.heads) * cost.weight(t, max_length), train=False)
+                   for t in cached)
+    evaluations = sum(share) * cfg.epochs * getattr(cfg, "evals_per_epoch", 1)
     cap = getattr(cfg, "dev_size", None)
-    dev = {t: min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) for t in tasks}
+    dev = {t: min(dev_rows.get(t, 0), cap or dev_rows.get(t, 0)) * sentences(t, cfg.heads) * cost.weight(t, max_length)
+           for t in tasks}
     seconds += sum(_batched(dev[t], cost) for t in cached)
     seconds += evaluations * _batched(sum(n for t, n in dev.items() if t not in cached), cost)
     # the resumable state and the best model, written after each epoch
-    seconds += plan.phases * cfg.epochs * cost.checkpoint
+    seconds += sum(share) * cfg.epochs * cost.checkpoint
     # on CUDA, a graph recorded per task and batch shape (a few length buckets each)
     seconds += cost.capture * 3 * len(tasks)
-    return seconds, plan.total
-
-
-@dataclass
-class Planned:
-    """A training run's updates as its loop plans them: its phases, how many updates train each task
-    (an expectation for a schedule that draws tasks at random) and the updates in all."""
-    phases: int
-    per_task: dict[str, float]
-    total: int
-
-
-def planned_updates(cfg, tasks: list[str], sizes: dict[str, int]) -> Planned:
-    """The updates minbert.train.training.Plan builds for `cfg` over `sizes`, summed in closed form
-    (every epoch of a phase plans alike, a random schedule by its expectation): the cost of the
-    estimate does not grow with the epochs or the updates."""
-    sequential = cfg.schedule == "sequential"
-    phases = sequential_phases(tasks) if sequential else [tasks]
-    per_task, total = dict.fromkeys(tasks, 0.0), 0
-    for phase in phases:
-        unit = cfg.epoch_unit if cfg.epoch_unit in ("smallest", "largest") or cfg.epoch_unit in phase else "smallest"
-        counts, n = epoch_counts("task_by_task" if sequential else cfg.schedule, {t: sizes[t] for t in phase},
-                                 cfg.batch_size, unit, cfg.temperature, cfg.max_steps_per_epoch)
-        for task, count in counts.items():
-            per_task[task] += count * cfg.epochs
-        total += n * cfg.epochs
-    return Planned(len(phases), per_task, total)
-
-
-def epoch_counts(schedule: str, sizes: dict[str, int], batch_size: int, unit: str, temperature: float,
-                 cap: int | None) -> tuple[dict[str, float], int]:
-    """One epoch of minbert.train.schedules.epoch_plan counted without listing it: (the updates that
-    train each task, the updates), the first `cap` only."""
-    tasks, k = list(sizes), len(sizes)
-    if schedule == "task_by_task":
-        left, counts = cap or math.inf, {}
-        for t in tasks:
-            counts[t] = min(max(1, math.ceil(sizes[t] / batch_size)), left)
-            left -= counts[t]
-        return counts, int(sum(counts.values()))
-    per_epoch = unit_batches(sizes, batch_size, unit) * (k if schedule != "simultaneous" and
-                                                         schedule != "drop_round_robin" else 1)
-    n = min(per_epoch, cap or per_epoch)
-    if schedule == "simultaneous":
-        return dict.fromkeys(tasks, n), n
-    if schedule == "round_robin":                # the tasks in turn: the first n % k once more
-        return {t: n // k + (i < n % k) for i, t in enumerate(tasks)}, n
-    if schedule == "drop_round_robin":
-        return dict.fromkeys(tasks, n / k), n
-    if schedule in ("proportional", "temperature"):
-        probs = sampling_probabilities(sizes, 1.0 if schedule == "proportional" else temperature)
-        return {t: n * float(p) for t, p in zip(tasks, probs)}, n
-    raise ValueError(f"unknown schedule {schedule!r}")
+    return seconds, round(sum(part * phase.updates for phase, part in zip(plan.phases, share)))
 
 
 def _batched(n_sentences: float, cost: StepCost) -> float:
@@ -239,8 +228,12 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
     """(seconds, updates) of a pretraining: its steps (at most `max_steps_per_epoch` an epoch) and a
     dev-loss pass before the first epoch and after each."""
     train, dev = rows["train"], rows["dev"]
-    if pre.kind == "para_first":                 # one fine-tuning on para, with base.finetune's settings
-        return fit_seconds(base_finetune.model_copy(update={"epochs": pre.epochs}), ["para"], train, dev, cost, seed)
+    if pre.kind == "para_first":                 # one fine-tuning on para, at the pretraining's own pace
+        evals = (pre.finetune or {}).get("evals_per_epoch", base_finetune.evals_per_epoch)
+        cfg = base_finetune.model_copy(update={"epochs": pre.epochs, "batch_size": pre.batch_size,
+                                               "max_steps_per_epoch": pre.max_steps_per_epoch,
+                                               "evals_per_epoch": evals, "downsample": Downsample(mode="none")})
+        return fit_seconds(cfg, ["para"], rows, cost, seed)
     if pre.kind == "mlm":
         n = sum(target_sizes({t: train.get(t, 0) for t in pre.mlm.tasks}, pre.mlm.downsample).values())
         n_dev = sum(dev.get(t, 0) for t in pre.mlm.tasks)
@@ -263,35 +256,38 @@ def runs_network(job) -> bool:
     return "gpu" in job.spec.resources
 
 
-def network_seconds(job, rows: dict, cost: StepCost, heads=None) -> tuple[float, int] | None:
+def network_seconds(job, rows: dict, cost: StepCost, heads=None, plateau: float = PLATEAU_PRICED
+                    ) -> tuple[float, int] | None:
     """(seconds, training updates) of what a planned job (minbert.pipeline.job.Job) runs on the
     network, its start-up left out: a training run's, a pretraining's, a prediction's or a teacher's
     passes over `rows` ({split: {task: rows}}) at `cost`; None for a job that runs no network. `heads`:
     the predicting experiment's (a hybrid pair is read three times); None: a pair counts twice.
+    `plateau`: where between its earliest stop and its cap a fine-tuning that stops at its plateau is priced.
     `minbert progress` prices its waiting jobs with it at a unit cost per sentence."""
     if not runs_network(job):
         return None
     s = job.spec.model.model_validate(job.settings)
-    train, dev = rows["train"], rows["dev"]
+    cap = getattr(s, "max_length", None)
     if job.stage == "finetune":
-        return fit_seconds(s.finetune, s.finetune.tasks, train, dev, cost, s.seed)
+        return fit_seconds(s.finetune, s.finetune.tasks, rows, cost, s.seed, cap, plateau)
     if job.stage == "retrain_heads":
-        return fit_seconds(s.train, s.train.tasks, train, dev, cost, s.seed)
+        return fit_seconds(s.train, s.train.tasks, rows, cost, s.seed, cap)
     if job.stage == "pretrain":
         return pretrain_seconds(s.pretraining, rows, cost, s.finetune, s.seed)
     # a prediction's dev and test splits; a teacher's training rows, once per member
     splits, members = (s.splits, 1) if job.stage == "predict" else (["train"], len(s.members))
-    n = sum(rows[split].get(t, 0) * sentences(t, heads) for t in s.predicts for split in splits)
+    n = sum(rows[split].get(t, 0) * sentences(t, heads) * cost.weight(t, cap) for t in s.predicts for split in splits)
     return _batched(n * members, cost), 0
 
 
-def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int) -> tuple[float, int]:
+def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int,
+                plateau: float = PLATEAU_PRICED) -> tuple[float, int]:
     """(seconds, training updates) of one planned job (minbert.pipeline.job.Job) on this machine:
     its network's work and start-up (`network_seconds`), or a job's that runs none (its start-up
     and an allowance)."""
     heads = lp.experiments[job.name].finetune.heads if job.stage == "predict" and job.name in lp.experiments \
         else None
-    work = network_seconds(job, rows, cost, heads)
+    work = network_seconds(job, rows, cost, heads, plateau)
     if work is None:
         extra = REPORT_PER_JOB * jobs_in_report if job.stage == "report" else 0.0
         return cost.light_startup + ALLOWANCE.get(job.stage, 1.0) + extra, 0
@@ -383,9 +379,16 @@ def estimate(lp: LoadedParams, cost: StepCost, machine: Machine | None = None) -
         seconds, updates = job_seconds(job, rows, cost, lp, len(jobs))
         # the planner names each read by the output that holds it (Job.deps): the jobs that make them
         deps = sorted({maker[d] for d in job.deps if d in maker} - {job.id})
-        priced.append(Priced(job.id, job.stage, seconds, deps, runs_network(job), updates))
+        ends = tuple(job_seconds(job, rows, cost, lp, len(jobs), end)[0] for end in (0.0, 1.0)) \
+            if job.stage == "finetune" else None
+        priced.append(Priced(job.id, job.stage, seconds, deps, runs_network(job), updates,
+                             ends if ends and ends[0] < ends[1] else None))
     wall, chain, chain_seconds = schedule(priced, machine)
-    return Estimate(priced, wall, chain, chain_seconds)
+    walls = None
+    if any(p.ends for p in priced):           # the wall time were every such run to stop at either end
+        walls = tuple(schedule([replace(p, seconds=p.ends[k]) if p.ends else p for p in priced], machine)[0]
+                      for k in (0, 1))
+    return Estimate(priced, wall, chain, chain_seconds, walls)
 
 
 # ---------------------------------------------------------------- saying it
@@ -437,9 +440,15 @@ def describe(est: Estimate, where: str, machine: Machine | None = None) -> str:
     parts, work = rounded_parts(est.seconds, 6.0 if tenths else 60.0)
     stages = " + ".join(f"{s} {_minutes(m, tenths)}" for s, m in sorted(parts.items(), key=lambda kv: -kv[1]))
     chain = " -> ".join(i.replace("@", " ") for i in est.chain if not i.startswith(("report", "prepare")))
+    plateau = ""
+    if est.walls:
+        runs = sum(1 for j in est.jobs if j.ends)
+        plateau = (f"; {runs} fine-tunings stop at their plateau, each priced halfway between the earliest stop its "
+                   f"evaluations' noise allows and its cap: between {fmt_seconds(est.walls[0], tenths)} (all at the "
+                   f"earliest) and {fmt_seconds(est.walls[1], tenths)} (all at their caps)")
     return (f"about {fmt_seconds(est.wall, tenths)} on {where}, {machine.describe()}: {len(est.jobs)} jobs, "
             f"{est.updates:,} training updates; the longest chain {fmt_seconds(est.chain_seconds, tenths)} ({chain}); "
-            f"the work {_minutes(work, tenths)} = {stages or 'nothing'}")
+            f"the work {_minutes(work, tenths)} = {stages or 'nothing'}{plateau}")
 
 
 def machine_here(device_type: str, threads: int | None = None, cores: int | None = None,
@@ -472,6 +481,7 @@ def estimate_lines(params: str, device: str | None = None, threads: int | None =
     with lp.registry.active():                            # the params' own tasks
         length = typical_length(lp, base.model)
         cost = measure(base.model, dev.type, base.precision, machine.job_threads, length, base.cuda_graphs, cpu_time)
+        cost = replace(cost, length=length, lengths={t: n for t, (_, n) in task_lengths(lp, base.model).items()})
         priced = estimate(lp, cost, machine)
     captured = dev.type == "cuda" and base.cuda_graphs
     where = (f"{dev.type} ({precision_on(base.precision, dev)}, {'captured' if captured else 'eager'} steps, "

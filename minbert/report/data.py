@@ -216,6 +216,22 @@ def data_summary(outputs: Outputs) -> list[dict]:
     return raw
 
 
+def load_pretrainings(params: LoadedParams, outputs: Outputs) -> dict[str, RunResults]:
+    """Every declared pretraining's history and metrics, by name (the training check reads the one a row
+    starts from and the one that starts from in turn); an absent file loads as nothing, never a guess."""
+    out = {}
+    for name in params.params.pretrainings:
+        path = outputs.file(f"pretrain@{name}", "history")
+        history = load_history(path) if path is not None else None
+        metrics_path = outputs.file(f"pretrain@{name}", "metrics")
+        metrics = read_json(metrics_path) if _present(metrics_path) else None
+        if metrics is not None and not isinstance(metrics, dict):
+            raise MinBertError(f"{metrics_path}: expected a JSON object; re-run python -m stages.pretrain --name {name}")
+        out[name] = RunResults(name, "pretraining", histories={} if history is None else {"pretrain": history},
+                               pretrain_metrics=metrics)
+    return out
+
+
 @dataclass
 class ReportData:
     params: LoadedParams
@@ -224,6 +240,7 @@ class ReportData:
     run_infos: list[dict]
     data_summary: list[dict]
     outputs: Outputs | None = None              # every output the report job reads, by job and name
+    pretrainings: dict[str, RunResults] = field(default_factory=dict)   # every pretraining's history, by name
 
 
 def load_report_data(params: LoadedParams, layout: Layout = Layout(),
@@ -236,4 +253,5 @@ def load_report_data(params: LoadedParams, layout: Layout = Layout(),
     runs = {name: load_run(outputs, name, "experiment", exp.pretrain) for name, exp in params.experiments.items()}
     runs |= {name: load_run(outputs, name, "ensemble") for name in params.params.ensembles}
     return ReportData(params=params, layout=layout, runs=runs, run_infos=run_infos(outputs, layout),
-                      data_summary=data_summary(outputs), outputs=outputs)
+                      data_summary=data_summary(outputs), outputs=outputs,
+                      pretrainings=load_pretrainings(params, outputs))

@@ -101,17 +101,19 @@ def encoder_alone(view, declared: list[str], ratio: float, book: ScoreBook, key:
 
 
 def references(sp, claim, chosen: dict, book: ScoreBook) -> dict[str, tuple[str, str]]:
-    """row -> (frozen run, why) that may answer `claim` for that row when it is still rising (the
-    training check): the claim's other row where it is frozen and the row is the claim's better one
-    (a difference claim: more training could only widen the row's lead), or the table's own frozen
-    reference where it has the row's heads (the row's win over it is its fine-tuning's)."""
+    """row -> (frozen run, why) that may answer a difference `claim` for its better row (the claim's
+    first) when that row is still rising (the training check): the claim's other row where it is
+    frozen, or the table's own frozen reference where it has the row's heads (the row's win over it is
+    its fine-tuning's). Only the better row: more training of it could only widen its lead, where more
+    training of the worse row could close the gap; never on a claim of no effect or no gain, which a
+    move either way could change."""
     first, second = (chosen.get(label) for label in claim.rows)
-    out = {}
-    if claim.kind == "difference" and first and second and frozen(second, book) and not frozen(first, book):
-        out[first] = (second, "the claim's frozen row")
+    if claim.kind != "difference" or not first or frozen(first, book):
+        return {}
+    if second and frozen(second, book):
+        return {first: (second, "the claim's frozen row")}
     reference = chosen.get(sp.frozen_reference) if sp.frozen_reference else (sp.reference_run or None)
-    if reference and frozen(reference, book):
-        for row in (first, second):
-            if row and row not in out and not frozen(row, book) and heads_key(row, book) == heads_key(reference, book):
-                out[row] = (reference, "the table's frozen reference, with the same heads")
-    return out
+    if reference and reference != first and frozen(reference, book) and \
+            heads_key(first, book) == heads_key(reference, book):
+        return {first: (reference, "the table's frozen reference, with the same heads")}
+    return {}

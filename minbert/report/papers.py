@@ -18,12 +18,14 @@ from minbert.report.best import best_of, dev_score
 from minbert.report.data import ReportData
 from minbert.report.effects import encoder_alone, references, table_frozen_runs
 from minbert.report.scores import ScoreBook, metric_value
+from minbert.report.settled import claim_bounds, pair_check, row_check
 from minbert.report.tables import SUMMARIES, description, summarise_values
-from minbert.report.training import ClaimCheck, claim_tolerance, row_check
+from minbert.report.training import ClaimCheck
 from minbert.scoring import stats
 
-VERDICTS = ("reproduced", "not significant", "reversed", "differs", "inconclusive", "undertrained", "not run")
-JUDGED = VERDICTS[:5]                       # the verdicts on a comparison; undertrained and not run are counted apart
+VERDICTS = ("reproduced", "not significant", "reversed", "differs", "inconclusive", "undertrained", "not run",
+            "left out")
+JUDGED = VERDICTS[:5]                       # the verdicts on a comparison; the others are counted apart
 VERDICT_TITLES = {
     "reproduced": "a difference: the same sign as the paper's in every seed, and its paired-bootstrap interval "
                   "excludes 0; no effect: the interval lies within the claim's margin; no gain: the interval lies "
@@ -33,11 +35,15 @@ VERDICT_TITLES = {
     "reversed": "a difference: the opposite sign to the paper's, and its interval excludes 0",
     "differs": "no effect: the interval excludes 0 and reaches beyond the claim's margin; no gain: the first row "
                "improves on the second (the interval lies above 0) beyond the margin",
-    "inconclusive": "no effect or no gain: the interval contains 0 but reaches beyond the claim's margin",
-    "undertrained": "a row of the claim did not train (a dev curve of a stage, on its selection score or the claim's "
-                    "column, did not flatten or stayed at chance, or its pretraining did not move): the comparison "
-                    "would judge the run, not the paper's method",
+    "inconclusive": "no effect or no gain: the interval contains 0 but reaches beyond the claim's margin; any claim: "
+                    "at the noise of its rows' dev evaluations the training check cannot tell whether more training "
+                    "would move a row, or the claim's difference, past what would change the verdict",
+    "undertrained": "a row of the claim did not train (a dev curve of a stage it depends on, on its selection score or "
+                    "the claim's column, is still moving or stayed at chance, its history is absent, or its "
+                    "pretraining did not move), or more training would clearly move the claim's difference past "
+                    "its verdict's boundary: the comparison would judge the run, not the paper's method",
     "not run": "one of the two rows has no dev scores (with predictions) yet",
+    "left out": "the claim's table does not run at this scale (the catalogue says why): no verdict",
 }
 
 
@@ -115,10 +121,12 @@ class ClaimView:
     seeds: tuple = ()                           # the seeds behind each row (better, worse): their real counts
     seed_differences: list = field(default_factory=list)   # ours, seed by seed (where both rows ran the seeds)
     training: list = field(default_factory=list)   # RowCheck of each row (the training check)
-    judged: str = ""                            # an undertrained claim's verdict had its rows trained
-    tolerance: float | None = None              # the training check's tolerance for this claim (on its column)
+    judged: str = ""                            # the verdict the comparison reads, where the training check overrode it
+    tolerance: float | None = None              # the training check's tolerance for this claim's rows (on its column)
+    settled: str = ""                           # whether more training would move the difference (the pair), in words
     alone: object = None                        # EncoderAlone: where our effect is several times the paper's
     formula: str = ""                           # an overall column: its paper's formula, named beside it
+    left_out: str = ""                          # why the claim's table does not run (the catalogue's words)
 
 
 @dataclass
@@ -140,6 +148,7 @@ class PaperTableView:
     shown_rows: int = 0                         # those a run here stands for
     overall_name: str = ""                      # the paper's overall column, as printed ("" when it has none)
     stand_ins: bool = False                     # a row's run is not the paper's method (a "compares to" column)
+    left_out: str = ""                          # why this table does not run here: the paper's values alone
 
     @property
     def formula_name(self) -> str:
@@ -304,16 +313,33 @@ def claim_view(study: str, sp, claim, chosen: dict, formula: str, book: ScoreBoo
                                  view.seed_differences)
     if settings is None or view.verdict == "not run":
         return view
-    cfg = settings.training_check
-    view.tolerance = claim_tolerance(cfg, claim.margin if claim.kind != "difference" else view.paper_difference)
-    printed = {chosen[r.label]: v for r in sp.rows if chosen.get(r.label) and not r.stand_in
-               and (v := (getattr(r, claim.split, None) or {}).get(claim.column)) is not None}
-    check = ClaimCheck(key, claim.column, view.tolerance, claim.split, references(sp, claim, chosen, book), printed)
-    view.training = [row_check(run, book, cfg, check) for run in (view.better_run, view.worse_run)]
-    if not all(r.trained for r in view.training):
-        view.judged, view.verdict = view.verdict, "undertrained"
+    training_check(view, sp, claim, chosen, key, book, settings.training_check)
     view.alone = encoder_alone(view, table_frozen_runs(sp, chosen, book), settings.encoder_alone_ratio, book, key)
     return view
+
+
+def training_check(view: ClaimView, sp, claim, chosen: dict, key: str, book: ScoreBook, cfg) -> None:
+    """The training check of a judged claim (docs/report.md, "The training check"): undertrained where a
+    row did not train or more training would clearly move the difference past the verdict's boundary;
+    inconclusive where the evaluations' noise cannot tell; the verdict it reads kept as `judged`."""
+    size = claim.margin if claim.kind != "difference" else view.paper_difference
+    view.tolerance, up, down = claim_bounds(cfg, claim.kind, size, view.difference, view.interval,
+                                            claim.margin)
+    printed = {chosen[r.label]: v for r in sp.rows if chosen.get(r.label) and not r.stand_in
+               and (v := (getattr(r, claim.split, None) or {}).get(claim.column)) is not None}
+    # a reference answers only for the row the claim finds better, on a difference that reads reproduced:
+    # more training of that row could only widen its lead
+    refs = references(sp, claim, chosen, book) if view.verdict == "reproduced" else {}
+    check = ClaimCheck(key, claim.column, view.tolerance, claim.split, refs, printed, up, down)
+    cells = {r.label: list(r.best_of) for r in sp.rows if r.best_of}
+    view.training = [row_check(chosen[label], book, cfg, check, tuple(cells.get(label, ())))
+                     for label in (view.better, view.worse)]
+    statuses = {r.status for r in view.training}
+    pair, view.settled = pair_check(view.training, check) if statuses == {"trained"} else ("", "")
+    if "undertrained" in statuses or pair == "moving":
+        view.judged, view.verdict = view.verdict, "undertrained"
+    elif "unclear" in statuses or pair == "unclear":
+        view.judged, view.verdict = view.verdict, "inconclusive"
 
 
 def seed_differences(a: str, b: str, split: str, key: str, book: ScoreBook) -> list[float]:
@@ -336,6 +362,8 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
     sp = study.paper
     if sp is None:
         return None
+    if study.left_out:
+        return left_out_table(study, data)
     paper = data.params.params.papers[sp.id]
     splits = [s for s in ("dev", "test") if s == "dev" or any(getattr(r, s) for r in sp.rows)]
     columns = [(s, c.name, paper_metric_key(c.metric, paper.overall)) for s in splits for c in sp.columns]
@@ -353,6 +381,27 @@ def paper_table(study, data: ReportData, book: ScoreBook) -> PaperTableView | No
     view.claims = [claim_view(study.name, sp, claim, chosen, paper.overall, book, settings) for claim in sp.claims]
     view.scale = scale_line(data.params, paper, [r for r in chosen.values() if r], data.data_summary, sp.data)
     return view
+
+
+def left_out_table(study, data: ReportData) -> PaperTableView:
+    """A table the catalogue leaves out at this scale (`left_out`): the paper's rows and printed values
+    alone, each of its claims counted as left out, with the catalogue's reason."""
+    sp = study.paper
+    paper = data.params.params.papers[sp.id]
+    splits = [s for s in ("dev", "test") if s == "dev" or any(getattr(r, s) for r in sp.rows)]
+    columns = [(s, c.name, paper_metric_key(c.metric, paper.overall)) for s in splits for c in sp.columns]
+    rows = [PaperRowView(r.label, None, "", False,
+                         cells={(s, name): PaperCell(getattr(r, s).get(name)) for s, name, _ in columns})
+            for r in sp.rows]
+    own_rows = sum(1 for r in sp.rows if not r.from_table)
+    claims = [ClaimView(study.name, c.text, *c.rows, c.column, c.split, sp.paper_difference(c), None, None,
+                        verdict="left out", kind=c.kind, margin=c.margin, margin_reason=c.margin_reason,
+                        quote=c.quote, proxy=c.proxy, left_out=study.left_out) for c in sp.claims]
+    return PaperTableView(study.name, sp.id, paper.title, sp.table, paper.overall, FORMULA_TEXT[paper.overall],
+                          columns, splits, rows, claims=claims, differs=list(paper.differs) + list(sp.differs),
+                          total_rows=sp.printed_rows or own_rows, shown_rows=0,
+                          overall_name=next((c.name for c in sp.columns if c.metric == "overall"), ""),
+                          left_out=study.left_out)
 
 
 def paper_tables(data: ReportData, book: ScoreBook) -> dict[str, PaperTableView]:

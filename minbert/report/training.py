@@ -1,45 +1,45 @@
-"""The training check: whether a claim's row trained, so that its verdict judges the paper's method
+"""The training check: whether a claim's rows trained, so that its verdict judges the paper's method
 and not a run cut short (docs/report.md, "The training check").
 
-A row trained, for a claim, when every seed's every training stage passes:
-- a pretraining (masked LM, NLI, paraphrase-first) on its own dev loss: it moved (its best dev loss
-  is clearly below the starting model's) and its curve flattened;
+A row trained, for a claim, when every curve of every training stage it depends on has settled:
+- a pretraining (masked LM, NLI, paraphrase-first), and the pretraining it started from, on its own
+  dev loss: it moved (its best dev loss clearly below the starting model's) and flattened;
 - fine-tuning and head re-training, phase by phase (sequential fine-tuning trains one task after
-  another), on the dev selection score and on the claim's own column wherever the phase trains
-  it: each curve rose clearly above what a constant prediction scores and flattened.
+  another), on the dev selection score, and on the claim's own column in every phase from the first
+  that trains it on (a column that falls while a later phase trains another task is moving too);
+- the same for a distilled row's teacher, and for every cell of a `best_of` row (a cell still rising
+  could overtake the one chosen).
+Each score curve must rise clearly above what a constant prediction scores and have settled at the
+noise of its evaluations (minbert.train.plateau: its trend over the last `window` of its learning-rate
+budget, with its standard error from the rows scored, against the claim's tolerance). A history that
+should be there and is not fails the row.
 
-A curve has flattened when its best over the last `window` of its learning-rate budget is at most a
-tolerance above its best before. The budget is the sum of the learning rate over the updates (the
-distance a gradient method can travel), not the count of updates: a schedule that decays to 0 spends
-a quarter of its budget in about its last half of updates, so a curve cannot pass because its rate
-fell, only because it stopped rising per unit of learning. The tolerance is tied to the claim: a
-share of the paper's effect (of the margin, for a no-effect or no-gain claim), between a floor and a
-cap, so a row still gaining a good part of the effect claimed cannot carry a verdict on it.
+The budget is the learning rate summed over the updates (the distance a gradient method can travel),
+not the count of updates: a curve cannot pass because its rate fell, only because it stopped moving
+per unit of learning. A history carries it (`lr_budget`, each phase on its own schedule); an older one
+is placed on the run's schedule in closed form from its `update` column.
 
-A fine-tuned row that rose above chance but is still rising counts as trained on a claim only where a
-frozen-encoder reference answers the claim: the claim's other row is that frozen row (and the row
-beats it significantly, so more training cannot undo the finding), or a frozen run with the same
-heads, which the row beats significantly on the claim's column (its fine-tuning, not its heads, made
-the difference). A pretraining that did not move, a curve at chance or too few evaluations are never
-excused.
+A fine-tuned row still rising may count as trained only where it is the row the claim finds better,
+the claim reads reproduced, and a frozen-encoder reference that itself trained answers it: the claim's
+other row, or the table's reference with the same heads, which the row beats significantly on the
+claim's column (more training could only widen its lead). Where the noise cannot tell whether a curve
+settled, the row is unclear, and the claim inconclusive (minbert.report.settled reads the pair).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
-from minbert.core.errors import MinBertError
 from minbert.core.metrics import selection_score, summarise
 from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
-from minbert.report.formats import fmt_delta, fmt_interval, fmt_metric
-from minbert.report.scores import ScoreBook
-from minbert.train.optim import lr_at
+from minbert.report.formats import fmt_delta, fmt_metric
+from minbert.train import plateau as rule
 
 COMBINED = ("overall", "mean")                  # the columns that combine the leaderboard's tasks
-NOMINAL_STEPS = 1000                            # updates per epoch to draw a pretraining's schedule on
+NOMINAL_STEPS = 1000                            # updates per epoch to place an older pretraining's history on
 
 
 @dataclass
@@ -53,23 +53,31 @@ class CurveCheck:
     brief: str = ""                             # the same in a few words (the claims table's line)
     curve: str = "selection score"              # what it reads: the selection score, a column, the dev loss
     evaluations: int = 0
-    last_gain: float | None = None
+    last_gain: float | None = None              # the trend: its change over one more window
     best: float | None = None
     chance: float | None = None
     at_chance: bool = False                     # learned nothing (or a pretraining did not move): never excused
     rising: bool = False                        # failed only by still rising: a reference may answer the claim
+    unclear: bool = False                       # the evaluations' noise cannot tell whether it settled
+    trend: rule.Trend | None = None
+    noise: float | None = None                  # the sd of one of its evaluations (None: unknown)
+    column: bool = False                        # it reads the claim's column (the selection score where they agree)
+    own: bool = True                            # a curve of the row's own runs (not a teacher's, a cell's)
 
 
 @dataclass
 class ClaimCheck:
-    """What the check reads for one claim: its column (metrics key and name), the tolerance tied to
-    its size, and for each of its rows the frozen run that may answer it (`references`)."""
+    """What the check reads for one claim: its column (metrics key and name), the tolerance of each
+    row's curves and the bounds of the pair's move (minbert.report.settled), and for each of its rows
+    the frozen run that may answer it (`references`)."""
     key: str
     column: str
     tolerance: float
     split: str = "dev"
     references: dict = field(default_factory=dict)   # row -> (frozen run, why it answers the claim)
     printed: dict = field(default_factory=dict)      # row -> the paper's own value of it on the claim's column
+    up: float = math.inf                             # the pair's move that would change the verdict: above,
+    down: float = math.inf                           # and below
 
 
 @dataclass
@@ -78,10 +86,21 @@ class RowCheck:
     name: str
     curves: list = field(default_factory=list)  # CurveCheck
     reference: str = ""                         # how a frozen-encoder reference answered the claim, where it did
+    finals: list = field(default_factory=list)  # each own run's last curve on the claim's column (a Trend or None)
+
+    @property
+    def status(self) -> str:
+        """trained | unclear (the noise cannot tell) | undertrained."""
+        failing = self.failing
+        if not self.curves:
+            return "undertrained"
+        if not failing or self.reference:
+            return "trained"
+        return "unclear" if all(c.unclear for c in failing) else "undertrained"
 
     @property
     def trained(self) -> bool:
-        return bool(self.curves) and (all(c.trained for c in self.curves) or bool(self.reference))
+        return self.status == "trained"
 
     @property
     def failing(self) -> list[CurveCheck]:
@@ -90,10 +109,9 @@ class RowCheck:
     @property
     def evidence(self) -> str:
         """What the page says of the row: the first curve that did not pass, or that all did."""
-        failing = self.failing
         if not self.curves:
             return f"{self.name}: no training history to check"
-        if not failing:
+        if not self.failing:
             return f"{self.name}: trained ({len(self.curves)} curve{'s' if len(self.curves) != 1 else ''} passed)"
         text = self._first_failure(lambda c: c.why)
         return f"{text}; {self.reference}" if self.reference else text
@@ -101,17 +119,16 @@ class RowCheck:
     @property
     def short(self) -> str:
         """One line: the run, the stage and the curve that failed first, and how."""
-        failing = self.failing
         if not self.curves:
             return f"{self.name}: no history"
-        if not failing:
+        if not self.failing:
             return f"{self.name}: trained"
         return self._first_failure(lambda c: c.brief or c.why)
 
     def _first_failure(self, how) -> str:
-        """The run, stage, phase and curve of the first failing curve, `how(curve)` it failed, and
-        how many more failed."""
-        failing = self.failing
+        """The run, stage, phase and curve of the first failing curve (one that is not merely unclear
+        first), `how(curve)` it failed, and how many more failed."""
+        failing = sorted(self.failing, key=lambda c: c.unclear)
         c = failing[0]
         more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
         phase = f" {c.phase}" if c.phase and c.stage != "pretrain" else ""
@@ -119,10 +136,9 @@ class RowCheck:
 
 
 def claim_tolerance(cfg, size: float | None) -> float:
-    """The largest last gain a curve of a claim's row may have: `share` of the claim's size (the
-    paper's effect, or the claim's margin), at least `min_tolerance` (below it dev noise decides),
-    at most `tolerance`; the cap where the paper states no size."""
-    if size is None:
+    """`share` of a size (the paper's effect, ours, the margin, our interval's distance from the verdict's
+    boundary), at least `min_tolerance`, at most `tolerance`; the cap where there is no size."""
+    if size is None or not math.isfinite(size):
         return cfg.tolerance
     return float(min(cfg.tolerance, max(cfg.min_tolerance, cfg.share * abs(size))))
 
@@ -169,59 +185,93 @@ def column_values(history: pd.DataFrame, key: str) -> np.ndarray | None:
     return history[col].to_numpy(float) if col in history.columns else None
 
 
+# ------------------------------------------------------------------ the evaluations' noise
+
+def column_weights(key: str) -> dict[str, float]:
+    """How much each task's metric weighs in a claim column."""
+    tasks = column_tasks(key)
+    if key == "overall":
+        return rule.score_weights(tasks)
+    return {t: 1.0 / len(tasks) for t in tasks}
+
+
+def score_noise(run, weights: dict[str, float], cfg, dev_size: int | None) -> float | None:
+    """The sd of one evaluation of a score (its tasks' metrics, weighted) on the dev rows the run's
+    training scored (`dev_size` of its dev set, the whole set without it): from each task's measured
+    change between evaluations (`cfg.noise`, by the task's kind: minbert.train.plateau.weighted_noise).
+    None where a task's rows are unknown."""
+    rows = {}
+    for task in weights:
+        frame = run.labelled(task, "dev")
+        known = [x for x in (dev_size, None if frame is None else len(frame)) if x]
+        if not known:
+            return None
+        rows[task] = min(known)
+    return rule.weighted_noise(rows, weights, cfg.noise)
+
+
 # ------------------------------------------------------------------ the learning-rate budget
-
-@lru_cache(maxsize=256)
-def _budget(total: int, warmup: int, schedule: str) -> np.ndarray:
-    """The learning rate summed over the first k updates, k = 0..total, for a peak rate of 1."""
-    rates = np.array([lr_at(k, total, 1.0, warmup, schedule) for k in range(total)], dtype=float)
-    return np.concatenate([[0.0], np.cumsum(rates)])
-
 
 def budget_at(updates: np.ndarray, warmup_ratio: float, schedule: str) -> np.ndarray:
     """The learning-rate budget spent after each of `updates` (counted from the run's start; the
-    run's last is its end), on the run's schedule (minbert.train.optim.lr_at)."""
-    total = int(max(updates.max(), 1))
-    return _budget(total, int(warmup_ratio * total), schedule)[np.clip(updates.astype(int), 0, total)]
+    run's last is its end), on one schedule over the run (minbert.train.optim.lr_at), in closed form."""
+    updates = np.asarray(updates, dtype=float)
+    total = float(max(np.nanmax(updates) if len(updates) else 1.0, 1.0))
+    return rule.lr_budget(np.clip(updates, 0, total), int(total), int(warmup_ratio * total), schedule)
 
 
 def positions(history: pd.DataFrame, warmup_ratio: float, schedule: str) -> np.ndarray:
-    """Each evaluation's place in the run's learning-rate budget: from its `update` column on the
-    run's schedule; from its `epoch` column (a constant rate) where it records no updates."""
-    if "update" in history.columns and history["update"].notna().all():
-        return budget_at(history["update"].to_numpy(float), warmup_ratio, schedule)
+    """Each evaluation's place in the run's learning-rate budget: its `lr_budget` column (the loop
+    sums each phase's own rates); else from its `update` column on the run's one schedule (the
+    histories written before); from its `epoch` column (a constant rate) where it records neither."""
+    for col in ("lr_budget", "update"):
+        if col in history.columns and history[col].notna().all():
+            values = history[col].to_numpy(float)
+            return values if col == "lr_budget" else budget_at(values, warmup_ratio, schedule)
     return history["epoch"].to_numpy(float)
 
 
 # ------------------------------------------------------------------ one curve
 
-def plateau(check: CurveCheck, values: np.ndarray, place: np.ndarray, start: float, cfg, tolerance: float,
+def plateau(check: CurveCheck, values: np.ndarray, place: np.ndarray, start: float, cfg, bounds: tuple[float, float],
             lower: bool = False) -> CurveCheck:
-    """Whether a curve (`values` at budget `place`, its phase starting at `start`) flattened: its best
-    over the last `cfg.window` of the phase's budget at most `tolerance` above its best before
-    (`lower`: a loss, which falls). Fills and returns `check`."""
-    span = place[-1] - start            # the evaluations made within the window: after its start
-    window = place > place[-1] - cfg.window * span + 1e-9 * span if span > 0 else \
-        np.arange(len(values)) >= len(values) - 1
-    inside, before = values[window], values[~window]
-    if len(inside) < cfg.window_evaluations or not len(before):
-        check.brief = f"{int(window.sum())} evaluations in its last {cfg.window:.0%}, too few"
-        check.why = (f"{int(window.sum())} of its {len(values)} evaluations in the last "
-                     f"{cfg.window:.0%} of its learning-rate budget, too few to show whether it flattened (at least "
-                     f"{cfg.window_evaluations} and one before: raise evals_per_epoch)")
+    """Whether a curve (`values` at budget `place`, its phase starting at `start`) settled: one more
+    `cfg.window` of its budget could not move it more than `bounds` (up, down: math.inf where that way
+    does not count; a loss, `lower`: its drop is read as a gain), at its evaluations' noise
+    (`check.noise`, minbert.train.plateau). Fills and returns `check`."""
+    (up, down), noise, sign = bounds, check.noise or 0.0, -1.0 if lower else 1.0
+    t = rule.trend(place, sign * values, start, cfg.window, noise, cfg.fit)
+    inside = int(rule.in_window(place, start, cfg.window).sum())
+    reach = int(rule.in_window(place, start, max(cfg.fit, cfg.window)).sum())
+    if t is None or inside < cfg.window_evaluations:
+        check.brief = f"{inside} evaluations in its last {cfg.window:.0%}, too few"
+        check.why = (f"{inside} of its {len(values)} evaluations in the last {cfg.window:.0%} of its learning-rate "
+                     f"budget, too few to show whether it settled (at least {cfg.window_evaluations}, and two in all "
+                     f"over its last {max(cfg.fit, cfg.window):.0%}: raise evals_per_epoch)")
         return check
-    best = (lambda v: -np.min(v)) if lower else np.max
-    check.last_gain = float(best(inside) - best(before))
-    where = f"its last {cfg.window:.0%} of learning-rate budget ({len(inside)} of {len(values)} evaluations)"
-    gain, limit = side_by_side(check.last_gain, tolerance)
-    moved = f"lowered it by {gain.lstrip('+')}" if lower else f"gained {gain}"     # a loss's drop, unsigned
-    if check.last_gain > tolerance:
-        check.rising = True
-        check.brief = f"still {'falling' if lower else 'rising'} ({gain} > {limit})"
-        check.why = f"still {'falling' if lower else 'rising'}: {where} {moved} (more than {limit})"
+    check.trend, check.last_gain = t, t.gain
+    moved = rule.movement(t, up, down)
+    bound = down if moved == "down" or not math.isfinite(up) else up
+    gain, limit = side_by_side(t.gain, bound)
+    where = (f"its trend a window ({cfg.window:.0%} of its learning-rate budget), fitted over its last "
+             f"{max(cfg.fit, cfg.window):.0%} ({reach} of {len(values)} evaluations"
+             f"{' and the one before' if t.fitted > reach else ''})")
+    said = (f"lowers it by {gain.lstrip('+')}" if lower else gain) + " a window" + (f" ± {t.se:.3f}" if t.se else "")
+    word = {"up": "falling" if lower else "rising", "down": "rising" if lower else "falling"}.get(moved)
+    if word:
+        check.rising = moved == "up"
+        check.brief = f"still {word} ({gain} > {limit})" if moved == "up" else f"still {word} ({gain} < -{limit})"
+        check.why = f"still {word}: {where} {said} (more than {limit})"
+        return check
+    if moved == "unclear":
+        check.unclear = True
+        check.brief = f"cannot tell ({gain} ± {t.se:.3f} against {limit})"
+        check.why = (f"cannot tell at its evaluations' noise (sd {noise:.4f} an evaluation): {where} {said}, against "
+                     f"{limit}; telling needs a standard error of {bound / rule.Z_TWO_SIDED:.4f} or less (more "
+                     f"evaluations in the window, or more dev rows each)")
         return check
     check.trained = True
-    check.why = f"flattened: {where} {moved} (at most {limit})"
+    check.why = f"settled: {where} {said} (within {limit})"
     return check
 
 
@@ -233,26 +283,30 @@ def side_by_side(gain: float, tolerance: float) -> tuple[str, str]:
     while digits < 7 and round(gain, digits) == round(tolerance, digits) and gain != tolerance:
         digits += 1
     return fmt_delta(gain, digits), (f"{tolerance:.3g}" if digits == 3 else f"{tolerance:.{digits}f}")
-
-
-def score_curve(check: CurveCheck, values: np.ndarray, place: np.ndarray, start: float, cfg, tolerance: float,
-                printed: float | None = None) -> CurveCheck:
+def score_curve(check: CurveCheck, values: np.ndarray, place: np.ndarray, start: float, cfg,
+                bounds: tuple[float, float], printed: float | None = None) -> CurveCheck:
     """A curve of dev scores: evaluations enough, above chance (`check.chance`, what a constant
-    prediction scores there; None where unknown), flattened. `printed`: the paper's own
-    value of the row on this curve's column; where it is at chance too, a curve at chance reproduces
-    the paper's row rather than failing to learn, and is held to flattening alone."""
+    prediction scores there; None where unknown), settled within `bounds` (up, down) at its
+    evaluations' noise (`check.noise`; None: unknown, so it cannot tell). `printed`: the paper's own value of the
+    row on this curve's column; where it is at chance too, a curve at chance reproduces the paper's
+    row rather than failing to learn, and is held to settling alone."""
     keep = np.isfinite(values)
     values, place = values[keep], place[keep]
     check.evaluations = len(values)
     if len(values) < cfg.min_evaluations:
         check.brief = f"{len(values)} evaluation{'s' if len(values) != 1 else ''}, too few"
         check.why = (f"{len(values)} dev evaluation{'s' if len(values) != 1 else ''}, too few to show whether it "
-                     f"flattened (at least {cfg.min_evaluations}: raise evals_per_epoch)")
+                     f"settled (at least {cfg.min_evaluations}: raise evals_per_epoch)")
+        return check
+    if check.noise is None:
+        check.unclear = True
+        check.brief = "no dev rows to tell its noise"
+        check.why = "no dev predictions to tell how many rows its evaluations scored, hence their noise"
         return check
     check.best, chance = float(values.max()), check.chance
     if chance is not None and check.best < chance + cfg.above_chance:
         if printed is not None and printed < chance + cfg.above_chance:
-            check = plateau(check, values, place, start, cfg, tolerance)
+            check = plateau(check, values, place, start, cfg, bounds)
             check.why += (f"; at chance ({fmt_metric(check.best)} against {fmt_metric(chance)}) as the paper's "
                           f"own row is ({fmt_metric(printed)})")
             return check
@@ -261,38 +315,70 @@ def score_curve(check: CurveCheck, values: np.ndarray, place: np.ndarray, start:
         check.why = (f"flat at chance: its best {fmt_metric(check.best)} against {fmt_metric(chance)} for a "
                      f"constant prediction")
         return check
-    return plateau(check, values, place, start, cfg, tolerance)
+    return plateau(check, values, place, start, cfg, bounds)
 
 
-def stage_checks(run, stage: str, history: pd.DataFrame, schedule: tuple[float, str], cfg,
-                 claim: ClaimCheck, printed: float | None = None) -> list[CurveCheck]:
-    """Each phase of a fine-tuning or head re-training history: its selection score, and the claim's
-    column where the phase trains the column's tasks (and it is not the selection score itself);
-    `printed`: the paper's value of the row on that column (score_curve)."""
+def stage_schedule(exp) -> tuple[float, str]:
+    """(warm-up share, schedule) of a run's fine-tuning or head re-training (both follow finetune's),
+    for a history that records no `lr_budget`."""
+    ft = getattr(exp, "finetune", None)
+    return (getattr(ft, "warmup_ratio", 0.0), getattr(ft, "lr_schedule", "constant")) if ft else (0.0, "constant")
+
+
+def stage_checks(run, stage: str, history: pd.DataFrame, exp, cfg, claim: ClaimCheck,
+                 printed: float | None = None) -> list[CurveCheck]:
+    """Each phase of a fine-tuning or head re-training history (`exp`: the run's experiment settings:
+    its schedule, the dev rows its evaluations scored): its selection score (settled against a rise: a
+    fall is a model past its best, and the best is kept), and the claim's column both ways in every
+    phase from the one by which all its tasks have trained on (a later phase that trains another task
+    may make it forget; where it is not the selection score itself); `printed`: the paper's value of
+    the row on that column (score_curve)."""
     if "dev_score" not in history.columns or history.empty:
-        return [CurveCheck(run.name, stage, "", False, "its history has no dev scores")]
+        return [CurveCheck(run.name, stage, "", False, "its history has no dev scores", brief="no dev scores")]
     phases = history["phase"].astype(str) if "phase" in history.columns else pd.Series([""] * len(history))
-    place = positions(history, *schedule)
-    out, start = [], 0.0
+    place, dev_size = positions(history, *stage_schedule(exp)), getattr(getattr(exp, "finetune", None), "dev_size",
+                                                                        None)
+    needs, values = column_tasks(claim.key), column_values(history, claim.key)
+    out, start, trained = [], 0.0, set()
     for phase in dict.fromkeys(phases):
         rows = (phases == phase).to_numpy()
-        tasks = [t for t in phase.split("+") if t]
-        out.append(score_curve(CurveCheck(run.name, stage, phase, False, "", chance=chance_score(run, tasks)),
-                               history["dev_score"].to_numpy(float)[rows], place[rows], start, cfg, claim.tolerance))
-        needs = column_tasks(claim.key)
-        values = column_values(history, claim.key)
-        if values is not None and needs and set(needs) <= set(tasks) and tasks != needs:
-            out.append(score_curve(CurveCheck(run.name, stage, phase, False, "", curve=f"{claim.split} {claim.column}",
-                                              chance=column_chance(run, claim.key)),
-                                   values[rows], place[rows], start, cfg, claim.tolerance, printed))
+        tasks = [t for t in phase.split("+") if t] or list(needs)
+        trained |= set(tasks)
+        same = set(needs) == set(tasks)             # the selection score is the column
+        check = CurveCheck(run.name, stage, phase, False, "", chance=chance_score(run, tasks), column=same,
+                           noise=score_noise(run, rule.score_weights(tasks), cfg, dev_size))
+        out.append(with_stop(score_curve(check, history["dev_score"].to_numpy(float)[rows], place[rows], start, cfg,
+                                         (claim.tolerance, math.inf)), history[rows]))
+        if values is not None and set(needs) <= trained and not same and np.isfinite(values[rows]).any():
+            check = CurveCheck(run.name, stage, phase, False, "", curve=f"{claim.split} {claim.column}",
+                               chance=column_chance(run, claim.key), column=True,
+                               noise=score_noise(run, column_weights(claim.key), cfg, dev_size))
+            out.append(score_curve(check, values[rows], place[rows], start, cfg, (claim.tolerance, claim.tolerance),
+                                   printed))
         start = float(place[rows][-1])
     return out
 
 
+def with_stop(check: CurveCheck, rows: pd.DataFrame) -> CurveCheck:
+    """`check` with what the run's loop said of the phase's end, where it stops at its plateau
+    (finetune.until_plateau: history.csv's `stopped` on the phase's last evaluation, `plateau` or `cap`)."""
+    said = rows["stopped"].dropna() if "stopped" in rows.columns else pd.Series([], dtype=object)
+    if said.empty:
+        return check
+    epoch = float(rows["epoch"].iloc[-1])
+    if said.iloc[-1] == "plateau":
+        check.why += f"; the run stopped this phase at its plateau (epoch {epoch:g})"
+    else:
+        check.why += f"; the run trained this phase to its cap (epoch {epoch:g}) without reading it flat"
+        check.brief += ", at its cap" if check.brief else ""
+    return check
+
+
 def pretrain_check(run, history: pd.DataFrame, settings, cfg) -> CurveCheck:
     """A pretraining's own dev loss (history.csv, with the starting model's from its metrics.json):
-    it moved by at least `pretrain_min_drop` of the starting loss, and flattened, its last drop at
-    most `pretrain_share` of its whole drop. `settings`: the pretraining's (kind, epochs, schedule)."""
+    it moved by at least `pretrain_min_drop` of the starting loss, and flattened, the trend of its last
+    window dropping it by at most `pretrain_share` of its whole drop. `settings`: the pretraining's
+    (kind, epochs, schedule). `run`: what holds its name and metrics."""
     kind = getattr(settings, "kind", "")
     check = CurveCheck(run.name, "pretrain", kind, False, "", curve="dev loss")
     loss = history["dev_loss"].to_numpy(float) if "dev_loss" in history.columns else np.array([])
@@ -300,6 +386,7 @@ def pretrain_check(run, history: pd.DataFrame, settings, cfg) -> CurveCheck:
     keep = np.isfinite(loss)
     check.evaluations = int(keep.sum())
     if before is None or not np.isfinite(before) or not keep.any():
+        check.brief = "no dev loss before and after it"
         check.why = "no dev loss before and after it to tell whether it moved"
         return check
     best = float(loss[keep].min())
@@ -315,74 +402,18 @@ def pretrain_check(run, history: pd.DataFrame, settings, cfg) -> CurveCheck:
         check.why = (f"{check.evaluations} dev evaluation{'s' if check.evaluations != 1 else ''}, too few to show "
                      f"whether its loss flattened (at least {cfg.min_evaluations}: raise its evals_per_epoch)")
         return check
+    place = pretrain_positions(history, settings)[keep]
+    return plateau(check, np.concatenate([[float(before)], loss[keep]]), np.concatenate([[0.0], place]), 0.0, cfg,
+                   (cfg.pretrain_share * drop, math.inf), lower=True)
+
+
+def pretrain_positions(history: pd.DataFrame, settings) -> np.ndarray:
+    """A pretraining's evaluations in its learning-rate budget: its `lr_budget` column, else its
+    `epoch` column placed on its schedule over a nominal number of updates an epoch."""
+    if "lr_budget" in history.columns and history["lr_budget"].notna().all():
+        return history["lr_budget"].to_numpy(float)
     epochs = float(getattr(settings, "epochs", 1) or 1)
-    steps = np.round(history["epoch"].to_numpy(float)[keep] / epochs * epochs * NOMINAL_STEPS)
-    budget = budget_at(np.concatenate([[0.0], steps, [epochs * NOMINAL_STEPS]]),
-                       getattr(settings, "warmup_ratio", 0.0), getattr(settings, "lr_schedule", "constant"))
-    place = budget[:-1]                             # the start (the loss before), then each evaluation
-    return plateau(check, np.concatenate([[float(before)], loss[keep]]), place, 0.0, cfg,
-                   cfg.pretrain_share * drop, lower=True)
-
-
-# ------------------------------------------------------------------ a claim's row
-
-def runs_of(name: str, book: ScoreBook) -> list[str]:
-    """The experiment runs behind a row: itself, a repeated experiment's seeds, an ensemble's members."""
-    ensembles = book.data.params.params.ensembles       # their members are runs (seeds expanded)
-    if name in ensembles:
-        return [m for m in ensembles[name].members if m in book.data.runs]
-    return [m for m in book.members(name) if m in book.data.runs]
-
-
-def stage_schedule(exp, stage: str) -> tuple[float, str]:
-    """(warm-up share, schedule) of a run's fine-tuning or head re-training (both follow finetune's)."""
-    ft = getattr(exp, "finetune", None)
-    return (getattr(ft, "warmup_ratio", 0.0), getattr(ft, "lr_schedule", "constant")) if ft else (0.0, "constant")
-
-
-def pretraining_of(exp, book: ScoreBook):
-    name = getattr(exp, "pretrain", None)
-    return book.data.params.params.pretrainings.get(name) if name else None
-
-
-def row_check(name: str, book: ScoreBook, cfg, claim: ClaimCheck) -> RowCheck:
-    """Whether the row `name` trained, for the claim `claim`: every curve of every stage of every run,
-    and where only "still rising" failed, the claim's reference for the row (`claim.references`)."""
-    check = RowCheck(name)
-    experiments = book.data.params.experiments
-    for run_name in runs_of(name, book):
-        run, exp = book.data.runs[run_name], experiments.get(run_name)
-        for stage, history in run.histories.items():
-            if stage == "pretrain":
-                check.curves.append(pretrain_check(run, history, pretraining_of(exp, book), cfg))
-            else:
-                check.curves += stage_checks(run, stage, history, stage_schedule(exp, stage), cfg, claim,
-                                             claim.printed.get(name))
-    failing = check.failing
-    reference = claim.references.get(name)
-    if failing and reference and all(c.rising and c.stage != "pretrain" for c in failing):
-        check.reference = beats_reference(name, *reference, claim, book)
-    return check
-
-
-def fine_tuned(name: str, book: ScoreBook) -> bool:
-    """Every run of the row fine-tunes its encoder."""
-    experiments = book.data.params.experiments
-    runs = runs_of(name, book)
-    return bool(runs) and all(r in experiments and not experiments[r].finetune.freeze_encoder for r in runs)
-
-
-def beats_reference(name: str, reference: str, why: str, claim: ClaimCheck, book: ScoreBook) -> str:
-    """How the row beats the frozen reference on the claim's column (its paired difference, interval
-    above 0), or "" where it does not."""
-    try:
-        est = book.difference(name, reference, claim.split, claim.key)
-    except MinBertError:
-        return ""
-    if est is None:
-        return ""
-    iv = est.interval(book.confidence)
-    if iv.low <= 0:
-        return ""
-    return (f"but it beats {reference} ({why}) on {claim.split} {claim.column} by {fmt_delta(est.value)} "
-            f"{fmt_interval(iv, signed=True)}, so it counts as trained for this claim")
+    steps = np.round(history["epoch"].to_numpy(float) * NOMINAL_STEPS)
+    total = epochs * NOMINAL_STEPS
+    warmup = int(getattr(settings, "warmup_ratio", 0.0) * total)
+    return rule.lr_budget(np.clip(steps, 0, total), int(total), warmup, getattr(settings, "lr_schedule", "constant"))

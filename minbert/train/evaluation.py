@@ -26,6 +26,7 @@ from minbert.model.multitask import MultitaskModel, predict_task
 from minbert.model.tokenizer import Tokenizer
 from minbert.train.losses import task_loss
 from minbert.train.points import EVAL_BATCH_SIZE, eval_points  # noqa: F401  (the loop reads it from here)
+from minbert.train.stopping import plateau_stop
 from minbert.train.training import Plan, Training, TrainState
 
 log = logging.getLogger("minbert.train.loop")
@@ -85,7 +86,8 @@ def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
             row[f"dev_{t}_{TASKS[t].metric}"] = dev[TASKS[t].metric_key]
     if "overall" in dev:
         row["dev_overall"] = dev["overall"]
-    score = selection_score(dev, plan.phases[state.phase] if tr.cfg.schedule == "sequential" else list(tr.train))
+    tasks = plan.phases[state.phase] if tr.cfg.schedule == "sequential" else list(tr.train)
+    score = selection_score(dev, tasks)
     row["dev_score"] = score if score is not None else math.nan
     state.history.append(row)
     if tr.trackers is not None:
@@ -94,6 +96,7 @@ def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
              ", ".join(f"{k}={'undefined' if v is None else format(v, '.4f')}" for k, v in row.items()
                        if k.startswith("dev_")))
     early_stop(tr, state, score)
+    plateau_stop(tr, state, tasks, row)
     keep_best(tr, state, row, dev, score)
 
 

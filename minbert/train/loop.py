@@ -25,7 +25,7 @@ import math
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +72,7 @@ from minbert.train.frozen import FrozenFeatures, cacheable
 from minbert.train.optim import build_adamw, set_lr
 from minbert.train.regularisers import MomentumModel, pcgrad_backward, pcgrad_orders
 from minbert.train.step import CapturedSteps, why_not_captured
+from minbert.train.stopping import mark_cap, phase_stops, stops_early
 from minbert.train.tracking import Trackers
 from minbert.train.training import (
     EpochTotals,
@@ -113,6 +114,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
     for k, update_tasks in enumerate(bar):
         batches, labels = draw_update(streams, update_tasks, cfg.gradient_accumulation_steps)
         lr = update(tr, state, plan, batches, labels)
+        state.lr_budget += lr
         n_examples += sum(len(y) for y in labels) * tr.dist.world
         if tr.trackers is not None:
             logged = track_update(tr, state, batches, labels, lr, logged)
@@ -126,7 +128,7 @@ def run_epoch(tr: Training, state: TrainState, plan: Plan) -> dict | None:
             row = train_row(tr, state, plan, (k + 1) / len(updates), lr, time.perf_counter() - t0, n_examples - done)
             t0, done = time.perf_counter(), n_examples
             evaluate(tr, state, plan, row)
-            if tr.cfg.early_stopping and from_main(tr.dist, state.stopped, tr.device):
+            if stops_early(tr.cfg) and from_main(tr.dist, state.stopped, tr.device):
                 state.stopped = True               # on every rank, as the main one decided
                 bar.close()
                 return None
@@ -204,7 +206,8 @@ def train_row(tr: Training, state: TrainState, plan: Plan, fraction: float, lr: 
     state.examples += n_examples
     epoch = round(state.phase * tr.cfg.epochs + state.epoch + fraction, 4)
     row = {"epoch": int(epoch) if epoch.is_integer() else epoch, "update": state.update,
-           "phase": "+".join(plan.phases[state.phase]), "lr": lr, "seconds": round(seconds, 2),
+           "phase": "+".join(plan.phases[state.phase]), "lr": lr, "lr_budget": state.lr_budget,
+           "seconds": round(seconds, 2),
            "examples_per_second": round(n_examples / max(seconds, 1e-9), 1)}
     for k, t in enumerate(totals.tasks):
         if totals.n[t]:   # drop round-robin / sampling may skip a task in a short epoch
@@ -239,7 +242,7 @@ def train_step(tr: Training, state: TrainState, plan: Plan, batches: list[tuple[
     check apart): labels stay on the host, losses and outputs go to the run's totals. Returns the
     learning rate."""
     cfg, totals, scaler = tr.cfg, tr.totals, tr.scaler
-    lr = set_lr(tr.optimizer, state.update, plan.total_updates, plan.warmup, cfg.lr_schedule)
+    lr = set_lr(tr.optimizer, state.update - state.phase_start, *plan.schedule(state.phase), cfg.lr_schedule)
     tr.optimizer.zero_grad(set_to_none=True)
     totals.flag.zero_()
     pcgrad = cfg.pcgrad and len(batches) > 1
@@ -309,7 +312,7 @@ def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict | None, 
     whether early stopping ends the phase."""
     if row is not None:
         evaluate(tr, state, plan, row)
-    state.stopped = from_main(tr.dist, state.stopped, tr.device) if tr.cfg.early_stopping else state.stopped
+    state.stopped = from_main(tr.dist, state.stopped, tr.device) if stops_early(tr.cfg) else state.stopped
     state.epoch += 1
     state.seconds = time.perf_counter() - t_start
     if not tr.dist.main:
@@ -326,6 +329,7 @@ def end_of_epoch(tr: Training, state: TrainState, plan: Plan, row: dict | None, 
 
 def end_of_phase(tr: Training, state: TrainState, plan: Plan) -> None:
     """Sequential fine-tuning: the next task starts from this phase's best weights."""
+    mark_cap(tr.cfg, state, "+".join(plan.phases[state.phase]))
     if tr.cfg.schedule == "sequential" and state.phase + 1 < len(plan.phases):
         barrier(tr.dist)
         best = torch.load(tr.best_path, map_location="cpu", weights_only=True)
@@ -334,6 +338,7 @@ def end_of_phase(tr: Training, state: TrainState, plan: Plan) -> None:
             tr.momentum.module.load_state_dict(best["state_dict"])
         state.phase_best = -math.inf
     state.phase += 1
+    state.phase_start = state.update          # the next phase's schedule starts at its own step 0
     state.epoch = 0
     state.stale, state.stopped = 0, False
 
@@ -349,6 +354,7 @@ class FitResult:
     seconds: float
     examples_per_second: float
     dev_before: dict | None = None    # dev metrics of the starting model, when asked for
+    stops: list = field(default_factory=list)   # how each phase ended, where it stops at its plateau
 
 
 def fit(model: MultitaskModel, tokenizer: Tokenizer, train: dict[str, TaskData], dev: dict[str, TaskData],
@@ -482,4 +488,4 @@ def finish(tr: Training, state: TrainState, out_dir: Path) -> None:
 def _result(state: TrainState, t_start: float) -> FitResult:
     seconds = time.perf_counter() - t_start
     return FitResult(state.best_score, state.best_epoch, state.best_dev, pd.DataFrame(state.history),
-                     seconds, state.examples / max(seconds, 1e-9), state.dev_before)
+                     seconds, state.examples / max(seconds, 1e-9), state.dev_before, phase_stops(state.history))

@@ -18,7 +18,9 @@ from torch.optim.adamw import adamw
 
 
 def lr_at(step: int, total_steps: int, base_lr: float, warmup_steps: int, schedule: str = "linear") -> float:
-    """Learning rate at `step` (0-based): linear warmup, then linear/cosine decay to 0, or constant."""
+    """Learning rate at `step` (0-based) of one schedule of `total_steps` updates: linear warm-up over its
+    first `warmup_steps`, then linear or cosine decay to 0 at its end, or constant. A fine-tuning run
+    runs one such schedule per phase, `step` counting the phase's updates (minbert.train.training.Plan)."""
     if warmup_steps > 0 and step < warmup_steps:
         return base_lr * (step + 1) / warmup_steps
     if schedule == "constant":

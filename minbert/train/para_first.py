@@ -30,7 +30,8 @@ def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, des
         result = finetune_experiment(ft, files.data, options, cache_dir=files.cache)
         model, _, _ = load_checkpoint(Path(work) / MODEL_FILE, trust_remote_code=True)     # the run just made
     rows = result.history.to_dict("records")
-    history = [{"epoch": r["epoch"], "train_loss": r.get("train_para_loss"), "dev_loss": r.get("dev_para_loss")}
+    history = [{"epoch": r["epoch"], "update": r.get("update"), "lr_budget": r.get("lr_budget"),
+                "train_loss": r.get("train_para_loss"), "dev_loss": r.get("dev_para_loss")}
                for r in rows]
     metrics = {"kind": "para_first", "dev_loss_before": (result.dev_before or {}).get("para_loss"),
                "dev_loss_first": history[0]["dev_loss"] if history else None,

@@ -50,6 +50,7 @@ from minbert.model.weights import load_encoder
 from minbert.train.mlm import MlmObjective, build_mlm_head
 from minbert.train.nli import NliObjective, nli_examples, subset_examples
 from minbert.train.optim import AdamW, build_adamw, set_lr
+from minbert.train.plateau import lr_budget
 from minbert.train.points import eval_points
 from minbert.train.pretrained import PretrainFiles, write_pretrained
 from minbert.train.resumable import SavedParts, load_training_state, save_training_state
@@ -257,7 +258,9 @@ def _evaluated_epoch(u: _Updates, state: PretrainState, batches: list, best, sav
         _check_finite(saved, desc, epoch, train_loss, dev_loss, u.runtime)
         at = round(epoch - 1 + end / len(batches), 4)
         at = int(at) if float(at).is_integer() else at
-        state.history.append({"epoch": at, "train_loss": train_loss, "dev_loss": dev_loss})
+        budget = float(lr_budget(state.step, *u.schedule, u.pparams.lr_schedule)) * u.pparams.lr
+        state.history.append({"epoch": at, "update": state.step, "lr_budget": budget, "train_loss": train_loss,
+                              "dev_loss": dev_loss})
         log.info("%s epoch %g: train loss %.4f, dev loss %.4f (%.1fs, %d steps)", desc, at, train_loss,
                  dev_loss, time.perf_counter() - t0, end - start)
         if dev_loss < state.best_loss:

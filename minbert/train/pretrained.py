@@ -1,7 +1,7 @@
 """A pretraining's files and outputs, whatever its kind: where it reads and writes
 (`PretrainFiles`), and its three outputs written atomically: the model folder (Hugging Face
-layout, tokenizer files included; for MLM also the MLM head), history.csv (epoch, train_loss,
-dev_loss) and metrics.json. Masked-LM and NLI pretraining (minbert.train.pretrain) and
+layout, tokenizer files included; for MLM also the MLM head), history.csv (epoch, update,
+lr_budget, train_loss, dev_loss) and metrics.json. Masked-LM and NLI pretraining (minbert.train.pretrain) and
 paraphrase-first (minbert.train.para_first) both end here."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pandas as pd
 from minbert.core.io import atomic_path, write_json
 from minbert.model.weights import model_folder, save_hf_folder
 
-HISTORY_COLUMNS = ["epoch", "train_loss", "dev_loss"]
+HISTORY_COLUMNS = ["epoch", "update", "lr_budget", "train_loss", "dev_loss"]
 
 
 @dataclass

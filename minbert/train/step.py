@@ -103,7 +103,7 @@ class CapturedSteps:
     def step(self, state, plan, batches: list[tuple[str, dict]], labels: list[np.ndarray]) -> float:
         """One update of the tasks in `batches` (host batches of fixed shapes); returns the lr."""
         tr = self.tr
-        lr = set_lr(tr.optimizer, state.update, plan.total_updates, plan.warmup, tr.cfg.lr_schedule)
+        lr = set_lr(tr.optimizer, state.update - state.phase_start, *plan.schedule(state.phase), tr.cfg.lr_schedule)
         rates = torch.tensor([g["lr"] for g in self.groups], dtype=torch.float32)
         self.lr.copy_(rates.pin_memory() if self.device.type == "cuda" else rates, non_blocking=True)
         self.update.fill_(state.update)

@@ -34,11 +34,16 @@ class Plan:
     """Every epoch's updates, fixed before the first step (so the lr schedule knows its length).
 
     `phases` are the task groups trained one after another: one group of all tasks, or one task
-    per group for sequential fine-tuning."""
+    per group for sequential fine-tuning. Each phase runs the learning-rate schedule on its own
+    updates (`schedule`): a linear warm-up over `warmup_ratio` of the phase's updates from its first,
+    then the rate held (`constant`) or decayed to 0 at the phase's last update (`linear`, `cosine`),
+    so a later phase of a sequential run gets the whole schedule too, as a constant rate gives every
+    phase its share. A run of one phase is the schedule over all its updates."""
     phases: list[list[str]]
     epochs: dict[tuple[int, int], list[tuple[str, ...]]]     # (phase, epoch) -> updates
     total_updates: int
-    warmup: int
+    phase_updates: list[int]                                 # each phase's updates, all its epochs
+    warmup_ratio: float
 
     @classmethod
     def build(cls, cfg: Finetune, tasks: list[str], sizes: dict[str, int], seed: int) -> Plan:
@@ -52,8 +57,14 @@ class Plan:
                 epochs[(pi, epoch)] = epoch_plan("task_by_task" if sequential else cfg.schedule,
                                                  {t: sizes[t] for t in phase_tasks}, cfg.batch_size, unit, seed,
                                                  epoch, cfg.temperature, cfg.max_steps_per_epoch)
-        total = sum(len(p) for p in epochs.values())
-        return cls(phases, epochs, total, int(cfg.warmup_ratio * total))
+        per_phase = [sum(len(epochs[(pi, e)]) for e in range(cfg.epochs)) for pi in range(len(phases))]
+        return cls(phases, epochs, sum(per_phase), per_phase, cfg.warmup_ratio)
+
+    def schedule(self, phase: int) -> tuple[int, int]:
+        """(updates, warm-up updates) of the phase's learning-rate schedule: the `total_steps` and
+        `warmup_steps` of minbert.train.optim.lr_at, whose `step` counts the phase's updates from 0."""
+        n = self.phase_updates[phase]
+        return n, int(self.warmup_ratio * n)
 
     def walked(self, phase: int, epoch: int, task: str) -> int:
         """How many batches of `task` the phase's epochs before `epoch` drew."""
@@ -72,6 +83,9 @@ class TrainState:
     phase: int = 0
     epoch: int = 0                    # within the phase
     update: int = 0                   # global, across epochs and phases
+    phase_start: int = 0              # the `update` at which the current phase began (its schedule's step 0)
+    lr_budget: float = 0.0            # the learning rate summed over those updates, each phase on its own
+                                      # schedule (history.csv's `lr_budget`, the training check's axis)
     history: list = field(default_factory=list)
     best_score: float = -math.inf
     best_epoch: float = -1          # the history's `epoch` of the best evaluation
