@@ -27,7 +27,7 @@ PACKAGE = "own_ext_export"            # the user's package in the project (a nam
 HEAD = f'''"""A head of the user's: a hidden layer through the helper's activation."""
 from torch import nn
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 from {PACKAGE}.helpers import act
 
 

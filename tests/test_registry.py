@@ -31,7 +31,7 @@ def module(folder: Path, name: str, text: str) -> str:
 
 
 LOSS = '''
-from minbert.core.losses import Loss, register_loss
+from minbert.core.register import Loss, register_loss
 
 
 @register_loss{replace}
@@ -53,7 +53,7 @@ HEAD = '''
 import torch
 from torch import nn
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 
 
 @register_head
@@ -101,6 +101,25 @@ def test_a_job_works_from_the_registry_of_its_own_settings(tmp_path):
     job = FinetuneSettings(**settings)          # read elsewhere, with no params file loaded
     assert "snli" in job.registry.tasks and job.registry.tasks["snli"].classes == tuple(SNLI["classes"])
     assert "snli" not in TASKS
+
+
+def test_both_registrations_are_in_one_module_and_the_former_import_paths_still_register(tmp_path):
+    """A module of yours imports `Loss`, `register_loss` and `register_head` from minbert.core.register;
+    one written before (an exported model's code) imports them from minbert.core.losses and
+    minbert.core.extensions, and registers the same."""
+    from minbert.core import extensions, losses, register
+
+    assert losses.register_loss is register.register_loss and extensions.register_head is register.register_head
+    assert register.Loss is losses.Loss
+    with pytest.raises(AttributeError):
+        losses.register_head      # noqa: B018
+    old = module(tmp_path, "old.py", LOSS.format(name="old_style", kind="regression", batch=False, body="0",
+                                                 replace="", cls="Old").replace(
+        "from minbert.core.register import Loss, register_loss", "from minbert.core.losses import Loss, register_loss"))
+    head = module(tmp_path, "old_head.py", HEAD.format(view="single", width=1, squeeze=".squeeze(-1)").replace(
+        "minbert.core.register", "minbert.core.extensions"))
+    lp = validate_params(demo_params(modules=[old, head]))
+    assert lp.registry.module_of("loss", "old_style") == old and lp.registry.module_of("head", "wide") == head
 
 
 def test_the_builtin_declarations_are_their_classes_own_and_read_without_torch():
@@ -271,7 +290,7 @@ def test_a_module_that_exits_on_import_is_one_line_from_every_command(tmp_path):
     ('name, kinds, batch_statistic = "x y", ("regression",), True', "`name` 'x y' must be letters"),
 ])
 def test_a_loss_class_that_breaks_the_contract_is_one_line_naming_its_class(tmp_path, attrs, problem):
-    path = module(tmp_path, "odd.py", "from minbert.core.losses import Loss, register_loss\n\n\n@register_loss\n"
+    path = module(tmp_path, "odd.py", "from minbert.core.register import Loss, register_loss\n\n\n@register_loss\n"
                                       f"class Odd(Loss):\n    {attrs}\n")
     msg = error_of(demo_params(modules=[path]))
     assert msg.startswith(f"params.yaml: key 'modules': {path} (class Odd): ") and problem in msg, msg
@@ -477,14 +496,14 @@ def test_a_checkpoint_made_with_user_code_refuses_that_code_changed(tmp_path, ti
 
 
 @pytest.mark.parametrize("text,said", [
-    ("from minbert.core.losses import Loss, register_loss\n\n\n@register_loss\nclass Odd(Loss):\n"
+    ("from minbert.core.register import Loss, register_loss\n\n\n@register_loss\nclass Odd(Loss):\n"
      "    name, kinds = 'odd', ('regression',)\n\n    def __call__(self, output):\n        return output.mean()\n",
      "`__call__` cannot be called as __call__(output, target, pair=None), as every loss is"),
-    ("from torch import nn\nfrom minbert.core.extensions import register_head\n\n\n@register_head\n"
+    ("from torch import nn\nfrom minbert.core.register import register_head\n\n\n@register_head\n"
      "class Odd(nn.Module):\n    name, view = 'odd', 'bi'\n\n    def __init__(self, in_dim, outputs):\n"
      "        super().__init__()\n\n    def forward(self, u, v):\n        return u\n",
      "`__init__` cannot be called as __init__(in_dim, outputs, hidden_layers, dropout), as every head is"),
-    ("from torch import nn\nfrom minbert.core.extensions import register_head\n\n\n@register_head\n"
+    ("from torch import nn\nfrom minbert.core.register import register_head\n\n\n@register_head\n"
      "class Odd(nn.Module):\n    name, view = 'odd', 'bi'\n\n    def __init__(self, in_dim, outputs, layers, p):\n"
      "        super().__init__()\n\n    def forward(self, emb):\n        return emb\n",
      "`forward` cannot be called as forward(u, v), as every head is"),
@@ -503,7 +522,7 @@ def test_one_module_named_twice_registers_its_names_once(tmp_path):
 
 SHARED = '''from torch import nn
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 
 
 @register_head

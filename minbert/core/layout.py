@@ -1,6 +1,6 @@
 """Where every file of results/ and reports/ lives: the one definition of the layout.
 
-The stage registry (minbert.pipeline.registry) derives what each job reads and writes from it, so
+The stage specs (minbert.pipeline.stage_specs) derive what each job reads and writes from it, so
 the planner, both engines (workflow/dag.py's Snakemake patterns are these paths with the name
 "{name}") and the stages ask this module through the registry; the report's loader asks it
 directly. Paths are strings relative to the working directory (POSIX separators), as the engines

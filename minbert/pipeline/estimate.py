@@ -40,7 +40,7 @@ from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, typical_length
 from minbert.pipeline.plan import pipeline
 from minbert.train.schedules import sampling_probabilities, sequential_phases, unit_batches
 
-NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
+NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.stage_specs.NETWORK)
 # Four captured MiniLM jobs side by side on one H200 by time slices each ran at its full speed
 # (4.15x one alone: bench/gpu_sharing.py); beyond four it is not measured, so more share that.
 SHARED_AT_FULL_SPEED = 4
@@ -259,7 +259,7 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
 
 
 def runs_network(job) -> bool:
-    """Whether a planned job runs the network (its stage asks for a GPU: minbert.pipeline.registry.NETWORK)."""
+    """Whether a planned job runs the network (its stage asks for a GPU: minbert.pipeline.stage_specs.NETWORK)."""
     return "gpu" in job.spec.resources
 
 

@@ -1,4 +1,4 @@
-"""The stage registry: each stage's facts, in one place.
+"""The stage specs: each stage's facts, in one place.
 
 A stage is its spec here, its library function and its thin CLI (stages/<name>.py). Its spec says:
 - what the engines show and ask for: the one-line `message` of a job and its `resources` (threads,
@@ -15,7 +15,7 @@ A stage is its spec here, its library function and its thin CLI (stages/<name>.p
   module (`code`: a pretraining's kind, the heads and losses a training or a loaded model runs),
   and, for a stage that reads the other jobs' outputs (the report), which (`gathers`).
 
-The registry decides what is in each job's description (its reads) and job file (its outputs), so
+The stage specs decide what is in each job's description (its reads) and job file (its outputs), so
 like the planner it is in no job's code (minbert.pipeline.code.NOT_JOB_CODE): an edit here re-runs
 the jobs whose description it changes.
 """
