@@ -122,6 +122,35 @@ def test_both_registrations_are_in_one_module_and_the_former_import_paths_still_
     assert lp.registry.module_of("loss", "old_style") == old and lp.registry.module_of("head", "wide") == head
 
 
+def test_a_declared_task_looked_up_outside_its_registry_is_one_line_naming_it_and_the_cause():
+    """A task a params file declares, looked up where its registry is not in use, is an error that
+    names the task and why (not a bare KeyError far from its cause); it is still a KeyError, so `get`
+    and `in` answer as before; passed the registry, the same code needs no `with`."""
+    from minbert.core.settings import FinetuneSettings, read_settings
+    from minbert.core.tasks import TaskNotInRegistry
+    from minbert.params.resolve import finetune_settings
+
+    lp = validate_params(demo_params(tasks={"snli": SNLI}, experiments={"a": {"finetune": {"tasks": ["sst", "snli"]}}}))
+    with pytest.raises(TaskNotInRegistry) as e:
+        TASKS["snli"]
+    said = str(e.value)
+    assert "\n" not in said and said.startswith("task 'snli' is not in the built-in tasks (no task registry is in use")
+    assert "with lp.registry.active()" in said and "sst, para, sts" in said
+    assert isinstance(e.value, KeyError) and TASKS.get("snli") is None and "snli" not in TASKS
+    other = validate_params(demo_params(tasks={"score": SCORE}))
+    with other.registry.active(), pytest.raises(TaskNotInRegistry, match="task 'snli' is not in the task registry in use, "
+                                                                          "whose tasks are sst, para, sts, cfimdb, score"):
+        TASKS["snli"]
+    with lp.registry.active():
+        assert TASKS["snli"].classes == tuple(SNLI["classes"])
+    with lp.registry.active():
+        job = read_settings(FinetuneSettings, finetune_settings(lp.experiments["a"]).model_dump(mode="json"), "a.json")
+    heads = job.finetune.heads
+    with pytest.raises(TaskNotInRegistry, match="task 'snli'"):
+        heads.head_of("snli")
+    assert heads.head_of("snli", job.registry.tasks) == "cross" and heads.loss_of("snli", job.registry.tasks) == "cross_entropy"
+
+
 def test_the_builtin_declarations_are_their_classes_own_and_read_without_torch():
     """Each built-in loss and head is one class in one file, registered as a user's is; its
     declaration is read from the file's source, which states the same as the class."""

@@ -25,7 +25,7 @@ from minbert.core.errors import MinBertError
 from minbert.core.layout import NLI_SOURCE
 from minbert.core.plain import SettingsProblem, as_json, read
 from minbert.core.registry import Registry, active
-from minbert.core.tasks import TASKS
+from minbert.core.tasks import TASKS, Task
 
 frozen = dataclass(frozen=True, kw_only=True)
 
@@ -37,13 +37,14 @@ class HeadChoices:
     def heads_named(self) -> dict[str, str]:
         raise NotImplementedError
 
-    def head_of(self, task: str) -> str:
-        """The name of `task`'s head: `heads.<task>`, else its declared head."""
-        return self.heads_named().get(task) or TASKS[task].head
+    def head_of(self, task: str, tasks: Mapping[str, Task] | None = None) -> str:
+        """The name of `task`'s head: `heads.<task>`, else its declared head (in `tasks`, the tasks of
+        the registry its settings were read with; default: the registry in use)."""
+        return self.heads_named().get(task) or (TASKS if tasks is None else tasks)[task].head
 
-    def loss_of(self, task: str) -> str:
-        """The name of `task`'s loss: `heads.losses.<task>`, else its declared loss."""
-        return self.losses.get(task) or TASKS[task].loss
+    def loss_of(self, task: str, tasks: Mapping[str, Task] | None = None) -> str:
+        """The name of `task`'s loss: `heads.losses.<task>`, else its declared loss (`tasks`: as `head_of`)."""
+        return self.losses.get(task) or (TASKS if tasks is None else tasks)[task].loss
 
     def pooling_of(self, task: str) -> str:
         return self.task_pooling.get(task, self.pooling)

@@ -214,9 +214,9 @@ def _runs_heads_and_losses(s, train) -> list[str]:
     """The code of the heads and losses a training with `train` (its tasks, its heads settings) runs:
     each built-in one's module (minbert/model/heads/, minbert/model/losses/; the user's modules are
     the settings' `modules`), so an edit to one re-runs exactly the trainings that use it."""
-    with s.registry.active():
-        return s.registry.code_modules([train.heads.head_of(t) for t in train.tasks],
-                                       [train.heads.loss_of(t) for t in train.tasks])
+    tasks = s.registry.tasks
+    return s.registry.code_modules([train.heads.head_of(t, tasks) for t in train.tasks],
+                                   [train.heads.loss_of(t, tasks) for t in train.tasks])
 
 
 def _loads_models(s) -> list[str]:
