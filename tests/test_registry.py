@@ -138,8 +138,8 @@ def test_a_declared_task_looked_up_outside_its_registry_is_one_line_naming_it_an
     assert "with lp.registry.active()" in said and "sst, para, sts" in said
     assert isinstance(e.value, KeyError) and TASKS.get("snli") is None and "snli" not in TASKS
     other = validate_params(demo_params(tasks={"score": SCORE}))
-    with other.registry.active(), pytest.raises(TaskNotInRegistry, match="task 'snli' is not in the task registry in use, "
-                                                                          "whose tasks are sst, para, sts, cfimdb, score"):
+    in_use = "task 'snli' is not in the task registry in use, whose tasks are sst, para, sts, cfimdb, score"
+    with other.registry.active(), pytest.raises(TaskNotInRegistry, match=in_use):
         TASKS["snli"]
     with lp.registry.active():
         assert TASKS["snli"].classes == tuple(SNLI["classes"])
@@ -148,7 +148,8 @@ def test_a_declared_task_looked_up_outside_its_registry_is_one_line_naming_it_an
     heads = job.finetune.heads
     with pytest.raises(TaskNotInRegistry, match="task 'snli'"):
         heads.head_of("snli")
-    assert heads.head_of("snli", job.registry.tasks) == "cross" and heads.loss_of("snli", job.registry.tasks) == "cross_entropy"
+    tasks = job.registry.tasks
+    assert heads.head_of("snli", tasks) == "cross" and heads.loss_of("snli", tasks) == "cross_entropy"
 
 
 def test_the_builtin_declarations_are_their_classes_own_and_read_without_torch():

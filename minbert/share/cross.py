@@ -44,7 +44,8 @@ def cross_encoder_form(model, task: str) -> str | None:
     if not head.builtin:
         return f"its head '{head.name}' is one of your own (module {head.module})"
     if model.views[task].name != "cross":
-        return f"its {head.name} head is a bi-encoder{' with a cross term' if model.views[task].name == 'hybrid' else ''}: " \
+        term = " with a cross term" if model.views[task].name == "hybrid" else ""
+        return f"its {head.name} head is a bi-encoder{term}: " \
                f"it embeds each sentence apart"
     reasons = [(task in model.branches, "it reads layers of its own above the encoder (`extra_layers`)"),
                (model.shared is not None and task in cfg.shared.tasks, "it reads shared layers"),
