@@ -414,12 +414,12 @@ def test_a_declared_task_differs_from_the_builtins_and_the_others_in_more_than_c
 
 
 def test_the_reserved_names_are_derived_from_what_uses_them():
-    from minbert.core.layout import NLI_SOURCE
+    from minbert.core.nli_data import NLI_DATA
     from minbert.params.heads import HeadsParams
     from minbert.params.tasks import reserved_task_names
 
     reserved = reserved_task_names()
-    assert set(reserved) == set(BUILTIN_TASKS) | {NLI_SOURCE} | set(HeadsParams.model_fields)
+    assert set(reserved) == set(BUILTIN_TASKS) | {NLI_DATA.name} | set(HeadsParams.model_fields)
 
 
 def test_a_task_file_that_cannot_be_resolved_is_refused_at_load(tmp_path):

@@ -42,8 +42,6 @@ MODEL_FILE, HISTORY_FILE = "model.pt", "history.csv"     # in a training stage's
 STATE_FILE, BEST_STATE_FILE = "last.pt", "best.pt"       # in a running job's state folder
 SPLITS = ("train", "dev", "test")
 PREDICTED_SPLITS = ("dev", "test")
-NLI_SOURCE = "nli"          # the NLI pretraining's prepared data: data/nli-{train,dev}.tsv (no task may take it)
-NLI_SPLITS = ("train", "dev")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from minbert.core.errors import MinBertError
-from minbert.core.layout import NLI_SOURCE
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.plain import SettingsProblem, as_json, read
 from minbert.core.registry import Registry, active
 from minbert.core.tasks import TASKS, Task
@@ -332,5 +332,5 @@ def read_settings(cls: type, data: dict, where: str):
 def pretrain_splits(s) -> list[tuple[str, str]]:
     """The prepared (task, split) files a pretraining reads: what it trains on and its dev set."""
     kind = s.pretraining.kind
-    tasks = s.pretraining.mlm.tasks if kind == "mlm" else [NLI_SOURCE] if kind == "nli" else ["para"]
+    tasks = s.pretraining.mlm.tasks if kind == "mlm" else [NLI_DATA.name] if kind == "nli" else ["para"]
     return [(t, split) for t in tasks for split in ("train", "dev")]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, write_json
-from minbert.core.layout import NLI_SOURCE, NLI_SPLITS
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.settings import PrepareSettings
 from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
 from minbert.data.declared import held_out, read_declared
@@ -39,7 +39,7 @@ def raw_inputs(data: PrepareSettings) -> list[str]:
 def prepared_files(data: PrepareSettings) -> list[str]:
     """The files `prepare` writes into its folder, by name."""
     names = [f"{task}-{split}.tsv" for task in prepared_tasks(data) for split in TASKS[task].splits]
-    return names + ([f"{NLI_SOURCE}-{s}.tsv" for s in NLI_SPLITS] if data.nli_file else []) + ["summary.json"]
+    return names + (list(NLI_DATA.files) if data.nli_file else []) + ["summary.json"]
 
 
 def _declared_splits(task: str, data: PrepareSettings) -> dict:
@@ -108,8 +108,8 @@ def prepare(data: PrepareSettings, out: str | Path) -> dict:
                 raise MinBertError(f"{src}: no valid NLI rows left after validation")
             train, dev = split_by_group(frame, data.nli_dev_fraction, data.seed)
             for split, part in (("train", train), ("dev", dev)):
-                write_split(part, tmp / f"{NLI_SOURCE}-{split}.tsv")
-                files[f"{NLI_SOURCE}-{split}.tsv"] = {**report.as_dict(), "rows_kept": len(part),
+                write_split(part, tmp / NLI_DATA.file(split))
+                files[NLI_DATA.file(split)] = {**report.as_dict(), "rows_kept": len(part),
                                                       "note": f"{split} part of the split by premise group"}
         summary = {"data_dir": str(data_dir), "nli_file": data.nli_file, "on_bad_rows": data.on_bad_rows,
                    "files": files}
