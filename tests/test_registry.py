@@ -150,6 +150,15 @@ def test_a_declared_task_looked_up_outside_its_registry_is_one_line_naming_it_an
         heads.head_of("snli")
     tasks = job.registry.tasks
     assert heads.head_of("snli", tasks) == "cross" and heads.loss_of("snli", tasks) == "cross_entropy"
+    # a library entry point (train, predict, teach, export, the report) runs in its settings' registry itself
+    from minbert.core.settings import in_own_registry
+
+    @in_own_registry
+    def entry(s, task):
+        return TASKS[task].classes
+
+    assert entry(job, "snli") == tuple(SNLI["classes"]) and entry(lp, "snli") == tuple(SNLI["classes"])
+    assert "snli" not in TASKS
 
 
 def test_the_builtin_declarations_are_their_classes_own_and_read_without_torch():

@@ -15,9 +15,9 @@ Each class has the fields of its params model of the same name (a test keeps the
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from functools import cached_property
+from functools import cached_property, wraps
 from types import MappingProxyType
 from typing import Any
 
@@ -214,6 +214,17 @@ class Declarations:
     def registry(self) -> Registry:
         """The built-in tasks, losses and heads with these declarations."""
         return Registry.of(list(self.modules), as_json(self.tasks))
+
+
+def in_own_registry(run: Callable) -> Callable:
+    """A library entry point whose first argument carries a registry (a job's settings: train,
+    predict, teach, export; the loaded params: the report) runs in it, its declared tasks and the
+    user's losses and heads, whoever calls it: a stage, a test, a script of the user's."""
+    @wraps(run)
+    def in_registry(s, *args, **kwargs):
+        with s.registry.active():
+            return run(s, *args, **kwargs)
+    return in_registry
 
 
 @frozen

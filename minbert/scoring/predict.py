@@ -10,7 +10,7 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path
 from minbert.core.runtime import start_runtime
-from minbert.core.settings import PredictSettings
+from minbert.core.settings import PredictSettings, in_own_registry
 from minbert.core.tasks import TASKS
 from minbert.data.batches import load_task_data
 from minbert.model.checkpoint import load_checkpoint
@@ -31,6 +31,7 @@ def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
     return out
 
 
+@in_own_registry
 def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None,
                        expect: dict | None = None, seconds: dict | None = None) -> dict:
     """Write <task>-<split>.csv for every trained task and each of its splits among `s.splits` (dev, and

@@ -21,7 +21,7 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
 from minbert.core.runtime import start_runtime
-from minbert.core.settings import Distill, TeachSettings
+from minbert.core.settings import Distill, TeachSettings, in_own_registry
 from minbert.core.tasks import TASKS
 from minbert.data.batches import TaskData, load_task_data
 from minbert.model.checkpoint import load_checkpoint
@@ -35,6 +35,7 @@ def teacher_columns(task: str) -> list[str]:
     return TASKS[task].prob_columns or ["score"]
 
 
+@in_own_registry
 def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir, records: dict[str, str] | None = None
           ) -> dict[str, int]:
     """Write the teacher's outputs on the training splits of `s.predicts`; `models` maps each member

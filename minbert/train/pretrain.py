@@ -38,7 +38,7 @@ from minbert.core.plain import as_json
 from minbert.core.progress import Progress, eta
 from minbert.core.provenance import fingerprint_of, with_runtime
 from minbert.core.runtime import Runtime, seed_everything, start_runtime
-from minbert.core.settings import Pretraining, PretrainSettings, pretrain_splits
+from minbert.core.settings import Pretraining, PretrainSettings, in_own_registry, pretrain_splits
 from minbert.core.tasks import TASKS
 from minbert.data.downsample import downsample
 from minbert.data.encode import encode_cached
@@ -417,6 +417,7 @@ def _loss_summary(history: list[dict], before: float) -> dict:
 
 # ---------------------------------------------------------------- a pretraining job
 
+@in_own_registry
 def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, description: dict | None = None,
              name: str = "", fingerprint: str | None = None) -> dict:
     """Run a masked-LM or NLI pretraining from `start_model`; write the model folder, history.csv
