@@ -313,7 +313,7 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
                   "export fingerprint": fingerprint or "-", "export git revision": git_revision()}
     with atomic_path(out_dir) as tmp:
         files = export_model(model, tokenizer, tmp, extra={"experiment": name, "model_stage": s.model_stage})
-        card = model_card(s, name, files, scores(predictions), training, rows, provenance)
+        card = model_card(s, name, files, scores(predictions, s.registry.tasks), training, rows, provenance)
         (tmp / "README.md").write_text(card, encoding="utf-8")
         record_files(tmp)
         written = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
