@@ -226,8 +226,8 @@ def test_an_undefined_metric_has_no_estimate_and_the_export_card_leaves_it_out(t
     and the export's scores leave the task (and the overall) out instead of failing."""
     import pandas as pd
 
-    from minbert.scoring.stats import Sample, task_estimate
     from minbert.core.tasks import BUILTIN_TASKS
+    from minbert.scoring.stats import Sample, task_estimate
     from minbert.share.export import scores
 
     frame = pd.DataFrame({"id": [f"t{i}" for i in range(20)], "label": [i / 4 for i in range(20)],
