@@ -187,8 +187,8 @@ class Model:
             raise MinBertError(f"{task}: expected a pandas DataFrame with the task's columns or a list of "
                                f"{'pairs' if spec.pair else 'texts'}, not {type(frame).__name__}")
         frame = frame.reset_index(drop=True)
-        tasks_for(Origin(task), frame.columns, [task], self.tasks)
-        check_texts(Origin(task), frame, text_columns([task]))
+        tasks_for(Origin(task), frame.columns, [task], {task: spec})
+        check_texts(Origin(task), frame, text_columns([spec]))
         if frame.empty:            # no rows: the columns, with the dtypes rows would have
             outputs = torch.empty((0, len(spec.classes)) if spec.kind == "classification" else (0,))
             return _result_frame(spec, predictions(task, self.model.heads_cfg, outputs,

@@ -463,7 +463,7 @@ def test_a_header_that_names_a_column_twice_is_refused_by_every_reader(tmp_path)
     with pytest.raises(MinBertError, match=rf"^{raw} line 1: column 'id' appears twice in the header; keep one$"):
         read_cs224n(raw, "sst")
     with pytest.raises(MinBertError, match=r"^in.tsv:1: column 'sentence' appears twice in the header; keep one$"):
-        tasks_for(Origin("in.tsv", [2]), ["sentence", "sentence"], None, ["sst"])
+        tasks_for(Origin("in.tsv", [2]), ["sentence", "sentence"], None, {"sst": BUILTIN_TASKS["sst"]})
 
 
 def test_a_json_line_that_gives_a_key_twice_is_a_bad_row(tmp_path):
