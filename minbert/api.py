@@ -27,7 +27,6 @@ import pandas as pd
 from minbert.core.devices import PRECISIONS
 from minbert.core.errors import MinBertError
 from minbert.core.layout import MODEL_FILE, TRAINING_STAGES, Layout
-from minbert.core.tasks import TASKS
 from minbert.scoring.inputs import MAX_TEXT_CHARS, SINGLE, Origin, check_texts, tasks_for, text_columns  # noqa: F401
 
 EXPORT_MANIFEST = "minbert.json"     # what marks an export folder (minbert.share.export)
@@ -181,19 +180,19 @@ class Model:
         from minbert.model.outputs import predictions
 
         self.has(task)
+        spec = self.registry.tasks[task]
         if isinstance(frame, (str, list, tuple)):      # texts, or (sentence1, sentence2) pairs
-            frame = _pairs(frame, task) if TASKS[task].pair else _single(frame, task)
+            frame = _pairs(frame, task) if spec.pair else _single(frame, task)
         if not isinstance(frame, pd.DataFrame):
             raise MinBertError(f"{task}: expected a pandas DataFrame with the task's columns or a list of "
-                               f"{'pairs' if TASKS[task].pair else 'texts'}, not {type(frame).__name__}")
+                               f"{'pairs' if spec.pair else 'texts'}, not {type(frame).__name__}")
         frame = frame.reset_index(drop=True)
-        tasks_for(Origin(task), frame.columns, [task], self.tasks)
-        check_texts(Origin(task), frame, text_columns([task]))
-        spec = TASKS[task]
+        tasks_for(Origin(task), frame.columns, [task], {task: spec})
+        check_texts(Origin(task), frame, text_columns([spec]))
         if frame.empty:            # no rows: the columns, with the dtypes rows would have
             outputs = torch.empty((0, len(spec.classes)) if spec.kind == "classification" else (0,))
             return _result_frame(spec, predictions(task, self.model.heads_cfg, outputs,
-                                                   self.model.calibration.get(task)))
+                                                   self.model.calibration.get(task), self.registry))
         if "id" not in frame.columns:
             frame = frame.assign(id=[str(i) for i in range(len(frame))])
         show = len(frame) > self.batch_size * CHUNK_BATCHES if progress is None else progress

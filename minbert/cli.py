@@ -35,7 +35,7 @@ from minbert.core.errors import MinBertError
 from minbert.core.io import MAX_INPUT_BYTES, _human, read_input, write_text
 from minbert.core.layout import Layout
 from minbert.core.outputs import folders_read, refuse_over_inputs, writable_folder, writable_output
-from minbert.core.tasks import TASKS
+from minbert.core.tasks import Task
 from minbert.data.read import refuse_repeated_columns
 from minbert.entry import run
 from minbert.scoring.inputs import PAIR, SINGLE, Origin, check_texts, tasks_for, text_columns
@@ -158,13 +158,14 @@ def _read_table(name: str, text: str, fmt: str) -> tuple[pd.DataFrame, list[int]
 
 # ---------------------------------------------------------------- output
 
-def prediction_columns(task: str, result: pd.DataFrame) -> pd.DataFrame:
+def prediction_columns(spec: Task, result: pd.DataFrame) -> pd.DataFrame:
     """A task's predictions as output columns: <task>_label, <task>_class, <task>_prob_k, or <task>_score."""
-    if TASKS[task].kind == "regression":
+    task = spec.name
+    if spec.kind == "regression":
         return pd.DataFrame({f"{task}_score": result["prediction"].to_numpy()})
     out = pd.DataFrame({f"{task}_label": result["prediction"].astype(int).to_numpy(),
                         f"{task}_class": result["class"].to_numpy()})
-    for c in TASKS[task].prob_columns:
+    for c in spec.prob_columns:
         out[f"{task}_{c}"] = result[c].to_numpy()
     return out
 
@@ -240,20 +241,20 @@ def predict_command(a) -> None:
     frame, lines = read_rows(name, text, fmt)
     model = load_model(a.model, device=a.device, batch_size=a.batch_size, threads=a.threads,
                        precision="bf16" if a.bf16 else a.precision, trust_remote_code=a.trust_remote_code)
-    with model.registry.active():            # the model's own tasks, heads and losses
-        for t in a.task or []:
-            model.has(t)
-        origin = Origin(name, lines)
-        tasks = tasks_for(origin, frame.columns, a.task, model.tasks)
-        check_texts(origin, frame, text_columns(tasks))
-        if len(frame) == 0:
-            raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
-        keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
-        parts = [frame[keep].reset_index(drop=True)]
-        for t in tasks:
-            cols = frame[PAIR if TASKS[t].pair else SINGLE]
-            cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
-            parts.append(prediction_columns(t, model.predict(t, cols, progress=None if not a.quiet else False)))
+    for t in a.task or []:
+        model.has(t)
+    known = {t: model.registry.tasks[t] for t in model.tasks}     # the model's own tasks, from its registry
+    origin = Origin(name, lines)
+    tasks = tasks_for(origin, frame.columns, a.task, known)
+    check_texts(origin, frame, text_columns(known[t] for t in tasks))
+    if len(frame) == 0:
+        raise MinBertError(f"{name}: no rows to predict; give a header line and one row per sentence or pair")
+    keep = [c for c in ["id"] + SINGLE + PAIR if c in frame.columns]
+    parts = [frame[keep].reset_index(drop=True)]
+    for t in tasks:                   # the model predicts in its own registry (minbert.api)
+        cols = frame[PAIR if known[t].pair else SINGLE]
+        cols = cols.assign(id=frame["id"]) if "id" in frame.columns else cols
+        parts.append(prediction_columns(known[t], model.predict(t, cols, progress=None if not a.quiet else False)))
     out_fmt = a.out_format or (SUFFIXES.get(Path(a.out).suffix.lower()) if a.out not in (None, "-") else None) \
         or ("jsonl" if fmt == "jsonl" else "tsv")
     write_output(pd.concat(parts, axis=1), a.out, "tsv" if out_fmt == "txt" else out_fmt)

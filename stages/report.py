@@ -27,8 +27,7 @@ def main(argv: list[str] | None = None) -> None:
         # the report shows every section of the params: its settings are the params file's content
         lp = validate_params(call.job.settings)
         summary: list[str] = []
-        with lp.registry.active():          # the params' own tasks
-            written = render_reports(lp, call.layout, reads=call.job.reads, summary=summary)
+        written = render_reports(lp, call.layout, reads=call.job.reads, summary=summary)   # in the params' registry
     print(f"wrote {written[-1]} and {len(written) - 1} experiment page(s) in {call.layout.experiment_reports}")
     # the run's summary, last: DVC's terminal shows it, and Snakemake's run ends on it (the Snakefile
     # prints it from this job's log: minbert.pipeline.progress.run_end)

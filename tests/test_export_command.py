@@ -27,7 +27,7 @@ PACKAGE = "own_ext_export"            # the user's package in the project (a nam
 HEAD = f'''"""A head of the user's: a hidden layer through the helper's activation."""
 from torch import nn
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 from {PACKAGE}.helpers import act
 
 
@@ -248,10 +248,15 @@ def test_the_command_refuses_a_stale_model_an_unknown_name_and_a_folder_it_would
 
 def test_an_export_elsewhere_runs_in_the_jobs_registry(tmp_path, monkeypatch):
     """Into --out (no run record, so not under `running`), the export still works from its job's
-    registry: a task the params declare is one the card can name (it was the built-in tasks alone)."""
+    registry: a task the params declare is one the card can name (it was the built-in tasks alone).
+    The export makes it active itself (its settings' registry), whoever calls it."""
     from minbert.core.tasks import TASKS
     from minbert.pipeline import exporting
     from minbert.pipeline.plan import job_for
+    from minbert.share import export as share_export
+
+    class Seen(Exception):
+        pass
 
     demo = REPO / "data" / "demo"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({
@@ -261,10 +266,14 @@ def test_an_export_elsewhere_runs_in_the_jobs_registry(tmp_path, monkeypatch):
         "base": {"model": "models/tiny"},
         "experiments": {"e": {"finetune": {"tasks": ["sst", "sst_score"]}}}}))
     seen = []
-    monkeypatch.setattr(exporting, "export_experiment", lambda s, *a, **k: seen.append(sorted(set(TASKS))) or [])
-    with _in(tmp_path):
+    def load_checkpoint(*args, **kwargs):         # the export's first step: what is the registry in use there?
+        seen.append(sorted(set(TASKS)))
+        raise Seen
+
+    monkeypatch.setattr(share_export, "load_checkpoint", load_checkpoint)
+    with _in(tmp_path), pytest.raises(Seen):
         exporting.export(job_for("params.yaml", "export", "e"), out=str(tmp_path / "out"))
-    assert seen and "sst_score" in seen[0]
+    assert seen and "sst_score" in seen[0] and "sst_score" not in TASKS
 
 
 @pytest.mark.parametrize("change,said", [

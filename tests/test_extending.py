@@ -132,7 +132,7 @@ def test_every_loss_declares_what_the_guards_read():
 
 
 BATCH_LOSS = '''
-from minbert.core.losses import Loss, register_loss
+from minbert.core.register import Loss, register_loss
 
 
 @register_loss

@@ -39,7 +39,7 @@ TWICE = "ext/mse_twice.py"
 TWICE_TEXT = '''"""The built-in mse, twice over: a loss of the user's used in place of a built-in one."""
 import torch.nn.functional as F
 
-from minbert.core.losses import Loss, register_loss
+from minbert.core.register import Loss, register_loss
 
 
 @register_loss(replace=True)
@@ -229,8 +229,8 @@ def loss_split_in_two(folder: Path):
     """The loss module with its constant in a helper file of its own, which it imports (issue 49: a
     module's helpers were no code of any job); the module as it was afterwards."""
     before = (folder / LOSSES).read_text()
-    split = before.replace("from minbert.core.losses import", "from examples.extending.huber_delta import DELTA\n"
-                           "from minbert.core.losses import", 1).replace("delta=0.1", "delta=DELTA")
+    split = before.replace("from minbert.core.register import", "from examples.extending.huber_delta import DELTA\n"
+                           "from minbert.core.register import", 1).replace("delta=0.1", "delta=DELTA")
     assert split.count("DELTA") == 2
     (folder / HELPER).write_text('"""Where the Huber loss turns linear."""\nDELTA = 0.1\n')
     (folder / LOSSES).write_text(split)

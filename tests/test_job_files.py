@@ -1,4 +1,4 @@
-"""A job file (results/jobs/<stage>/<name>.json) is checked against what the stage registry derives
+"""A job file (results/jobs/<stage>/<name>.json) is checked against what the stage specs derive
 for its stage, name and settings before a stage trusts it: a hand-edited or foreign file that lists
 an output outside the results folder, a setting the stage does not know, reads the planner did not
 derive, or that lies where the planner does not write it, is one line, and nothing is deleted
@@ -175,7 +175,7 @@ def test_a_hub_model_is_the_snapshot_in_the_local_cache(tmp_path, monkeypatch):
 LOSS = '''"""A loss of the user's, split into files: a test module."""
 from ext.scale import HALF
 
-from minbert.core.losses import Loss, register_loss
+from minbert.core.register import Loss, register_loss
 
 
 @register_loss

@@ -27,7 +27,7 @@ from minbert.core.plain import as_json, read
 from minbert.core.settings import read_settings
 from minbert.params import load_params
 from minbert.params import settings as models
-from minbert.pipeline import plan, registry
+from minbert.pipeline import plan, stage_specs
 from minbert.pipeline.job import Job
 from minbert.report.data import load_report_data
 
@@ -206,11 +206,12 @@ def test_the_report_run_from_its_job_file_reads_what_its_description_names(repo_
 
 
 def test_a_new_stages_outputs_reach_the_report_without_an_edit(repo_root, tmp_path, monkeypatch):
-    """A stage added to the registry has its outputs among the report's reads, and in what the
+    """A stage added to the stage specs has its outputs among the report's reads, and in what the
     report loads (`ReportData.outputs`), by job and output name."""
-    extra = dataclasses.replace(registry.STAGES["evaluate"], name="rescore", io=lambda L, name, s: registry.StageIO(
-        {"predictions": []}, {"scores": [f"{L.results}/experiments/{name}/rescored.json"]}))
-    monkeypatch.setitem(registry.STAGES, "rescore", extra)
+    extra = dataclasses.replace(stage_specs.STAGES["evaluate"], name="rescore", io=lambda L, name, s:
+                                stage_specs.StageIO({"predictions": []},
+                                                    {"scores": [f"{L.results}/experiments/{name}/rescored.json"]}))
+    monkeypatch.setitem(stage_specs.STAGES, "rescore", extra)
     layout = Layout(str(tmp_path / "results"), str(tmp_path / "reports"))
     lp = load_params(repo_root / "params.yaml")
     report = next(j for j in plan.pipeline(lp, layout) if j.stage == "report")

@@ -168,7 +168,7 @@ BILINEAR = '''import time
 
 from torch import nn
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 
 time.sleep(0.2)         # a slow import: another thread's runs meanwhile
 

@@ -91,3 +91,39 @@ def test_triplets_pair_within_group_only():
     assert t[["anchor", "positive", "negative"]].values.tolist() == [["P1", "e1", "c1"]]
     with pytest.raises(MinBertError, match="'group'"):
         build_triplets(frame.drop(columns="group"), "results/data/nli-train.tsv")
+
+
+# ---------------------------------------------------------------- the NLI data: one thing, not a task
+
+def test_the_nli_data_is_one_source_beside_the_tasks_and_every_module_reads_it_from_one_place():
+    """The NLI pretraining's data (its name, files, splits, columns, labels) is stated once, in
+    minbert.core.nli_data; the reader, the prepared files, the checks and the reserved names follow it,
+    and no other module spells its name or its files (a pretraining *kind* named `nli` is another
+    thing: the params' `kind: nli`)."""
+    import ast
+    from pathlib import Path
+
+    from minbert.core.nli_data import NLI_DATA
+    from minbert.core.tasks import BUILTIN_TASKS
+    from minbert.data.read import prepared, prepared_sources
+    from minbert.params.tasks import reserved_task_names
+
+    assert NLI_DATA.name not in BUILTIN_TASKS and NLI_DATA.name in prepared_sources()
+    assert prepared(NLI_DATA.name).columns == NLI_DATA.columns and prepared(NLI_DATA.name).splits == NLI_DATA.splits
+    assert [prepared(NLI_DATA.name).parse(x) for x in (*NLI_DATA.labels, "-")] == [*NLI_DATA.labels, None]
+    assert NLI_DATA.name in reserved_task_names() and NLI_DATA.files == ("nli-train.tsv", "nli-dev.tsv")
+    spelled = []
+    root = Path(__file__).resolve().parents[1] / "minbert"
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "nli_data.py" and path.parent.name == "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any(isinstance(s, ast.Constant) and s.value == NLI_DATA.name for s in sides) and not any(
+                        isinstance(s, ast.Attribute) and s.attr == "kind" or isinstance(s, ast.Name) and s.id == "kind"
+                        for s in sides):
+                    spelled.append(f"{path.relative_to(root)}:{node.lineno}: compares with '{NLI_DATA.name}'")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in NLI_DATA.files:
+                spelled.append(f"{path.relative_to(root)}:{node.lineno}: names {node.value}")
+    assert not spelled, "\n".join(spelled)

@@ -31,7 +31,7 @@ def module(folder: Path, name: str, text: str) -> str:
 
 
 LOSS = '''
-from minbert.core.losses import Loss, register_loss
+from minbert.core.register import Loss, register_loss
 
 
 @register_loss{replace}
@@ -53,7 +53,7 @@ HEAD = '''
 import torch
 from torch import nn
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 
 
 @register_head
@@ -100,6 +100,64 @@ def test_a_job_works_from_the_registry_of_its_own_settings(tmp_path):
         settings = finetune_settings(lp.experiments["a"]).model_dump(mode="json")
     job = FinetuneSettings(**settings)          # read elsewhere, with no params file loaded
     assert "snli" in job.registry.tasks and job.registry.tasks["snli"].classes == tuple(SNLI["classes"])
+    assert "snli" not in TASKS
+
+
+def test_both_registrations_are_in_one_module_and_the_former_import_paths_still_register(tmp_path):
+    """A module of yours imports `Loss`, `register_loss` and `register_head` from minbert.core.register;
+    one written before (an exported model's code) imports them from minbert.core.losses and
+    minbert.core.extensions, and registers the same."""
+    from minbert.core import extensions, losses, register
+
+    assert losses.register_loss is register.register_loss and extensions.register_head is register.register_head
+    assert register.Loss is losses.Loss
+    with pytest.raises(AttributeError):
+        losses.register_head      # noqa: B018
+    old = module(tmp_path, "old.py", LOSS.format(name="old_style", kind="regression", batch=False, body="0",
+                                                 replace="", cls="Old").replace(
+        "from minbert.core.register import Loss, register_loss", "from minbert.core.losses import Loss, register_loss"))
+    head = module(tmp_path, "old_head.py", HEAD.format(view="single", width=1, squeeze=".squeeze(-1)").replace(
+        "minbert.core.register", "minbert.core.extensions"))
+    lp = validate_params(demo_params(modules=[old, head]))
+    assert lp.registry.module_of("loss", "old_style") == old and lp.registry.module_of("head", "wide") == head
+
+
+def test_a_declared_task_looked_up_outside_its_registry_is_one_line_naming_it_and_the_cause():
+    """A task a params file declares, looked up where its registry is not in use, is an error that
+    names the task and why (not a bare KeyError far from its cause); it is still a KeyError, so `get`
+    and `in` answer as before; passed the registry, the same code needs no `with`."""
+    from minbert.core.settings import FinetuneSettings, read_settings
+    from minbert.core.tasks import TaskNotInRegistry
+    from minbert.params.resolve import finetune_settings
+
+    lp = validate_params(demo_params(tasks={"snli": SNLI}, experiments={"a": {"finetune": {"tasks": ["sst", "snli"]}}}))
+    with pytest.raises(TaskNotInRegistry) as e:
+        TASKS["snli"]
+    said = str(e.value)
+    assert "\n" not in said and said.startswith("task 'snli' is not in the built-in tasks (no task registry is in use")
+    assert "with lp.registry.active()" in said and "sst, para, sts" in said
+    assert isinstance(e.value, KeyError) and TASKS.get("snli") is None and "snli" not in TASKS
+    other = validate_params(demo_params(tasks={"score": SCORE}))
+    in_use = "task 'snli' is not in the task registry in use, whose tasks are sst, para, sts, cfimdb, score"
+    with other.registry.active(), pytest.raises(TaskNotInRegistry, match=in_use):
+        TASKS["snli"]
+    with lp.registry.active():
+        assert TASKS["snli"].classes == tuple(SNLI["classes"])
+    with lp.registry.active():
+        job = read_settings(FinetuneSettings, finetune_settings(lp.experiments["a"]).model_dump(mode="json"), "a.json")
+    heads = job.finetune.heads
+    with pytest.raises(TaskNotInRegistry, match="task 'snli'"):
+        heads.head_of("snli")
+    tasks = job.registry.tasks
+    assert heads.head_of("snli", tasks) == "cross" and heads.loss_of("snli", tasks) == "cross_entropy"
+    # a library entry point (train, predict, teach, export, the report) runs in its settings' registry itself
+    from minbert.core.settings import in_own_registry
+
+    @in_own_registry
+    def entry(s, task):
+        return TASKS[task].classes
+
+    assert entry(job, "snli") == tuple(SNLI["classes"]) and entry(lp, "snli") == tuple(SNLI["classes"])
     assert "snli" not in TASKS
 
 
@@ -271,7 +329,7 @@ def test_a_module_that_exits_on_import_is_one_line_from_every_command(tmp_path):
     ('name, kinds, batch_statistic = "x y", ("regression",), True', "`name` 'x y' must be letters"),
 ])
 def test_a_loss_class_that_breaks_the_contract_is_one_line_naming_its_class(tmp_path, attrs, problem):
-    path = module(tmp_path, "odd.py", "from minbert.core.losses import Loss, register_loss\n\n\n@register_loss\n"
+    path = module(tmp_path, "odd.py", "from minbert.core.register import Loss, register_loss\n\n\n@register_loss\n"
                                       f"class Odd(Loss):\n    {attrs}\n")
     msg = error_of(demo_params(modules=[path]))
     assert msg.startswith(f"params.yaml: key 'modules': {path} (class Odd): ") and problem in msg, msg
@@ -365,12 +423,12 @@ def test_a_declared_task_differs_from_the_builtins_and_the_others_in_more_than_c
 
 
 def test_the_reserved_names_are_derived_from_what_uses_them():
-    from minbert.core.layout import NLI_SOURCE
+    from minbert.core.nli_data import NLI_DATA
     from minbert.params.heads import HeadsParams
     from minbert.params.tasks import reserved_task_names
 
     reserved = reserved_task_names()
-    assert set(reserved) == set(BUILTIN_TASKS) | {NLI_SOURCE} | set(HeadsParams.model_fields)
+    assert set(reserved) == set(BUILTIN_TASKS) | {NLI_DATA.name} | set(HeadsParams.model_fields)
 
 
 def test_a_task_file_that_cannot_be_resolved_is_refused_at_load(tmp_path):
@@ -405,7 +463,7 @@ def test_a_header_that_names_a_column_twice_is_refused_by_every_reader(tmp_path)
     with pytest.raises(MinBertError, match=rf"^{raw} line 1: column 'id' appears twice in the header; keep one$"):
         read_cs224n(raw, "sst")
     with pytest.raises(MinBertError, match=r"^in.tsv:1: column 'sentence' appears twice in the header; keep one$"):
-        tasks_for(Origin("in.tsv", [2]), ["sentence", "sentence"], None, ["sst"])
+        tasks_for(Origin("in.tsv", [2]), ["sentence", "sentence"], None, {"sst": BUILTIN_TASKS["sst"]})
 
 
 def test_a_json_line_that_gives_a_key_twice_is_a_bad_row(tmp_path):
@@ -477,14 +535,14 @@ def test_a_checkpoint_made_with_user_code_refuses_that_code_changed(tmp_path, ti
 
 
 @pytest.mark.parametrize("text,said", [
-    ("from minbert.core.losses import Loss, register_loss\n\n\n@register_loss\nclass Odd(Loss):\n"
+    ("from minbert.core.register import Loss, register_loss\n\n\n@register_loss\nclass Odd(Loss):\n"
      "    name, kinds = 'odd', ('regression',)\n\n    def __call__(self, output):\n        return output.mean()\n",
      "`__call__` cannot be called as __call__(output, target, pair=None), as every loss is"),
-    ("from torch import nn\nfrom minbert.core.extensions import register_head\n\n\n@register_head\n"
+    ("from torch import nn\nfrom minbert.core.register import register_head\n\n\n@register_head\n"
      "class Odd(nn.Module):\n    name, view = 'odd', 'bi'\n\n    def __init__(self, in_dim, outputs):\n"
      "        super().__init__()\n\n    def forward(self, u, v):\n        return u\n",
      "`__init__` cannot be called as __init__(in_dim, outputs, hidden_layers, dropout), as every head is"),
-    ("from torch import nn\nfrom minbert.core.extensions import register_head\n\n\n@register_head\n"
+    ("from torch import nn\nfrom minbert.core.register import register_head\n\n\n@register_head\n"
      "class Odd(nn.Module):\n    name, view = 'odd', 'bi'\n\n    def __init__(self, in_dim, outputs, layers, p):\n"
      "        super().__init__()\n\n    def forward(self, emb):\n        return emb\n",
      "`forward` cannot be called as forward(u, v), as every head is"),
@@ -503,7 +561,7 @@ def test_one_module_named_twice_registers_its_names_once(tmp_path):
 
 SHARED = '''from torch import nn
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 
 
 @register_head

@@ -226,6 +226,7 @@ def test_an_undefined_metric_has_no_estimate_and_the_export_card_leaves_it_out(t
     and the export's scores leave the task (and the overall) out instead of failing."""
     import pandas as pd
 
+    from minbert.core.tasks import BUILTIN_TASKS
     from minbert.scoring.stats import Sample, task_estimate
     from minbert.share.export import scores
 
@@ -238,5 +239,5 @@ def test_an_undefined_metric_has_no_estimate_and_the_export_card_leaves_it_out(t
     pd.DataFrame({"id": [f"s{i}" for i in range(20)], "sentence": "x", "label": [i % 5 for i in range(20)],
                   "prediction": [(i + 1) % 5 for i in range(20)], **{f"prob_{k}": 0.2 for k in range(5)}}
                  ).to_csv(folder / "sst-dev.csv", index=False)
-    got = scores(folder)
+    got = scores(folder, BUILTIN_TASKS)
     assert set(got["dev"]) == {"sst"}

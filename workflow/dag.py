@@ -1,5 +1,5 @@
 """The pipeline's DAG for both engines, rendered from the library's jobs (minbert.pipeline.plan) and
-the stage registry (minbert.pipeline.registry: each stage's message, resources and paths).
+the stage specs (minbert.pipeline.stage_specs: each stage's message, resources and paths).
 
 Every job has a resolved description (its settings, what it reads, the code it runs) written to
 results/jobs/<stage>/<name>.json, and rewritten only when it changes (workflow/jobfiles.py). Both
@@ -42,15 +42,15 @@ from minbert.core.layout import Layout  # noqa: E402
 from minbert.params import CATALOGUE_SECTIONS, LoadedParams  # noqa: E402
 from minbert.params.overrides import split_set  # noqa: E402
 from minbert.pipeline.job import Job  # noqa: E402
-from minbert.pipeline.registry import STAGES  # noqa: E402
 from minbert.pipeline.runinfo import UpToDate  # noqa: E402
+from minbert.pipeline.stage_specs import STAGES  # noqa: E402
 from workflow import params_text  # noqa: E402
 from workflow.dvc import built, dvc_commit, params_source, render_dvc, stage_changes  # noqa: E402
 from workflow.dvc_plots import write_template  # noqa: E402
 from workflow.gpu_slot import visible_gpus  # noqa: E402
 from workflow.jobfiles import plan_only, resolve, settle_dates  # noqa: E402
 
-# What each stage asks of the machine is the stage registry's (minbert.pipeline.registry): Snakemake
+# What each stage asks of the machine is the stage specs' (minbert.pipeline.stage_specs): Snakemake
 # caps `threads` at --cores on one machine; on a cluster they become the job's CPUs (capped by
 # --max-threads). The stages that run the network ask for `gpu` GPUs each (`--config gpu=0` on a
 # CPU-only cluster); mem_mb in MB, runtime in minutes.
@@ -123,13 +123,13 @@ def stage_threads(stage: str, gpus: int, jobs_per_gpu: int, cores: int | None, l
 # ---------------------------------------------------------------- Snakemake
 
 def stage_message(stage: str) -> str:
-    """The one line Snakemake prints for a job of `stage` (the registry's, its name a wildcard)."""
+    """The one line Snakemake prints for a job of `stage` (the stage specs', its name a wildcard)."""
     return STAGES[stage].message.replace("{name}", "{wildcards.name}")
 
 
 def pattern_job(job: Job) -> Job:
     """The job as Snakemake's patterns: its paths from the layout with the name "{name}" (the
-    registry derives them for that name and the job's settings)."""
+    stage specs derive them for that name and the job's settings)."""
     if job.name is None:
         return job
     return Job.build(job.stage, "{name}", job.settings, Layout(job.results, job.reports))

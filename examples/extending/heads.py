@@ -2,7 +2,7 @@
 class, or one score). Named in params.yaml's `modules:` and chosen by name: `heads: {sts: bilinear}`."""
 from torch import nn
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 
 
 @register_head

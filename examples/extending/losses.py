@@ -1,6 +1,6 @@
 """A loss of your own: the Huber loss of a regression head (squared near the label, linear far from
 it). Named in params.yaml's `modules:` and chosen by name: `heads: {losses: {sst_score: huber}}`."""
-from minbert.core.losses import Loss, register_loss
+from minbert.core.register import Loss, register_loss
 
 
 @register_loss

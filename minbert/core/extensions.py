@@ -1,8 +1,8 @@
 """The user's own modules (params.yaml's `modules:`, docs/extending.md) and what they register.
 
 A module is named by a path in the project (`extensions/heads.py`) or an importable name
-(`my_package.losses`). Importing it runs its registrations: `@register_loss` (minbert.core.losses)
-and `@register_head` (below) note each class; what a module's import noted is that module's, and
+(`my_package.losses`). Importing it runs its registrations: `@register_loss` and `@register_head`
+(minbert.core.register) note each class; what a module's import noted is that module's, and
 the registry of a params file that names the module (minbert.core.registry) takes those classes as
 its losses and heads, by their names. Nothing here is a registry: a module imported for one params
 file adds nothing to another's.
@@ -80,14 +80,6 @@ def same_class(a: type | None, b: type | None) -> bool:
     twice (a helper that registers it, imported anew by two modules)."""
     return a is b or (a is not None and b is not None and _ORIGIN.get(a) is not None
                       and _ORIGIN.get(a) == _ORIGIN.get(b))
-
-
-def register_head(cls: type | None = None, *, replace: bool = False):
-    """Make a head class choosable by its `name` (a decorator: `@register_head`, or
-    `@register_head(replace=True)` to use it in place of the built-in head of that name)."""
-    if cls is None:
-        return lambda c: note_registration("head", c, replace)
-    return note_registration("head", cls, replace)
 
 
 @dataclass(frozen=True)
@@ -291,3 +283,12 @@ def _file_of(module) -> str | None:
         return None
     resolved = str(Path(path).resolve())
     return None if resolved.startswith(_INSTALLED) else resolved
+
+
+def __getattr__(name: str):
+    """`register_head`, imported from here by modules written before minbert.core.register held it."""
+    if name == "register_head":
+        from minbert.core import register  # register imports this module: imported when first asked for
+
+        return register.register_head
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

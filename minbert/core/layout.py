@@ -1,6 +1,6 @@
 """Where every file of results/ and reports/ lives: the one definition of the layout.
 
-The stage registry (minbert.pipeline.registry) derives what each job reads and writes from it, so
+The stage specs (minbert.pipeline.stage_specs) derive what each job reads and writes from it, so
 the planner, both engines (workflow/dag.py's Snakemake patterns are these paths with the name
 "{name}") and the stages ask this module through the registry; the report's loader asks it
 directly. Paths are strings relative to the working directory (POSIX separators), as the engines
@@ -42,8 +42,6 @@ MODEL_FILE, HISTORY_FILE = "model.pt", "history.csv"     # in a training stage's
 STATE_FILE, BEST_STATE_FILE = "last.pt", "best.pt"       # in a running job's state folder
 SPLITS = ("train", "dev", "test")
 PREDICTED_SPLITS = ("dev", "test")
-NLI_SOURCE = "nli"          # the NLI pretraining's prepared data: data/nli-{train,dev}.tsv (no task may take it)
-NLI_SPLITS = ("train", "dev")
 
 
 @dataclass(frozen=True)

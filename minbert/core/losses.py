@@ -20,7 +20,7 @@ minbert.core.registry):
 - `reads = "pairs"`: the loss reads the two sentence embeddings of each pair (a bi-encoder head).
 
 The built-in losses are one file each in minbert/model/losses/, registered with `@register_loss`
-exactly as a loss of your own is, in a module the params name (`modules:`; docs/extending.md).
+(minbert.core.register, beside `@register_head`) exactly as a loss of your own is, in a module the params name (`modules:`; docs/extending.md).
 `@register_loss(replace=True)` uses yours in place of the built-in loss of its name; any other name
 that is taken is refused. This module holds no loss code (and imports no torch): the params checks
 read the declarations without it.
@@ -28,8 +28,6 @@ read the declarations without it.
 from __future__ import annotations
 
 from typing import ClassVar
-
-from minbert.core.extensions import note_registration
 
 
 class Loss:
@@ -46,9 +44,10 @@ class Loss:
         raise NotImplementedError
 
 
-def register_loss(cls: type[Loss] | None = None, *, replace: bool = False):
-    """Make a loss class choosable by its `name` (a decorator: `@register_loss`, or
-    `@register_loss(replace=True)` to use it in place of the built-in loss of that name)."""
-    if cls is None:
-        return lambda c: note_registration("loss", c, replace)
-    return note_registration("loss", cls, replace)
+def __getattr__(name: str):
+    """`register_loss`, imported from here by modules written before minbert.core.register held it."""
+    if name == "register_loss":
+        from minbert.core import register  # register imports this module: imported when first asked for
+
+        return register.register_loss
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

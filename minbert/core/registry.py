@@ -19,7 +19,7 @@ one file (minbert/model/losses/, minbert/model/heads/) with one class registered
 `@register_loss` / `@register_head`, as a user's is; its declaration is the literal attributes of
 that class, read from the file's source without importing it, so no check imports torch or a
 loss's code, and only the jobs that run a loss or head have its file in their code (its module is a
-code root of theirs: minbert.pipeline.registry). A user's declaration is read from the class its
+code root of theirs: minbert.pipeline.stage_specs). A user's declaration is read from the class its
 module registers (reading the params imports the module). A name taken twice is refused in one
 line naming both modules, unless the user's class says it replaces the built-in one
 (`@register_loss(replace=True)`).

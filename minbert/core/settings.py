@@ -15,17 +15,17 @@ Each class has the fields of its params model of the same name (a test keeps the
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from functools import cached_property
+from functools import cached_property, wraps
 from types import MappingProxyType
 from typing import Any
 
 from minbert.core.errors import MinBertError
-from minbert.core.layout import NLI_SOURCE
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.plain import SettingsProblem, as_json, read
 from minbert.core.registry import Registry, active
-from minbert.core.tasks import TASKS
+from minbert.core.tasks import TASKS, Task
 
 frozen = dataclass(frozen=True, kw_only=True)
 
@@ -37,13 +37,14 @@ class HeadChoices:
     def heads_named(self) -> dict[str, str]:
         raise NotImplementedError
 
-    def head_of(self, task: str) -> str:
-        """The name of `task`'s head: `heads.<task>`, else its declared head."""
-        return self.heads_named().get(task) or TASKS[task].head
+    def head_of(self, task: str, tasks: Mapping[str, Task] | None = None) -> str:
+        """The name of `task`'s head: `heads.<task>`, else its declared head (in `tasks`, the tasks of
+        the registry its settings were read with; default: the registry in use)."""
+        return self.heads_named().get(task) or (TASKS if tasks is None else tasks)[task].head
 
-    def loss_of(self, task: str) -> str:
-        """The name of `task`'s loss: `heads.losses.<task>`, else its declared loss."""
-        return self.losses.get(task) or TASKS[task].loss
+    def loss_of(self, task: str, tasks: Mapping[str, Task] | None = None) -> str:
+        """The name of `task`'s loss: `heads.losses.<task>`, else its declared loss (`tasks`: as `head_of`)."""
+        return self.losses.get(task) or (TASKS if tasks is None else tasks)[task].loss
 
     def pooling_of(self, task: str) -> str:
         return self.task_pooling.get(task, self.pooling)
@@ -240,6 +241,17 @@ class Declarations:
         return Registry.of(list(self.modules), as_json(self.tasks))
 
 
+def in_own_registry(run: Callable) -> Callable:
+    """A library entry point whose first argument carries a registry (a job's settings: train,
+    predict, teach, export; the loaded params: the report) runs in it, its declared tasks and the
+    user's losses and heads, whoever calls it: a stage, a test, a script of the user's."""
+    @wraps(run)
+    def in_registry(s, *args, **kwargs):
+        with s.registry.active():
+            return run(s, *args, **kwargs)
+    return in_registry
+
+
 @frozen
 class Network:
     device: str
@@ -356,5 +368,5 @@ def read_settings(cls: type, data: dict, where: str):
 def pretrain_splits(s) -> list[tuple[str, str]]:
     """The prepared (task, split) files a pretraining reads: what it trains on and its dev set."""
     kind = s.pretraining.kind
-    tasks = s.pretraining.mlm.tasks if kind == "mlm" else [NLI_SOURCE] if kind == "nli" else ["para"]
+    tasks = s.pretraining.mlm.tasks if kind == "mlm" else [NLI_DATA.name] if kind == "nli" else ["para"]
     return [(t, split) for t in tasks for split in ("train", "dev")]

@@ -145,9 +145,28 @@ PAIR_TASKS = tuple(n for n, t in BUILTIN_TASKS.items() if t.pair)   # the built-
 ACTIVE: ContextVar = ContextVar("minbert_registry", default=None)
 
 
+class TaskNotInRegistry(KeyError):
+    """A task looked up in the registry in use (`TASKS`) that it does not hold: one line naming the
+    task and why (a task a params file declares is known inside that file's registry alone)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def not_in_registry(name: str, tasks: Mapping[str, Task], active: bool) -> TaskNotInRegistry:
+    """The error for `name` looked up in `tasks`, the tasks of the registry in use (`active`: one is
+    set; else the built-in tasks alone)."""
+    where = ("the task registry in use" if active else
+             "the built-in tasks (no task registry is in use: none was passed or made active)")
+    return TaskNotInRegistry(
+        f"task '{name}' is not in {where}, whose tasks are {', '.join(tasks)}: a task a params file declares "
+        f"(`tasks:`) is known in that file's registry alone; pass it (`lp.registry.tasks[...]`, a job's or "
+        f"model's `.registry`) or run inside `with lp.registry.active():`")
+
+
 class ActiveTasks(Mapping):
     """The tasks of the registry in use, by name (the built-in ones first, then the declared ones in
-    their order)."""
+    their order); a name it does not hold is `TaskNotInRegistry`, saying why."""
 
     @staticmethod
     def _tasks() -> Mapping[str, Task]:
@@ -155,7 +174,11 @@ class ActiveTasks(Mapping):
         return BUILTIN_TASKS if registry is None else registry.tasks
 
     def __getitem__(self, name: str) -> Task:
-        return self._tasks()[name]
+        tasks = self._tasks()
+        try:
+            return tasks[name]
+        except KeyError:
+            raise not_in_registry(name, tasks, ACTIVE.get() is not None) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._tasks())
@@ -170,10 +193,12 @@ class ActiveTasks(Mapping):
 TASKS: Mapping[str, Task] = ActiveTasks()
 
 
-def declarations(tasks) -> dict[str, dict]:
+def declarations(tasks, known: Mapping[str, Task] | None = None) -> dict[str, dict]:
     """The declarations of the tasks among `tasks` that are not built in (what a job's settings
-    carry, so that the job knows them and a change to one re-runs it)."""
-    return {t: TASKS[t].declaration for t in dict.fromkeys(tasks) if t in TASKS and not TASKS[t].builtin}
+    carry, so that the job knows them and a change to one re-runs it); `known`: the tasks of the
+    registry they are declared in (default: the one in use)."""
+    known = TASKS if known is None else known
+    return {t: known[t].declaration for t in dict.fromkeys(tasks) if t in known and not known[t].builtin}
 
 
 def task(name: str) -> Task:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, write_json
-from minbert.core.layout import NLI_SOURCE, NLI_SPLITS
-from minbert.core.settings import PrepareSettings
-from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
+from minbert.core.nli_data import NLI_DATA
+from minbert.core.settings import PrepareSettings, in_own_registry
+from minbert.core.tasks import LEADERBOARD_TASKS
 from minbert.data.declared import held_out, read_declared
 from minbert.data.overlap import OVERLAP_WARNING, overlap_warnings, overlap_with_train
 from minbert.data.raw import RAW_SPLITS, raw_path, read_cs224n, read_nli, split_by_group
@@ -31,21 +31,21 @@ def prepared_tasks(data: PrepareSettings) -> tuple[str, ...]:
 def raw_inputs(data: PrepareSettings) -> list[str]:
     """Every raw file prepare reads, as given in the params (relative paths stay relative)."""
     files = [raw_path(data.dir, task, split).as_posix() for task in prepared_tasks(data) for split in RAW_SPLITS
-             if TASKS[task].format == "cs224n"]
-    files += [Path(f).as_posix() for task in data.tasks for f in TASKS[task].files.values()]
+             if data.registry.tasks[task].format == "cs224n"]
+    files += [Path(f).as_posix() for task in data.tasks for f in data.registry.tasks[task].files.values()]
     return files + ([Path(data.nli_file).as_posix()] if data.nli_file else [])
 
 
 def prepared_files(data: PrepareSettings) -> list[str]:
     """The files `prepare` writes into its folder, by name."""
-    names = [f"{task}-{split}.tsv" for task in prepared_tasks(data) for split in TASKS[task].splits]
-    return names + ([f"{NLI_SOURCE}-{s}.tsv" for s in NLI_SPLITS] if data.nli_file else []) + ["summary.json"]
+    names = [f"{task}-{split}.tsv" for task in prepared_tasks(data) for split in data.registry.tasks[task].splits]
+    return names + (list(NLI_DATA.files) if data.nli_file else []) + ["summary.json"]
 
 
 def _declared_splits(task: str, data: PrepareSettings) -> dict:
     """A declared task's splits: {split: (frame, what reading did, source)}; a dev split held out of
     the training rows when it names no dev file, and no test split when it names no test file."""
-    spec, out = TASKS[task], {}
+    spec, out = data.registry.tasks[task], {}
     train, report, groups = read_declared(spec, "train", data.on_bad_rows)
     if "dev" in spec.files:
         out["dev"] = read_declared(spec, "dev", data.on_bad_rows)[:2] + (spec.files["dev"],)
@@ -65,7 +65,7 @@ def _declared_splits(task: str, data: PrepareSettings) -> dict:
 
 def _splits(task: str, data: PrepareSettings, data_dir: Path) -> dict:
     """{split: (frame, what reading did, source)} of one task."""
-    if TASKS[task].format != "cs224n":
+    if data.registry.tasks[task].format != "cs224n":
         return _declared_splits(task, data)
     out = {}
     for split in RAW_SPLITS:
@@ -78,6 +78,7 @@ def _splits(task: str, data: PrepareSettings, data_dir: Path) -> dict:
     return out
 
 
+@in_own_registry
 def prepare(data: PrepareSettings, out: str | Path) -> dict:
     """Read, validate and write every split; return the summary (also written to summary.json)."""
     data_dir = Path(data.dir)
@@ -108,8 +109,8 @@ def prepare(data: PrepareSettings, out: str | Path) -> dict:
                 raise MinBertError(f"{src}: no valid NLI rows left after validation")
             train, dev = split_by_group(frame, data.nli_dev_fraction, data.seed)
             for split, part in (("train", train), ("dev", dev)):
-                write_split(part, tmp / f"{NLI_SOURCE}-{split}.tsv")
-                files[f"{NLI_SOURCE}-{split}.tsv"] = {**report.as_dict(), "rows_kept": len(part),
+                write_split(part, tmp / NLI_DATA.file(split))
+                files[NLI_DATA.file(split)] = {**report.as_dict(), "rows_kept": len(part),
                                                       "note": f"{split} part of the split by premise group"}
         summary = {"data_dir": str(data_dir), "nli_file": data.nli_file, "on_bad_rows": data.on_bad_rows,
                    "files": files}

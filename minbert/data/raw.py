@@ -29,12 +29,11 @@ import pandas as pd
 from minbert.core.datasets import RAW_SPLITS, raw_path  # noqa: F401  (the prepare stage's, named there)
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
-from minbert.core.layout import NLI_SOURCE
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.tasks import TASKS, Task
 from minbert.data.read import (
     LINE_BREAKS,
     MAX_FIELD_CHARS,
-    NLI_LABELS,
     label_rule,
     output_columns,
     parse_label,
@@ -351,8 +350,8 @@ def read_nli(path: str | Path, on_bad_rows: str = "error") -> tuple[pd.DataFrame
             reason, what = (r1, w1) if s1 is None else (r2, w2)
             bad(line_no, reason, what)
             continue
-        if not isinstance(label, str) or label not in NLI_LABELS:
-            bad(line_no, "bad_label", f"'gold_label' is {label!r}, expected one of {', '.join(NLI_LABELS)} or '-'")
+        if not isinstance(label, str) or NLI_DATA.label(label) is None:
+            bad(line_no, "bad_label", f"'gold_label' is {label!r}, expected one of {', '.join(NLI_DATA.labels)} or '-'")
             continue
         raw_id = rec.get("pairID")
         rid = f"{path.stem}-{line_no}" if raw_id is None else _nli_key(raw_id)
@@ -364,7 +363,7 @@ def read_nli(path: str | Path, on_bad_rows: str = "error") -> tuple[pd.DataFrame
             continue
         seen_ids[rid] = line_no
         rows.append((rid, group, s1, s2, label))
-    frame = pd.DataFrame(rows, columns=output_columns(NLI_SOURCE))
+    frame = pd.DataFrame(rows, columns=list(NLI_DATA.columns))
     dropped = dict(bad.reasons) | dict(reasons_extra)
     return frame, FileReport(str(path), read=n_read, kept=len(frame), dropped=dropped)
 

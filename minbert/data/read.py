@@ -20,12 +20,11 @@ import pandas as pd
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
-from minbert.core.layout import NLI_SOURCE, NLI_SPLITS
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.tasks import TASKS, Task
 
 # ---------------------------------------------------------------- the tasks' prepared columns
 
-NLI_LABELS = ("entailment", "neutral", "contradiction")
 MAX_FIELD_CHARS = 131072        # a longer field (the csv module's limit) is a bad row, not a text
 LINE_BREAKS = re.compile(r"[\t\r\n]")   # never inside a prepared field
 
@@ -42,9 +41,8 @@ class Prepared:
     splits: tuple[str, ...] = ("train", "dev", "test")
 
 
-# NLI: a pretraining source (minbert.train.nli), registered here and nowhere else
-NLI = Prepared(("id", "group", "sentence1", "sentence2", "label"), lambda v: v if v in NLI_LABELS else None,
-               "one of " + ", ".join(NLI_LABELS), splits=NLI_SPLITS)
+# the NLI pretraining's data (minbert.core.nli_data): a source of its own, no task
+NLI = Prepared(NLI_DATA.columns, NLI_DATA.label, "one of " + ", ".join(NLI_DATA.labels), splits=NLI_DATA.splits)
 
 
 def refuse_repeated_columns(where: str, header) -> None:
@@ -60,7 +58,7 @@ def refuse_repeated_columns(where: str, header) -> None:
 
 def prepared(source: str) -> Prepared:
     """What results/data holds for a task of the registry (built in or declared) or for NLI."""
-    if source == NLI_SOURCE:
+    if NLI_DATA.names(source):
         return NLI
     spec = TASKS[source]
     return Prepared(("id", *spec.text_columns, "label"), partial(parse_label, spec), label_rule(spec),
@@ -68,7 +66,7 @@ def prepared(source: str) -> Prepared:
 
 
 def prepared_sources() -> list[str]:
-    return [*TASKS, NLI_SOURCE]
+    return [*TASKS, NLI_DATA.name]
 
 
 def output_columns(task: str) -> list[str]:

@@ -58,7 +58,7 @@ def view_of(task: str, heads, registry: Registry | None = None) -> View:
     registry = registry or active()
     if not registry.tasks[task].pair:
         return VIEWS["single"]
-    view = registry.heads[heads.head_of(task)].view
+    view = registry.heads[heads.head_of(task, registry.tasks)].view
     return VIEWS["hybrid" if view == "bi" and task in heads.hybrid else view]
 
 

@@ -43,10 +43,11 @@ def declared(model: MultitaskModel) -> dict:
     user's, the user's modules its heads and losses come from, and the files of their code, each with
     its content hash (empty: none)."""
     cfg, registry = model.heads_cfg, model.registry
-    with registry.active():
-        modules = registry.user_modules([cfg.head_of(t) for t in model.tasks], [cfg.loss_of(t) for t in model.tasks])
-        out = {"tasks": declarations(model.tasks), "modules": modules,
-               "code": {m: dict(registry.code.get(m, ())) for m in modules}}
+    tasks = registry.tasks
+    modules = registry.user_modules([cfg.head_of(t, tasks) for t in model.tasks],
+                                    [cfg.loss_of(t, tasks) for t in model.tasks])
+    out = {"tasks": declarations(model.tasks, tasks), "modules": modules,
+           "code": {m: dict(registry.code.get(m, ())) for m in modules}}
     return {k: v for k, v in out.items() if v}
 
 
@@ -208,8 +209,8 @@ def model_from_checkpoint(ckpt: dict, source: str = "checkpoint",
                            tuple(f for f in [ckpt.get("folder")] if f))
     try:
         heads = read(Heads, stored_heads(ckpt["heads"]), "heads")
-        with registry.active():
-            unknown = next((h for t in ckpt["tasks"] if (h := heads.head_of(t)) not in registry.heads), None)
+        named = (heads.head_of(t, registry.tasks) for t in ckpt["tasks"])
+        unknown = next((h for h in named if h not in registry.heads), None)
         if unknown is not None:
             raise MinBertError(f"{source}: setting 'heads': its head '{unknown}' is neither built in nor of the "
                                f"modules it declares; re-run the stage that writes it")

@@ -107,11 +107,11 @@ class FrozenFeatures:
             if loss is not None and labels is not None:
                 target = torch.as_tensor(np.asarray(labels)[idx])
                 total += float(loss(outputs[-1], target, tuple(x.float().cpu() for x in pair))) * len(idx)
-        out = torch.cat(outputs) if outputs else empty_outputs(self.task)
+        out = torch.cat(outputs) if outputs else empty_outputs(self.task, model.registry)
         inverse = np.empty(n, dtype=np.int64)
         inverse[order] = np.arange(n)
         out = out[torch.from_numpy(inverse)]                                 # back to row order
-        result = predictions(self.task, model.heads_cfg, out, model.calibration.get(self.task))
+        result = predictions(self.task, model.heads_cfg, out, model.calibration.get(self.task), model.registry)
         result["output"] = out
         if loss is not None and labels is not None and n:
             result["loss"] = total / n

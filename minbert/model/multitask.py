@@ -55,11 +55,12 @@ class MultitaskModel(nn.Module):
 
     def _new_head(self, task: str) -> nn.Module:
         cfg, spec, registry = self.heads_cfg, self.registry.tasks[task], self.registry
-        head = make_head(registry.implementation("head", cfg.head_of(task)), self._in_dim(task), spec, cfg)
+        head = make_head(registry.implementation("head", cfg.head_of(task, registry.tasks)), self._in_dim(task), spec,
+                         cfg)
         if self.views[task].name == "hybrid":
             head = HybridPairHead(head, make_head(registry.implementation("head", HYBRID_TERM), self._in_dim(task),
                                                   spec, cfg))
-        if registry.losses[cfg.loss_of(task)].calibrate:
+        if registry.losses[cfg.loss_of(task, registry.tasks)].calibrate:
             self.calibration[task] = []
         else:
             self.calibration.pop(task, None)
@@ -68,15 +69,14 @@ class MultitaskModel(nn.Module):
 
     def add_tasks(self, tasks: list[str]) -> None:
         """Give the model heads (and branches) for `tasks` it does not have yet."""
-        with self.registry.active():
-            for task in tasks:
-                if task in self.heads:
-                    continue
-                self.tasks.append(task)
-                self.views[task] = view_of(task, self.heads_cfg, self.registry)
-                if task in self.heads_cfg.extra_layers and isinstance(self.encoder, BertModel):
-                    self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
-                self.heads[task] = self._new_head(task)
+        for task in tasks:
+            if task in self.heads:
+                continue
+            self.tasks.append(task)
+            self.views[task] = view_of(task, self.heads_cfg, self.registry)
+            if task in self.heads_cfg.extra_layers and isinstance(self.encoder, BertModel):
+                self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
+            self.heads[task] = self._new_head(task)
 
     def reset_heads(self, tasks: list[str] | None = None) -> None:
         """Re-initialise the heads of `tasks` (default: all), their branches, and the shared block
@@ -87,12 +87,11 @@ class MultitaskModel(nn.Module):
             sh = self.heads_cfg.shared
             H = self.encoder.config.hidden_size
             self.shared = SharedBlock(H, shared_widths(sh.sizes, H), sh.activation, self.heads_cfg.dropout).to(self._device())
-        with self.registry.active():
-            for task in self.tasks:
-                if task in reset:
-                    if task in self.branches:
-                        self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
-                    self.heads[task] = self._new_head(task).to(self._device())
+        for task in self.tasks:
+            if task in reset:
+                if task in self.branches:
+                    self.branches[task] = Branch(self.encoder, self.heads_cfg.extra_layers[task])
+                self.heads[task] = self._new_head(task).to(self._device())
 
     def _device(self):
         return next(self.encoder.parameters()).device
@@ -139,7 +138,7 @@ class MultitaskModel(nn.Module):
         """A head gives (B, C) for a task of C classes, else (B,), in float32 or float64; a one-line
         error naming its module and class otherwise (a user's head that breaks the contract would
         otherwise fail deep in a loss, or train nothing). Its shape and type only: no host sync."""
-        spec, name = self.registry.tasks[task], self.heads_cfg.head_of(task)
+        spec, name = self.registry.tasks[task], self.heads_cfg.head_of(task, self.registry.tasks)
         want = (rows, spec.outputs) if spec.kind == "classification" else (rows,)
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else None
         if got != want or out.dtype not in (torch.float32, torch.float64):
@@ -156,7 +155,7 @@ class MultitaskModel(nn.Module):
         params = [p for p in self.heads[task].parameters() if p.requires_grad]
         inputs = [x for x in parts if isinstance(x, torch.Tensor) and x.requires_grad]
         if (params or inputs) and not reaches(out, inputs + params):
-            name = self.heads_cfg.head_of(task)
+            name = self.heads_cfg.head_of(task, self.registry.tasks)
             raise MinBertError(f"{self.registry.heads[name].where}: head '{name}' returned an output for {task} that does "
                                f"not reach the model's parameters (computed outside the graph: .detach(), .item(), "
                                f"numpy, a new tensor), so it would train nothing; compute it from its inputs with torch "
@@ -187,8 +186,9 @@ def predict_task(model: MultitaskModel, data: TaskData, tokenizer: Tokenizer, ba
     mean by rows as `loss`."""
     model.eval()
     if len(data) == 0:
-        out = empty_outputs(data.task)
-        return {**predictions(data.task, model.heads_cfg, out, model.calibration.get(data.task)), "output": out}
+        out = empty_outputs(data.task, model.registry)
+        return {**predictions(data.task, model.heads_cfg, out, model.calibration.get(data.task), model.registry),
+                "output": out}
     features = FrozenFeatures(model, data, tokenizer, model_device(model), amp_context, batch_size, progress)
     labels = data.labels if loss is not None else None
     return features.predict(model, amp_context, batch_size, loss, labels, order=np.argsort(data.lengths(), kind="stable"))

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from minbert.core.datasets import is_demo_data
 from minbert.core.layout import PREDICTED_SPLITS
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.registry import active
 from minbert.core.tasks import TASKS, declarations
 from minbert.params.catalogue import LoadedParams
@@ -178,7 +179,7 @@ def pretrain_settings(lp: LoadedParams, name: str) -> PretrainSettings:
 def pretraining_from(pre: PretrainParams, base: ExperimentParams) -> PretrainSettings:
     """`pretrain_settings` from the pretraining's section and the base."""
     first = para_first_config(pre, base.finetune) if pre.kind == "para_first" else None
-    sources = [t for t in pre.mlm.tasks if t != "nli"] if pre.kind == "mlm" else ["para"] if first else []
+    sources = [t for t in pre.mlm.tasks if not NLI_DATA.names(t)] if pre.kind == "mlm" else ["para"] if first else []
     if first is not None:                        # it runs its own epochs, never to a plateau
         first = first.model_copy(update={"until_plateau": UntilPlateau()})
     return PretrainSettings(model=pre.model or base.model, seed=base.seed, max_length=base.max_length,

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from minbert.core.devices import DEVICES, PRECISIONS
-from minbert.core.layout import NLI_SOURCE
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.tasks import DEFAULT_TASKS
 from minbert.params.fields import (
     LR_SCHEDULE,
@@ -55,7 +55,7 @@ Precision = Literal[PRECISIONS]
 CLASSIFICATION_COMBINATIONS = ("mode", "mean_prob")    # how an ensemble combines (minbert.scoring.ensemble)
 SIMILARITY_COMBINATIONS = ("median", "mean")
 ClassificationCombination = Literal[CLASSIFICATION_COMBINATIONS]
-MlmSource = Annotated[str, AfterValidator(lambda name: name if name == NLI_SOURCE else known_task(name))]
+MlmSource = Annotated[str, AfterValidator(lambda name: name if NLI_DATA.names(name) else known_task(name))]
 SimilarityCombination = Literal[SIMILARITY_COMBINATIONS]
 
 # ---------------------------------------------------------------- data (prepare)

@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import AfterValidator, Field, ValidationError, model_serializer, model_validator
 
 from minbert.core.extensions import is_path
-from minbert.core.layout import NLI_SOURCE
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.registry import Registry, RegistryProblem
 from minbert.core.tasks import BUILTIN_TASKS, KINDS, Task
 from minbert.params.fields import NAME_MAX, NAME_RE, Strict, refuse
@@ -150,7 +150,7 @@ def reserved_task_names() -> dict[str, str]:
     pretraining's prepared files (results/data/nli-*.tsv), and the heads settings' keys (a task's head
     is `heads.<task>`)."""
     out = {name: "a built-in task" for name in BUILTIN_TASKS}
-    out[NLI_SOURCE] = f"the NLI pretraining's prepared data ({NLI_SOURCE}-train.tsv, {NLI_SOURCE}-dev.tsv)"
+    out[NLI_DATA.name] = NLI_DATA.what
     out.update({key: f"a key of the heads settings (heads.{key})" for key in HeadsParams.model_fields})
     return out
 

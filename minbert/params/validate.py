@@ -14,6 +14,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from minbert.core.errors import MinBertError
+from minbert.core.nli_data import NLI_DATA
 from minbert.params.fields import check_name
 from minbert.params.finetune import FinetuneParams
 from minbert.params.messages import close, raise_validation
@@ -228,8 +229,9 @@ def check_pretrainings(params: Params, where: str) -> None:
             raise MinBertError(f"{where}: key 'pretrainings.{name}.kind': NLI pretraining needs NLI data; "
                                f"set 'data.nli_file'")
         if pre.kind == "mlm":
-            if "nli" in pre.mlm.tasks and data.nli_file is None:
-                raise MinBertError(f"{where}: key 'pretrainings.{name}.mlm.tasks': 'nli' needs 'data.nli_file'")
+            if any(NLI_DATA.names(t) for t in pre.mlm.tasks) and data.nli_file is None:
+                raise MinBertError(f"{where}: key 'pretrainings.{name}.mlm.tasks': '{NLI_DATA.name}' needs "
+                                   f"'data.nli_file'")
             if "cfimdb" in pre.mlm.tasks and not data.include_cfimdb:
                 raise MinBertError(f"{where}: key 'pretrainings.{name}.mlm.tasks': 'cfimdb' needs "
                                    f"'data.include_cfimdb: true'")

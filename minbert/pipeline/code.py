@@ -41,7 +41,7 @@ NOT_JOB_CODE = {
     "minbert.pipeline.plan": "the planner: what it decides for a job is the job's description",
     "minbert.pipeline.code": "the planner's code closures",
     "minbert.pipeline.kept": "what the planner parsed, kept between processes by content",
-    "minbert.pipeline.registry": "the stage registry: what a job reads and writes is its description and job file",
+    "minbert.pipeline.stage_specs": "the stage specs: what a job reads and writes is its description and job file",
     "minbert.params.load": "the params loader: a job receives its settings resolved",
     "minbert.params.catalogue": "catalogue expansion (grids, seeds): its result is in the settings",
     "minbert.params.validate": "cross-section checks: they decide what is accepted, not what a job computes",

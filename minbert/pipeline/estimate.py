@@ -35,6 +35,7 @@ import numpy as np
 
 from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.tasks import TASKS
 from minbert.data.downsample import target_sizes
 from minbert.data.raw import RAW_SPLITS, raw_path
@@ -47,7 +48,7 @@ from minbert.pipeline.planned import PhasePlan, planned_updates
 from minbert.train import plateau as plateau_rule
 from minbert.train.points import eval_points
 
-NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.registry.NETWORK)
+NETWORK_THREADS = 8     # what a network stage asks of a CPU (minbert.pipeline.stage_specs.NETWORK)
 # Four captured MiniLM jobs side by side on one H200 by time slices each ran at its full speed
 # (4.15x one alone: bench/gpu_sharing.py); beyond four it is not measured, so more share that.
 SHARED_AT_FULL_SPEED = 4
@@ -145,7 +146,7 @@ def train_rows(lp: LoadedParams, layout=None) -> dict[str, dict[str, int]]:
                     rows[split][task] = max(sum(1 for _ in f) - 1, 0)
     if lp.params.data.nli_file and Path(lp.params.data.nli_file).is_file():
         with open(lp.params.data.nli_file, "rb") as f:
-            rows["train"]["nli"] = sum(1 for _ in f)
+            rows["train"][NLI_DATA.name] = sum(1 for _ in f)
     return rows
 
 
@@ -239,7 +240,7 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
         n_dev = sum(dev.get(t, 0) for t in pre.mlm.tasks)
         per_example = 1
     else:                                        # nli: every part of an example through the encoder
-        n, n_dev, per_example = train.get("nli", 0), dev.get("nli", 0), 3
+        n, n_dev, per_example = train.get(NLI_DATA.name, 0), dev.get(NLI_DATA.name, 0), 3
     if pre.dev_size:
         n_dev = min(n_dev, pre.dev_size)
     steps = math.ceil(n / pre.batch_size)
@@ -252,7 +253,7 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
 
 
 def runs_network(job) -> bool:
-    """Whether a planned job runs the network (its stage asks for a GPU: minbert.pipeline.registry.NETWORK)."""
+    """Whether a planned job runs the network (its stage asks for a GPU: minbert.pipeline.stage_specs.NETWORK)."""
     return "gpu" in job.spec.resources
 
 

@@ -3,8 +3,8 @@
 A job's description is
 - `settings`: what its stage reads from the params (minbert.params.settings, resolved: base merged,
   catalogue applied; cosmetic keys are in no stage's settings but the report's);
-- `reads`: the files and folders it reads, by name (`job.reads["splits"]`), as the stage registry
-  (minbert.pipeline.registry) derives them;
+- `reads`: the files and folders it reads, by name (`job.reads["splits"]`), as the stage specs
+  (minbert.pipeline.stage_specs) derives them;
 - `code`: the code it runs (minbert.pipeline.code), each file (named relative to the project's
   folder, never to the working folder) with the hash of what it does; `modules`: which of those
   files each of the user's modules its settings name holds (the module and its helpers);
@@ -31,7 +31,7 @@ from pathlib import Path
 from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
 from minbert.core.provenance import path_hash
-from minbert.pipeline.registry import STAGES, Stage
+from minbert.pipeline.stage_specs import STAGES, Stage
 
 JOB_FORMAT = "minbert-job-2"
 RESULTS_MARK, REPORTS_MARK = "<results>", "<reports>"

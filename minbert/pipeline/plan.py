@@ -1,5 +1,5 @@
-"""The pipeline's jobs (minbert.pipeline.job), planned from the stage registry
-(minbert.pipeline.registry): each stage's jobs in a params file, what each reads and writes, and
+"""The pipeline's jobs (minbert.pipeline.job), planned from the stage specs
+(minbert.pipeline.stage_specs): each stage's jobs in a params file, what each reads and writes, and
 which job's output each read is.
 
 Who uses it:
@@ -29,7 +29,7 @@ from minbert.params.load import load_params
 from minbert.params.messages import close
 from minbert.pipeline import finished
 from minbert.pipeline.job import Job, refuse_inputs_inside_outputs
-from minbert.pipeline.registry import STAGES
+from minbert.pipeline.stage_specs import STAGES
 
 # ---------------------------------------------------------------- the jobs of a params file
 
@@ -37,7 +37,7 @@ from minbert.pipeline.registry import STAGES
 def pipeline(params: str | Path | LoadedParams = "params.yaml", layout: Layout = Layout()) -> list[Job]:
     """Every job, in an order where each comes after the jobs whose outputs it reads."""
     lp = params if isinstance(params, LoadedParams) else load_params(params)
-    by_name: dict[tuple, list[Job]] = {}        # an experiment's jobs together, in the registry's order
+    by_name: dict[tuple, list[Job]] = {}        # an experiment's jobs together, in the stage specs' order
     with lp.registry.active():                  # the params' own tasks, losses and heads
         for spec in STAGES.values():
             for name in spec.names(lp):

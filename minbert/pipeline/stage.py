@@ -5,11 +5,11 @@
 
 An engine starts a stage with `--job results/jobs/<stage>/<name>.json`, the job file it depends on
 (minbert.pipeline.job): the stage reads its settings, inputs and outputs from it, checked against
-what the stage registry derives, and nothing else of the params. By hand, without `--job`, the
+what the stage specs derive, and nothing else of the params. By hand, without `--job`, the
 stage plans its own job from `--params` (minbert.pipeline.plan.job_for), with the same result. The
 settings reach the stage as plain, frozen data (minbert.core.settings), read from the job's
 description: what computes never runs the params' schema. How a stage's jobs are named on the
-command line (--experiment E, --name N) is the registry's.
+command line (--experiment E, --name N) is the stage specs'.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from minbert.core.layout import Layout
 from minbert.core.settings import read_settings
 from minbert.pipeline.job import Job
 from minbert.pipeline.plan import job_for
-from minbert.pipeline.registry import STAGES
+from minbert.pipeline.stage_specs import STAGES
 
 NAMED = {"experiment": "the experiment's name in params.yaml", "name": "its name in params.yaml"}   # default help
 

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from minbert.core.io import read_manifest, write_json, write_manifest, write_text
 from minbert.core.layout import Layout
 from minbert.core.metrics import Undefined, pearson, pearson_undefined
+from minbert.core.settings import in_own_registry
 from minbert.core.tasks import LEADERBOARD_TASKS, TASKS
 from minbert.params import LoadedParams
 from minbert.report import plots
@@ -310,12 +311,14 @@ def run_summary(ctx: dict, report: str) -> list[str]:
     return lines + [f"report: {report}"]
 
 
+@in_own_registry
 def render_reports(params: LoadedParams, layout: Layout = Layout(), templates: Path = TEMPLATES,
                    progress: bool = True, reads: dict[str, list[str]] | None = None,
                    summary: list | None = None) -> list[Path]:
     """Write the final report and one page per experiment and ensemble from the outputs the report
     job reads (`reads`: its job's; minbert.report.data); returns the paths written (and, into
-    `summary` when given, the run's summary lines: `run_summary`)."""
+    `summary` when given, the run's summary lines: `run_summary`). It runs in the params' registry
+    (their declared tasks, the user's losses and heads), whoever calls it."""
     data = load_report_data(params, layout, reads)
     earlier = read_manifest(layout.experiment_reports)   # the pages an earlier rendering wrote
     book = ScoreBook(data)                      # every bootstrap once, shared by all pages

@@ -4,13 +4,13 @@ MAX_TEXT_CHARS long. A failure is one MinBertError naming where the row came fro
 line it starts on, or the API's row number) and what to do, in the same words for both."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from minbert.core.errors import MinBertError
-from minbert.core.tasks import TASKS
+from minbert.core.tasks import Task
 from minbert.data.read import refuse_repeated_columns
 
 SINGLE, PAIR = ["sentence"], ["sentence1", "sentence2"]
@@ -35,34 +35,36 @@ class Origin:
         return f"{self.name}:1" if self.lines is not None else self.name
 
 
-def text_columns(tasks) -> list[str]:
-    """The text columns the tasks read, in the order a file has them."""
-    return [c for c in SINGLE + PAIR if any(c in (PAIR if TASKS[t].pair else SINGLE) for t in tasks)]
+def text_columns(specs: Iterable[Task]) -> list[str]:
+    """The text columns the tasks (their declarations) read, in the order a file has them."""
+    specs = list(specs)
+    return [c for c in SINGLE + PAIR if any(c in (PAIR if s.pair else SINGLE) for s in specs)]
 
 
-def tasks_for(origin: Origin, columns, tasks: list[str] | None, model_tasks: list[str]) -> list[str]:
+def tasks_for(origin: Origin, columns, tasks: list[str] | None, model_tasks: Mapping[str, Task]) -> list[str]:
     """The tasks to predict for an input with these columns: those asked (each must fit the columns),
-    or every task of the model that the columns fit; a one-line error when they do not fit."""
+    or every task of the model (`model_tasks`: name -> declaration, from its registry) that the columns
+    fit; a one-line error when they do not fit."""
     columns = [str(c) for c in columns]
     refuse_repeated_columns(origin.header, columns)
     cols, shown = set(columns), ", ".join(columns) or "none"
     pair, single = set(PAIR) <= cols, "sentence" in cols
     if tasks:
         for t in tasks:
-            if TASKS[t].pair and not pair:
+            if model_tasks[t].pair and not pair:
                 missing = " or ".join(repr(c) for c in PAIR if c not in cols)
                 raise MinBertError(f"{origin.header}: {t} reads sentence pairs but the input has no column {missing} "
                                    f"(columns: {shown}); name the columns sentence1 and sentence2")
-            if not TASKS[t].pair and not single:
+            if not model_tasks[t].pair and not single:
                 hint = (f"{t} reads one sentence per row, but this is a pair file (sentence1, sentence2); give a "
                         f"'sentence' column, or ask for a pair task (para, sts)") if pair else \
                     f"no column 'sentence' (columns: {shown}); name the text column sentence"
                 raise MinBertError(f"{origin.header}: {hint}")
         return list(tasks)
-    fitting = [t for t in model_tasks if (pair if TASKS[t].pair else single)]
+    fitting = [t for t, spec in model_tasks.items() if (pair if spec.pair else single)]
     if not fitting:
-        kinds = "sentence pairs (sentence1, sentence2)" if any(TASKS[t].pair for t in model_tasks) else ""
-        ones = "one sentence (sentence)" if any(not TASKS[t].pair for t in model_tasks) else ""
+        kinds = "sentence pairs (sentence1, sentence2)" if any(s.pair for s in model_tasks.values()) else ""
+        ones = "one sentence (sentence)" if any(not s.pair for s in model_tasks.values()) else ""
         raise MinBertError(f"{origin.header}: the model's tasks ({', '.join(model_tasks)}) read "
                            f"{' or '.join(x for x in (ones, kinds) if x)}; the input's columns are {shown}: name "
                            f"them so, or pass --task")

@@ -10,16 +10,16 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path
 from minbert.core.runtime import start_runtime
-from minbert.core.settings import PredictSettings
-from minbert.core.tasks import TASKS
+from minbert.core.settings import PredictSettings, in_own_registry
+from minbert.core.tasks import Task
 from minbert.data.batches import load_task_data
 from minbert.model.checkpoint import load_checkpoint
 from minbert.model.multitask import predict_task
 
 
-def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
-    """The predictions CSV of one task and split (docs/pipeline.md)."""
-    frame, spec = data.frame, TASKS[task]
+def prediction_frame(spec: Task, data, result: dict) -> pd.DataFrame:
+    """The predictions CSV of one task (`spec`, its declaration) and split (docs/pipeline.md)."""
+    frame = data.frame
     out = pd.DataFrame({"id": frame["id"].astype(str).to_numpy()})
     for c in spec.text_columns:
         out[c] = frame[c].to_numpy()
@@ -31,6 +31,7 @@ def prediction_frame(task: str, data, result: dict) -> pd.DataFrame:
     return out
 
 
+@in_own_registry
 def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out_dir, *, cache_dir=None,
                        expect: dict | None = None, seconds: dict | None = None) -> dict:
     """Write <task>-<split>.csv for every trained task and each of its splits among `s.splits` (dev, and
@@ -59,7 +60,7 @@ def predict_experiment(s: PredictSettings, checkpoint: str | Path, data_dir, out
             for task, td in tasks.items():
                 res = predict_task(model, td, tokenizer, s.batch_size, runtime.device, runtime.amp)
                 lap("predict")
-                frame = prediction_frame(task, td, res)
+                frame = prediction_frame(model.registry.tasks[task], td, res)
                 frame.to_csv(tmp / f"{task}-{split}.csv", index=False, float_format="%.6g")
                 written[f"{task}-{split}"] = len(frame)
                 lap("write")

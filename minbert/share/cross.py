@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from minbert.core.tasks import TASKS
+from minbert.core.tasks import Task
 from minbert.model.weights import minbert_to_hf, save_hf_folder
 
 ACTIVATIONS = {"sigmoid": "torch.nn.modules.activation.Sigmoid", "identity": "torch.nn.modules.linear.Identity",
@@ -40,11 +40,12 @@ def cross_encoder_form(model, task: str) -> str | None:
     """Why `task`'s head has no CrossEncoder form (None when it has one: a built-in head on the
     cross view that reads nothing but the encoder's cross-encoded vector, in one reading order)."""
     cfg = model.heads_cfg
-    head = model.registry.heads[cfg.head_of(task)]
+    head = model.registry.heads[cfg.head_of(task, model.registry.tasks)]
     if not head.builtin:
         return f"its head '{head.name}' is one of your own (module {head.module})"
     if model.views[task].name != "cross":
-        return f"its {cfg.head_of(task)} head is a bi-encoder{' with a cross term' if model.views[task].name == 'hybrid' else ''}: " \
+        term = " with a cross term" if model.views[task].name == "hybrid" else ""
+        return f"its {head.name} head is a bi-encoder{term}: " \
                f"it embeds each sentence apart"
     reasons = [(task in model.branches, "it reads layers of its own above the encoder (`extra_layers`)"),
                (model.shared is not None and task in cfg.shared.tasks, "it reads shared layers"),
@@ -69,7 +70,7 @@ def output_layer(model, task: str) -> tuple[torch.Tensor, torch.Tensor]:
     last = _layers(model, task)[-1]
     weight, bias = last.weight.detach().cpu().float().clone(), last.bias.detach().cpu().float().clone()
     calibration = model.calibration.get(task)
-    spec = TASKS[task]
+    spec = model.registry.tasks[task]
     if calibration:
         scale, shift = calibration
         if spec.kind == "binary":                  # logit' = scale * logit + shift
@@ -80,9 +81,8 @@ def output_layer(model, task: str) -> tuple[torch.Tensor, torch.Tensor]:
     return weight.contiguous(), bias.contiguous()
 
 
-def _labels(task: str) -> tuple[list[str], str]:
+def _labels(spec: Task) -> tuple[list[str], str]:
     """One label name per output, and the activation CrossEncoder.predict applies."""
-    spec = TASKS[task]
     names = list(spec.classes) if spec.kind == "classification" else [spec.classes[1] if spec.classes else spec.name]
     return names, "sigmoid" if spec.kind == "binary" else "identity"
 
@@ -95,7 +95,7 @@ def write_cross_encoder(folder: Path, model, task: str, tokenizer) -> str:
     from minbert.share.export import write_tokenizer
 
     folder.mkdir(parents=True)
-    names, activation = _labels(task)
+    names, activation = _labels(model.registry.tasks[task])
     weight, bias = output_layer(model, task)
     if not classification_form(model, task):
         _write_modules(folder, model, task, tokenizer, (weight, bias), activation)

@@ -35,6 +35,7 @@ from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path
 from minbert.core.plain import as_json
 from minbert.core.provenance import git_revision
+from minbert.core.settings import in_own_registry
 from minbert.core.tasks import TASKS
 from minbert.model.checkpoint import declared, load_checkpoint
 from minbert.model.weights import hf_to_minbert, read_config, read_state_dict, save_hf_folder
@@ -290,6 +291,7 @@ def _rows(path: str) -> int:
         return max(sum(1 for _ in f) - 1, 0)
 
 
+@in_own_registry
 def export_experiment(s, name: str, model_path, training_record, predictions, train_splits: list[str], out_dir,
                       fingerprint: str = "") -> list[str]:
     """The export stage: the experiment's model, its card from its training record (settings,
@@ -311,7 +313,7 @@ def export_experiment(s, name: str, model_path, training_record, predictions, tr
                   "export fingerprint": fingerprint or "-", "export git revision": git_revision()}
     with atomic_path(out_dir) as tmp:
         files = export_model(model, tokenizer, tmp, extra={"experiment": name, "model_stage": s.model_stage})
-        card = model_card(s, name, files, scores(predictions), training, rows, provenance)
+        card = model_card(s, name, files, scores(predictions, s.registry.tasks), training, rows, provenance)
         (tmp / "README.md").write_text(card, encoding="utf-8")
         record_files(tmp)
         written = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())

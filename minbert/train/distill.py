@@ -21,7 +21,7 @@ import pandas as pd
 from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, read_input
 from minbert.core.runtime import start_runtime
-from minbert.core.settings import Distill, TeachSettings
+from minbert.core.settings import Distill, TeachSettings, in_own_registry
 from minbert.core.tasks import TASKS
 from minbert.data.batches import TaskData, load_task_data
 from minbert.model.checkpoint import load_checkpoint
@@ -35,6 +35,7 @@ def teacher_columns(task: str) -> list[str]:
     return TASKS[task].prob_columns or ["score"]
 
 
+@in_own_registry
 def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir, records: dict[str, str] | None = None
           ) -> dict[str, int]:
     """Write the teacher's outputs on the training splits of `s.predicts`; `models` maps each member
@@ -51,7 +52,7 @@ def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir, records: 
         for task in s.predicts:
             td = data[task]
             res = predict_task(model, td, tokenizer, BATCH_SIZE, runtime.device, runtime.amp)
-            out = res["probs"] if TASKS[task].prob_columns else res["prediction"]
+            out = res["probs"] if s.registry.tasks[task].prob_columns else res["prediction"]
             per_task[task].append(np.asarray(out, dtype=np.float64).reshape(len(td), -1))
             if ids.setdefault(task, td.ids) != td.ids:
                 raise MinBertError(f"{data_dir}: the {task} training rows differ between the teacher's models")
@@ -61,8 +62,8 @@ def teach(s: TeachSettings, models: dict[str, str], data_dir, out_dir, records: 
         tmp.mkdir(parents=True)
         for task, outs in per_task.items():
             stack = np.stack(outs)                              # (models, rows, columns)
-            combined = np.median(stack, 0) if (TASKS[task].kind == "regression" and s.similarity == "median") \
-                else stack.mean(0)
+            median = s.registry.tasks[task].kind == "regression" and s.similarity == "median"
+            combined = np.median(stack, 0) if median else stack.mean(0)
             frame = pd.DataFrame(combined, columns=teacher_columns(task))
             frame.insert(0, "id", ids[task])
             frame.to_csv(tmp / f"{task}-train.csv", index=False, float_format="%.8g")

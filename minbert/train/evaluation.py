@@ -19,7 +19,6 @@ from minbert.core.errors import MinBertError
 from minbert.core.io import atomic_path, torch_save
 from minbert.core.metrics import metric_undefined, selection_score, summarise, task_metric
 from minbert.core.runtime import autocast
-from minbert.core.tasks import TASKS
 from minbert.data.batches import TaskData
 from minbert.model.checkpoint import checkpoint_dict
 from minbert.model.multitask import MultitaskModel, predict_task
@@ -47,10 +46,11 @@ def dev_metrics(model: MultitaskModel, dev: dict[str, TaskData], tokenizer: Toke
             res = features[task].predict(model, amp, EVAL_BATCH_SIZE, loss, data.labels)
         else:
             res = predict_task(model, data, tokenizer, EVAL_BATCH_SIZE, device, amp, loss=loss)
-        out[TASKS[task].metric_key] = task_metric(task, res["prediction"], data.labels)
-        if out[TASKS[task].metric_key] is None:   # undefined: this epoch cannot be selected (selection_score)
+        key = model.registry.tasks[task].metric_key
+        out[key] = task_metric(task, res["prediction"], data.labels)
+        if out[key] is None:   # undefined: this epoch cannot be selected (selection_score)
             log.warning("dev %s is undefined (%s); an epoch with it is not selected as the best",
-                        TASKS[task].metric_key, metric_undefined(task, res["prediction"], data.labels))
+                        key, metric_undefined(task, res["prediction"], data.labels))
         out[f"{task}_loss"] = res["loss"]
     return summarise(out)
 
@@ -83,7 +83,8 @@ def evaluate(tr: Training, state: TrainState, plan: Plan, row: dict) -> None:
     for t in tr.dev:
         if f"{t}_loss" in dev:
             row[f"dev_{t}_loss"] = dev[f"{t}_loss"]
-            row[f"dev_{t}_{TASKS[t].metric}"] = dev[TASKS[t].metric_key]
+            spec = tr.model.registry.tasks[t]
+            row[f"dev_{t}_{spec.metric}"] = dev[spec.metric_key]
     if "overall" in dev:
         row["dev_overall"] = dev["overall"]
     tasks = plan.phases[state.phase] if tr.cfg.schedule == "sequential" else list(tr.train)
@@ -128,7 +129,8 @@ def keep_best(tr: Training, state: TrainState, row: dict, dev: dict, score: floa
         state.best_dev = {k: v for k, v in dev.items() if not k.endswith("_loss")}
         tr.pending_best = checkpoint_dict(tr.model, tr.tokenizer, epoch=row["epoch"], dev_metrics=state.best_dev,
                                           **extra)
-    elif state.phase_best == -math.inf and any(dev.get(TASKS[t].metric_key, 0) is None for t in tr.dev):
+    elif state.phase_best == -math.inf and any(dev.get(tr.model.registry.tasks[t].metric_key, 0) is None
+                                               for t in tr.dev):
         # No evaluation of this phase has every dev metric defined yet: this one's model stands in, never
         # recorded as selected (best_epoch stays unset), so a run whose metric stays undefined (a tiny
         # model's constant similarity scores) still ends with a model, the last, and says so.
@@ -152,7 +154,8 @@ def fit_calibration(tr: Training, best: dict) -> None:
     correlation (least squares), and a binary task's logit gives probabilities (a logistic fit:
     Platt scaling). The outputs fitted are the model's own: in the run's precision, as the predict
     stage makes them on this device."""
-    tasks = [t for t in tr.train if t in tr.model.calibration and TASKS[t].kind != "classification"]
+    known = tr.model.registry.tasks
+    tasks = [t for t in tr.train if t in tr.model.calibration and known[t].kind != "classification"]
     if not tasks:
         return
     tr.model.load_state_dict(best["state_dict"])
@@ -160,7 +163,7 @@ def fit_calibration(tr: Training, best: dict) -> None:
     for task in tasks:
         tr.model.calibration[task] = []           # the head's own outputs, on its own scale
         res = predict_task(tr.model, tr.train[task], tr.tokenizer, EVAL_BATCH_SIZE, tr.device, tr.amp)
-        regression = TASKS[task].kind == "regression"
+        regression = known[task].kind == "regression"
         x = (res["prediction"] if regression else res["output"].numpy()).astype(np.float64)
         y = tr.train[task].labels.astype(np.float64)
         scale, shift = affine_fit(x, y) if regression else logistic_fit(x, y)

@@ -15,7 +15,7 @@ import torch
 
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import Runtime, seed_everything, start_runtime
-from minbert.core.settings import FinetuneSettings, RetrainSettings, Training, batch_statistic_tasks
+from minbert.core.settings import FinetuneSettings, RetrainSettings, Training, batch_statistic_tasks, in_own_registry
 from minbert.data.batches import collate, load_training_data, to_device
 from minbert.model.bert import BertModel
 from minbert.model.checkpoint import load_checkpoint
@@ -78,6 +78,7 @@ def run_options(options: FitOptions, s: Training, seed: int, runtime: Runtime, d
                    dist_info=dist_info, cuda_graphs=s.cuda_graphs, **more)
 
 
+@in_own_registry
 def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, start_model: str | None = None,
                         cache_dir=None, teacher_dir=None) -> FitResult:
     """Multi-task fine-tuning from `start_model` (default: the settings' model), with a teacher's
@@ -112,6 +113,7 @@ def finetune_experiment(s: FinetuneSettings, data_dir, options: FitOptions, *, s
         shutdown_distributed(dist_info)
 
 
+@in_own_registry
 def retrain_heads_experiment(s: RetrainSettings, finetuned: str | Path, data_dir, options: FitOptions, *,
                              cache_dir=None, expect: dict | None = None) -> FitResult:
     """Head retraining: the fine-tuned encoder frozen, the heads of the retrained tasks

@@ -1,4 +1,5 @@
-"""NLI pretraining of sentence embeddings: triplets from SNLI/MNLI and the three objectives.
+"""NLI pretraining of sentence embeddings: triplets from SNLI/MNLI and the three objectives (the
+data, its columns and labels: minbert.core.nli_data).
 
 - regression: cosine similarity of the two sentence embeddings against 1 / 0.5 / 0 for
   entailment / neutral / contradiction, mean squared error (like an STS cosine head);
@@ -19,27 +20,28 @@ import torch
 import torch.nn.functional as F
 
 from minbert.core.errors import MinBertError
+from minbert.core.nli_data import NLI_DATA
 from minbert.data.batches import padding_layout, to_device
 from minbert.data.encode import encode_cached
 from minbert.model.bert import BertModel, mean_pool
 from minbert.model.tokenizer import Tokenizer
 
-LABEL_TARGET = {"entailment": 1.0, "neutral": 0.5, "contradiction": 0.0}
+LABEL_TARGET = dict(zip(NLI_DATA.labels, (1.0, 0.5, 0.0)))     # entailment, neutral, contradiction
 
 
 # ---------------------------------------------------------------- data
 
-def build_triplets(frame: pd.DataFrame, source: str = "nli") -> pd.DataFrame:
+def build_triplets(frame: pd.DataFrame, source: str = NLI_DATA.name) -> pd.DataFrame:
     """(anchor, positive, negative) rows from NLI pairs sharing a premise.
 
     Rows are grouped by `group` (SNLI captionID / MNLI promptID) and premise text; within a
     group the k-th entailment is paired with the k-th contradiction (file order), so no
     hypothesis is used twice and groups lacking either kind give no triplet.
     """
-    for col in ("group", "sentence1", "sentence2", "label"):
+    for col in (c for c in NLI_DATA.columns if c != "id"):
         if col not in frame.columns:
-            raise MinBertError(f"{source}: column '{col}' is missing; NLI data needs id, group, "
-                               "sentence1, sentence2, label (run the prepare stage)")
+            raise MinBertError(f"{source}: column '{col}' is missing; NLI data needs {', '.join(NLI_DATA.columns)} "
+                               "(run the prepare stage)")
     rows = []
     for (group, premise), g in frame.groupby(["group", "sentence1"], sort=False):
         entail = g.loc[g["label"] == "entailment", "sentence2"].tolist()
@@ -48,11 +50,12 @@ def build_triplets(frame: pd.DataFrame, source: str = "nli") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["group", "anchor", "positive", "negative"])
 
 
-def regression_targets(labels, source: str = "nli") -> torch.Tensor:
+def regression_targets(labels, source: str = NLI_DATA.name) -> torch.Tensor:
     try:
         return torch.tensor([LABEL_TARGET[str(x)] for x in labels], dtype=torch.float)
     except KeyError as e:
-        raise MinBertError(f"{source}: label {e.args[0]!r} is not entailment, neutral or contradiction") from None
+        raise MinBertError(f"{source}: label {e.args[0]!r} is not {', '.join(NLI_DATA.labels[:-1])} or "
+                           f"{NLI_DATA.labels[-1]}") from None
 
 
 # ---------------------------------------------------------------- embeddings

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from minbert.core.settings import Finetune
-from minbert.core.tasks import TASKS
 from minbert.model.multitask import MultitaskModel
 from minbert.train.losses import distill_loss, task_loss
 from minbert.train.regularisers import Ascent, bregman_term, smart_adversarial_loss
@@ -30,8 +29,8 @@ class TaskObjective:
     def __init__(self, task: str, model: MultitaskModel):
         self.task, self.model = task, model
         # a loss that ranks the pair's sentence vectors reads them beside the head's output
-        with model.registry.active():
-            self.reads_pairs = model.registry.losses[model.heads_cfg.loss_of(task)].reads == "pairs"
+        registry = model.registry
+        self.reads_pairs = registry.losses[model.heads_cfg.loss_of(task, registry.tasks)].reads == "pairs"
 
     def forward(self, inputs: dict, return_embeddings: bool = False):
         """The head's output, and the pair's vectors for a loss that reads them (output, pair); with
@@ -101,7 +100,7 @@ class Smart(ObjectiveWrapper):
         model, task, sm = self.model, self.task, self.smart
         out, word, pair = self.forward(inputs, return_embeddings=True)
         loss = self.loss(out, batch, pair)
-        kind = TASKS[task].kind
+        kind = model.registry.tasks[task].kind
         if sm.lambda_s > 0:
             adv = smart_adversarial_loss(lambda e: model(task, inputs, inputs_embeds=e), word, out, kind,
                                          Ascent(sm.step_size, sm.epsilon, sm.noise_var, sm.steps),

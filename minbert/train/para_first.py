@@ -8,13 +8,14 @@ import tempfile
 from pathlib import Path
 
 from minbert.core.layout import MODEL_FILE
-from minbert.core.settings import FinetuneSettings, PretrainSettings, Training, network_keys
+from minbert.core.settings import FinetuneSettings, PretrainSettings, Training, in_own_registry, network_keys
 from minbert.model.checkpoint import load_checkpoint
 from minbert.train.experiment import finetune_experiment
 from minbert.train.pretrained import PretrainFiles, write_pretrained
 from minbert.train.training import FitOptions
 
 
+@in_own_registry
 def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, description: dict | None = None,
              name: str = "", fingerprint: str | None = None) -> dict:
     """The paraphrase task alone on all of Quora's training data (its settings' `finetune`: the

@@ -32,12 +32,13 @@ from tqdm.auto import tqdm
 
 from minbert.core.errors import MinBertError
 from minbert.core.io import clean_stale_temporaries, torch_save
-from minbert.core.layout import BEST_STATE_FILE, NLI_SOURCE, STATE_FILE
+from minbert.core.layout import BEST_STATE_FILE, STATE_FILE
+from minbert.core.nli_data import NLI_DATA
 from minbert.core.plain import as_json
 from minbert.core.progress import Progress, eta
 from minbert.core.provenance import fingerprint_of, with_runtime
 from minbert.core.runtime import Runtime, seed_everything, start_runtime
-from minbert.core.settings import Pretraining, PretrainSettings, pretrain_splits
+from minbert.core.settings import Pretraining, PretrainSettings, in_own_registry, pretrain_splits
 from minbert.core.tasks import TASKS
 from minbert.data.downsample import downsample
 from minbert.data.encode import encode_cached
@@ -81,7 +82,7 @@ def encode_texts(tok: Tokenizer, frames: dict[str, pd.DataFrame], cache_dir=None
     a cross-encoder sees in fine-tuning."""
     encoded: Encoded = []
     for task, frame in frames.items():
-        if task == NLI_SOURCE or TASKS[task].pair:
+        if NLI_DATA.names(task) or TASKS[task].pair:
             encoded += encode_cached(tok, frame["sentence1"].tolist(), frame["sentence2"].tolist(),
                                      cache_dir=cache_dir)
         else:
@@ -399,9 +400,9 @@ def pretrain_nli(s: PretrainSettings, data: dict, model_name: str, cache_dir=Non
     pparams = s.pretraining
     runtime, encoder, _, folder, tok = _setup(s, model_name)
     objective_name = pparams.nli.objective
-    examples = {split: nli_examples(tok, data[split][NLI_SOURCE], objective_name, str(Path(data_dir) / f"{NLI_SOURCE}-{split}.tsv"),
-                                    cache_dir)
-                for split in ("train", "dev")}
+    examples = {split: nli_examples(tok, data[split][NLI_DATA.name], objective_name,
+                                    str(Path(data_dir) / NLI_DATA.file(split)), cache_dir)
+                for split in NLI_DATA.splits}
     examples["dev"] = subset_examples(examples["dev"], pparams.dev_size, s.seed)
     objective = NliObjective(encoder, tok, pparams.nli, examples["train"], examples["dev"])
     history, before = train(objective, pparams, s, runtime, f"nli-{objective_name}", at)
@@ -419,6 +420,7 @@ def _loss_summary(history: list[dict], before: float) -> dict:
 
 # ---------------------------------------------------------------- a pretraining job
 
+@in_own_registry
 def pretrain(s: PretrainSettings, files: PretrainFiles, *, start_model: str, description: dict | None = None,
              name: str = "", fingerprint: str | None = None) -> dict:
     """Run a masked-LM or NLI pretraining from `start_model`; write the model folder, history.csv

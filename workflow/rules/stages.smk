@@ -1,6 +1,6 @@
-# One rule per stage, built from the jobs of workflow/dag.py and the stage registry (the {name}
+# One rule per stage, built from the jobs of workflow/dag.py and the stage specs (the {name}
 # wildcard is the experiment, pretraining or ensemble; its paths are the layout's with the name
-# "{name}", its message and resources the registry's); a stage whose jobs declare outputs of different shapes
+# "{name}", its message and resources the stage specs'); a stage whose jobs declare outputs of different shapes
 # (predictions of different task sets) gets one rule per shape (dag.rule_groups). A job's inputs
 # are its job file and the outputs it reads; its command reads its job from the job file and
 # writes its output to the rule's log.

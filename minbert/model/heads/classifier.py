@@ -2,7 +2,7 @@
 logit (binary), or a score (regression)."""
 from __future__ import annotations
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 from minbert.model.blocks import VectorHead
 
 

@@ -1,7 +1,7 @@
 """`concat`: a bi-encoder head SBERT's, on [u, v, |u - v|] through an MLP."""
 from __future__ import annotations
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 from minbert.model.blocks import PairFeatureHead
 
 

@@ -1,7 +1,7 @@
 """`concat_cos`: a bi-encoder head on [u, v, cos(u, v)] through an MLP."""
 from __future__ import annotations
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 from minbert.model.blocks import PairFeatureHead
 
 

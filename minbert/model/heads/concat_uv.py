@@ -1,7 +1,7 @@
 """`concat_uv`: a bi-encoder head [u, v], the pair's two sentence vectors side by side through an MLP."""
 from __future__ import annotations
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 from minbert.model.blocks import PairFeatureHead
 
 

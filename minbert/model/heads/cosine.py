@@ -3,7 +3,7 @@ cosine: `heads.cosine_affine: false`); a regression's labels scaled to [0, 1], o
 `heads.cosine_target: -1_1` (minbert.model.outputs)."""
 from __future__ import annotations
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 from minbert.model.blocks import Head, affine_cosine, cosine, cosine_start
 
 

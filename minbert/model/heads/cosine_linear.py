@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 from minbert.model.blocks import Head, affine_cosine, cosine, cosine_start, mlp
 
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from minbert.core.errors import MinBertError
-from minbert.core.extensions import register_head
+from minbert.core.register import register_head
 from minbert.model.blocks import Head, mlp
 
 

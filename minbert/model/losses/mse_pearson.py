@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from minbert.core.losses import Loss, register_loss
+from minbert.core.register import Loss, register_loss
 from minbert.model.losses.pearson import pearson_loss
 
 

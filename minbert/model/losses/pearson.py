@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from minbert.core.losses import Loss, register_loss
+from minbert.core.register import Loss, register_loss
 from minbert.model.vectors import as_vector
 
 

@@ -1,4 +1,4 @@
-"""The stage registry: each stage's facts, in one place.
+"""The stage specs: each stage's facts, in one place.
 
 A stage is its spec here, its library function and its thin CLI (stages/<name>.py). Its spec says:
 - what the engines show and ask for: the one-line `message` of a job and its `resources` (threads,
@@ -15,7 +15,7 @@ A stage is its spec here, its library function and its thin CLI (stages/<name>.p
   module (`code`: a pretraining's kind, the heads and losses a training or a loaded model runs),
   and, for a stage that reads the other jobs' outputs (the report), which (`gathers`).
 
-The registry decides what is in each job's description (its reads) and job file (its outputs), so
+The stage specs decide what is in each job's description (its reads) and job file (its outputs), so
 like the planner it is in no job's code (minbert.pipeline.code.NOT_JOB_CODE): an edit here re-runs
 the jobs whose description it changes.
 """
@@ -214,9 +214,9 @@ def _runs_heads_and_losses(s, train) -> list[str]:
     """The code of the heads and losses a training with `train` (its tasks, its heads settings) runs:
     each built-in one's module (minbert/model/heads/, minbert/model/losses/; the user's modules are
     the settings' `modules`), so an edit to one re-runs exactly the trainings that use it."""
-    with s.registry.active():
-        return s.registry.code_modules([train.heads.head_of(t) for t in train.tasks],
-                                       [train.heads.loss_of(t) for t in train.tasks])
+    tasks = s.registry.tasks
+    return s.registry.code_modules([train.heads.head_of(t, tasks) for t in train.tasks],
+                                   [train.heads.loss_of(t, tasks) for t in train.tasks])
 
 
 def _loads_models(s) -> list[str]:
