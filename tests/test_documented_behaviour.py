@@ -77,7 +77,7 @@ def test_the_estimate_says_it_too(tmp_path, tiny_model_dir, monkeypatch, capsys)
 
 def test_a_job_file_is_dated_no_later_than_the_outputs_its_description_made(tmp_path, monkeypatch):
     """DVC ran a job again after Snakemake had run it (Snakemake's benchmark older than the job file
-    DVC's `resolve` rewrote), or restored its outputs from its cache (hard links with the cache's old
+    DVC's `resolve` rewrote), or restored its outputs from its cache (with the cache copies' old
     dates): planning dates the job file no later than the oldest of them, Snakemake's benchmark included,
     when its run record says they were made from that description; a job file of another description
     keeps its date (the job runs)."""
@@ -95,7 +95,7 @@ def test_a_job_file_is_dated_no_later_than_the_outputs_its_description_made(tmp_
             self.stage, self.name, self.results = "finetune", name, "results"
             self.job_file, self.run_record = f"jobs/{name}.json", f"runs/{name}.json"
             self.outputs = [f"out/{name}/model.pt", f"out/{name}/predictions"]
-            self.described = described
+            self.described, self.read_paths = described, []          # it reads nothing that changed since
             bench = Layout().benchmark("finetune", name)
             for path in (self.job_file, self.outputs[0], f"{self.outputs[1]}/a.csv", bench):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -103,7 +103,7 @@ def test_a_job_file_is_dated_no_later_than_the_outputs_its_description_made(tmp_
             os.makedirs(os.path.dirname(self.run_record), exist_ok=True)
             with open(self.run_record, "w") as f:
                 started = dt.datetime.fromtimestamp(now - 300).isoformat()
-                json.dump({"description": {**ran, "runtime": {}}, "started": started}, f)
+                json.dump({"description": {**ran, "runtime": {}}, "started": started, "fingerprint": f"{name}-run"}, f)
 
         def description(self):
             return self.described
@@ -116,3 +116,57 @@ def test_a_job_file_is_dated_no_later_than_the_outputs_its_description_made(tmp_
     jobfiles.date_job_files([made, other])
     assert os.path.getmtime(made.job_file) <= now - 200              # before the benchmark, the oldest
     assert os.path.getmtime(other.job_file) == pytest.approx(now - 30)   # another description: it runs
+
+
+def test_an_output_older_than_what_its_finished_job_read_is_dated_as_its_run_a_shared_file_copied_first(
+        tmp_path, monkeypatch):
+    """Two jobs' identical outputs, one file under a hard-linked cache (`cache.type hardlink`), share
+    the date of the first: the second job's output then reads as older than its input. Planning dates
+    it as its run started, after making it a file of its own, so the first job's file keeps its date;
+    an output whose job's record does not say it made it keeps its date."""
+    import datetime as dt
+    import json
+
+    from workflow import jobfiles
+
+    monkeypatch.chdir(tmp_path)
+    now = time.time()
+
+    class Job:
+        def __init__(self, name, reads, ran_at):
+            self.stage, self.name, self.results = "predict", name, "results"
+            self.job_file, self.run_record = f"jobs/{name}.json", f"runs/{name}.json"
+            self.read_paths, self.output_files = reads, [f"out/{name}.csv"]
+            for path in (self.job_file, self.run_record):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(self.run_record, "w") as f:
+                json.dump({"description": {"settings": name, "runtime": {}}, "fingerprint": name,
+                           "started": dt.datetime.fromtimestamp(ran_at).isoformat()}, f)
+
+        def description(self):
+            return {"settings": self.name}
+
+        def portable(self, path):
+            return path
+
+    os.makedirs("out")
+    for name, age in (("model_a", 400), ("model_b", 200)):
+        with open(f"{name}.pt", "w") as f:
+            f.write(name)
+        os.utime(f"{name}.pt", (now - age, now - age))
+    a, b = Job("a", ["model_a.pt"], now - 390), Job("b", ["model_b.pt"], now - 190)
+    with open("out/a.csv", "w") as f:
+        f.write("the same predictions\n")
+    os.link("out/a.csv", "out/b.csv")                      # DVC's one copy of that content, linked twice
+    os.utime("out/a.csv", (now - 380, now - 380))
+    jobfiles.date_outputs([a, b])
+    assert os.path.getmtime("out/a.csv") == pytest.approx(now - 380)      # a's file: its date, its inode
+    assert os.path.getmtime("out/b.csv") >= os.path.getmtime("model_b.pt")   # after what b read
+    assert os.stat("out/b.csv").st_nlink == 1 and open("out/b.csv").read() == "the same predictions\n"
+    unrecorded = Job("c", ["model_b.pt"], now - 190)
+    os.remove(unrecorded.run_record)
+    with open("out/c.csv", "w") as f:
+        f.write("x")
+    os.utime("out/c.csv", (now - 300, now - 300))
+    jobfiles.date_outputs([unrecorded])
+    assert os.path.getmtime("out/c.csv") == pytest.approx(now - 300)       # no record: it runs, as it is

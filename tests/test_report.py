@@ -1034,7 +1034,7 @@ report:""")
 
 
 def test_a_missing_or_cut_history_and_an_overlapping_dev_file_are_said_on_the_page(tmp_path):
-    """A deleted history.csv (the stage ran: its model is there) and one cut mid-line are said in the
+    """A deleted history.csv (the stage ran: its run record is there) and one cut mid-line are said in the
     curves section, not a missing section or dashes (issue 33, case 8); a dev file that shares its rows
     with the train file is a warning at the top of every page (case 3)."""
     params_path = tmp_path / "params.yaml"
@@ -1043,6 +1043,9 @@ def test_a_missing_or_cut_history_and_an_overlapping_dev_file_are_said_on_the_pa
     for name in ("a", "b", "c"):
         Path(layout.training(name, "finetune")).mkdir(parents=True)
         Path(layout.model(name, "finetune")).write_bytes(b"a model")
+        record = Path(layout.run_record("finetune", name))          # the stage ran: its run record says so
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"stage": "finetune", "name": name}))
     Path(layout.history("b", "finetune")).write_text("epoch,phase,dev_sst_acc,dev_sst_loss\n1,all,0.41,1.52\n"
                                                      "2,all,0.45,1.4")                  # cut in its last line
     Path(layout.history("c", "finetune")).write_text("epoch,phase,dev_sst_acc,dev_sst_loss\n1,all,0.41,1.52\n"
