@@ -17,7 +17,7 @@ from minbert.params.overrides import dvc_rewrite_problems
 from minbert.params.unread import unread_settings
 from minbert.pipeline import finished
 from minbert.pipeline.job import Job
-from minbert.pipeline.plan import made_from, write_job_file
+from minbert.pipeline.plan import made_from, planned_file, write_job_file
 from workflow import params_text
 from workflow.repo import LAYOUT, REPO, in_repo, jobs, load
 
@@ -110,7 +110,7 @@ def plan_only(params: str | Path | LoadedParams = "params.yaml", repo: Path = RE
     stand_ins: dict[str, str] = {}
     with in_repo(repo), one_pass():
         for job in all_jobs:
-            path, text = Path(job.job_file), job.file_text()
+            path, (text, date) = Path(job.job_file), planned_file(job)
             try:
                 same = path.read_text(encoding="utf-8") == text
             except (OSError, UnicodeDecodeError):
@@ -118,7 +118,6 @@ def plan_only(params: str | Path | LoadedParams = "params.yaml", repo: Path = RE
             if same:
                 date = _earlier_date(job)
             else:                              # what write_job_file, then resolve, would date it
-                date = made_from(job, job.description())
                 date = date if date is None else (_earlier_date(job, date) or date)
             if same and date is None:
                 continue

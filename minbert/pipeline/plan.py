@@ -153,20 +153,26 @@ def write_job_file(job: Job) -> bool:
     any other new content is newer. When the outputs were made from this description but from
     other inputs than those in place now (a stage run by hand on inputs changed since, then put
     back), the file names those inputs (`stale`): new content, so either engine runs the job again."""
-    last = last_run(job)
-    current = last is not None and last.made(job.description())
-    stale = last.changed_reads(job) if current else []
+    text, date = planned_file(job)
     path = Path(job.job_file)
-    text = job.file_text(stale)
     try:
         if path.read_text(encoding="utf-8") == text:
             return False
     except (OSError, UnicodeDecodeError):
         pass
     _replace(path, text)
-    if current and not stale:
-        os.utime(path, (last.started, last.started))
+    if date is not None:
+        os.utime(path, (date, date))
     return True
+
+
+def planned_file(job: Job) -> tuple[str, float | None]:
+    """The job file as a plan writes it (`write_job_file`): its content, and the date it gets when
+    written (the start of the run that made the outputs from it; None: the time of writing)."""
+    last = last_run(job)
+    current = last is not None and last.made(job.description())
+    stale = last.changed_reads(job) if current else []
+    return job.file_text(stale), (last.started if current and not stale else None)
 
 
 def _replace(path: Path, text: str) -> None:
@@ -202,12 +208,14 @@ class LastRun:
     def changed_reads(self, job: Job) -> list[str]:
         """The job's reads (as its description names them) that are not what the run read: each read
         changed (content or status) since the run started is hashed again and compared with the hash
-        the run recorded; one not changed since is what it read."""
+        the run recorded; one not changed since is what it read. A read that is not there is none of
+        them: the job that writes it runs first, and its readers are judged by what it writes."""
         recorded = self.recorded.get("read_hashes") or {}
         changed = []
         for path in job.read_paths:
             name = job.portable(path)
-            if name in recorded and _touched_since(Path(path), self.started) and path_hash(path) != recorded[name]:
+            if name in recorded and _touched_since(Path(path), self.started) and os.path.lexists(path) \
+                    and path_hash(path) != recorded[name]:
                 changed.append(name)
         return changed
 
@@ -249,4 +257,4 @@ def made_from(job: Job, description: dict) -> float | None:
     return last.started
 
 
-__all__ = ["Job", "LastRun", "last_run", "made_from", "pipeline", "job_for", "write_job_file"]
+__all__ = ["Job", "LastRun", "last_run", "made_from", "pipeline", "job_for", "planned_file", "write_job_file"]
