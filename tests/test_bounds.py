@@ -56,6 +56,7 @@ def test_a_stage_run_by_hand_on_the_bomb_is_one_line(tmp_path):
 def _grid(tmp_path, n: int) -> str:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"] = {"dir": str(REPO / "data/demo"), "nli_file": str(REPO / "data/demo/nli-sample.jsonl")}
+    params["papers"] = {}                    # the demo's paper (its title is its catalogue's) goes with its tables
     params["studies"] = [{"name": "g", "title": "grid", "grid": {"experiment": "cross_encoder", "axes": [
         {"key": "finetune.lr", "values": [1e-5 * (i + 1) for i in range(n)], "label": "lr"},
         {"key": "seed", "values": list(range(n)), "label": "s"}]}}]

@@ -93,6 +93,7 @@ def test_a_stage_run_by_hand_plans_its_own_job_alone(tmp_path, monkeypatch):
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"] = {"dir": str(REPO / "data/demo"), "nli_file": None}
     params["pretrainings"], params["ensembles"], params["export"] = {}, {}, {"experiments": []}
+    params["papers"] = {}                    # the demo's paper (its title is its catalogue's) goes with its tables
     params["experiments"] = {"e": {}}
     params["studies"] = [{"name": "g", "title": "grid", "grid": {"experiment": "e", "axes": [
         {"key": "finetune.lr", "values": [1e-5 * (i + 1) for i in range(30)], "label": "lr"},

@@ -11,11 +11,12 @@ import argparse
 import datetime as dt
 import sys
 from collections import Counter
+from pathlib import Path
 
 import yaml
 
 from minbert.core.layout import Layout
-from minbert.report.data import run_infos
+from minbert.report.data import Outputs, run_infos
 
 
 def summarise(infos: list[dict]) -> dict:
@@ -43,7 +44,9 @@ def main(argv=None) -> int:
     parser.add_argument("--results", default="results", help="the results folder whose run records to read")
     parser.add_argument("--id", default="run", help="the record's name in docs/runs.yaml")
     args = parser.parse_args(argv)
-    record = summarise(run_infos(Layout(results=args.results)))
+    layout = Layout(results=args.results)
+    records = sorted(str(p) for p in Path(layout.run_records).rglob("*.json"))      # every job's, read or not
+    record = summarise(run_infos(Outputs({"runs:run_record": records}), layout))
     yaml.safe_dump([{"id": args.id, **record}], sys.stdout, sort_keys=False)
     return 0
 
