@@ -19,7 +19,6 @@ import types
 import typing
 from collections.abc import Mapping
 from functools import lru_cache
-from types import MappingProxyType
 from typing import Any
 
 
@@ -29,6 +28,33 @@ class SettingsProblem(ValueError):
     def __init__(self, key: str, message: str):
         super().__init__(message)
         self.key = key
+
+
+class FrozenMap(Mapping):
+    """A read-only mapping (types.MappingProxyType's behaviour) that can be copied and pickled, as a
+    model holding its settings is when SMART makes its momentum copy."""
+    __slots__ = ("_data",)
+
+    def __init__(self, data=()):
+        object.__setattr__(self, "_data", dict(data))
+
+    def __getitem__(self, key):
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a FrozenMap is read-only")
+
+    def __reduce__(self):
+        return (FrozenMap, (self._data,))
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
 
 
 @lru_cache(maxsize=None)
@@ -82,7 +108,7 @@ def _value(hint, value, key: str):
     if origin is Mapping or origin is dict:
         if not isinstance(value, Mapping):
             raise SettingsProblem(key, f"expected a mapping, got {type(value).__name__}")
-        return MappingProxyType({str(k): _value(args[1], v, _join(key, str(k))) for k, v in value.items()})
+        return FrozenMap({str(k): _value(args[1], v, _join(key, str(k))) for k, v in value.items()})
     return _scalar(hint, value, key)
 
 
@@ -97,7 +123,7 @@ def _scalar(hint, value, key: str):
 def frozen(value):
     """JSON as it is, frozen: mappings read-only, lists tuples."""
     if isinstance(value, Mapping):
-        return MappingProxyType({k: frozen(v) for k, v in value.items()})
+        return FrozenMap({k: frozen(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
         return tuple(frozen(v) for v in value)
     return value

@@ -35,10 +35,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
-from types import MappingProxyType
 
 from minbert.core.errors import close
 from minbert.core.extensions import ModuleProblem, defined_in, same_class, use_module
+from minbert.core.plain import FrozenMap
 from minbert.core.tasks import ACTIVE, BUILTIN_TASKS, KINDS, Task
 
 LOSS_READS = ("outputs", "pairs")
@@ -215,8 +215,8 @@ def builtin_declarations(kind: str, folder: Path | None = None) -> dict[str, Dec
 @lru_cache(maxsize=None)
 def builtin() -> Registry:
     """The built-in tasks, losses and heads alone."""
-    return Registry(MappingProxyType(dict(BUILTIN_TASKS)), MappingProxyType(builtin_declarations("loss")),
-                    MappingProxyType(builtin_declarations("head")))
+    return Registry(FrozenMap(dict(BUILTIN_TASKS)), FrozenMap(builtin_declarations("loss")),
+                    FrozenMap(builtin_declarations("head")))
 
 
 def active() -> Registry:
@@ -327,8 +327,8 @@ def _registry(modules: tuple, declared: str) -> Registry:
             if chosen not in table:
                 raise RegistryProblem(f"tasks.{name}.{kind}", _unknown(kind, chosen, table, [m for m, _ in modules]))
     code = {m: imported.files for m, imported in modules}
-    return Registry(MappingProxyType(tasks), MappingProxyType(losses), MappingProxyType(heads),
-                    tuple(m for m, _ in modules), MappingProxyType(code))
+    return Registry(FrozenMap(tasks), FrozenMap(losses), FrozenMap(heads),
+                    tuple(m for m, _ in modules), FrozenMap(code))
 
 
 def _add(table: dict, kind: str, decl: Declaration) -> None:

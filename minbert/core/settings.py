@@ -18,12 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property, wraps
-from types import MappingProxyType
 from typing import Any
 
 from minbert.core.errors import MinBertError
 from minbert.core.nli_data import NLI_DATA
-from minbert.core.plain import SettingsProblem, as_json, read
+from minbert.core.plain import FrozenMap, SettingsProblem, as_json, read
 from minbert.core.registry import Registry, active
 from minbert.core.tasks import TASKS, Task
 
@@ -78,7 +77,7 @@ class Downsample:
 @frozen
 class Shared:
     tasks: tuple[str, ...]
-    sizes: tuple[int, ...]
+    sizes: tuple[int | str, ...]          # units, `encoder` or `encoder/N` (minbert.model.blocks.shared_widths)
     activation: str
 
 
@@ -97,7 +96,7 @@ class Heads(HeadChoices):
     dropout: float
     symmetric_pairs: bool
     hybrid: tuple[str, ...]
-    named_heads: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))   # the keys that are tasks
+    named_heads: Mapping[str, str] = field(default_factory=lambda: FrozenMap({}))   # the keys that are tasks
 
     def heads_named(self) -> dict[str, str]:
         return dict(self.named_heads)
@@ -233,7 +232,7 @@ class Declarations:
     """The user's modules and declared tasks (empty: left out of a job file)."""
     OMIT_EMPTY = ("modules", "tasks")
     modules: tuple[str, ...] = ()
-    tasks: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    tasks: Mapping[str, Any] = field(default_factory=lambda: FrozenMap({}))
 
     @cached_property
     def registry(self) -> Registry:

@@ -17,11 +17,14 @@ may change a number (a changed default, a fixed bug, another library version): r
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from minbert.core.errors import MinBertError
 from minbert.core.layout import Layout
@@ -96,8 +99,10 @@ def accept_code(params: str | Path = "params.yaml", names: list[str] = (), layou
     lines = [f"accepted {v.job.id}: {v.why}" for v in taken]
     lines += [f"{v.job.id} {v.why}" for v in verdicts if names and v.status == "current"]
     lines += [f"not accepted {v.job.id}: {v.why}" for v in refused]
-    if taken and dvc_project():
-        lines.append(dvc_commit([RESOLVE_STAGE, *(dvc_stage(v.job) for v in taken)], [v.job for v in taken]))
+    behind = [v.job for v in verdicts if v.status == "current" and lock_behind(v.job)] if dvc_project() else []
+    if (taken or behind) and dvc_project():      # a current job whose job file dvc.lock has not: an edit undone
+        done = [v.job for v in taken] + behind
+        lines.append(dvc_commit([RESOLVE_STAGE, *(dvc_stage(j) for j in done)], done))
     return lines or ["accept-code: nothing to accept (no finished job of the params was re-described)"]
 
 
@@ -112,6 +117,30 @@ def dvc_project(folder: str | Path = ".") -> bool:
     """A DVC project whose lock records runs (dvc.yaml, dvc.lock and .dvc/ here)."""
     folder = Path(folder)
     return all((folder / p).exists() for p in ("dvc.yaml", "dvc.lock", ".dvc"))
+
+
+def lock_behind(job: Job, repo: str | Path = ".") -> bool:
+    """Whether dvc.lock records another job file for the job's stage than the one in place (the job
+    is current: an accepted edit undone leaves dvc.lock with the accepted file)."""
+    try:
+        lock = _lock(Path(repo) / "dvc.lock")
+        deps = (lock.get("stages") or {}).get(dvc_stage(job), {}).get("deps") or []
+        recorded = next((d.get("md5") for d in deps if d.get("path") == job.job_file), None)
+        return recorded is not None and recorded != hashlib.md5((Path(repo) / job.job_file).read_bytes()).hexdigest()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+_LOCKS: dict[tuple[str, float], dict] = {}
+
+
+def _lock(path: Path) -> dict:
+    """dvc.lock, read once per date."""
+    key = (str(path.resolve()), path.stat().st_mtime)
+    if key not in _LOCKS:
+        _LOCKS.clear()
+        _LOCKS[key] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return _LOCKS[key]
 
 
 def dvc_commit(stages: list[str], jobs: list[Job], repo: str | Path = ".") -> str:
