@@ -187,3 +187,34 @@ def test_checking_a_bert_base_sized_output_takes_about_a_second(tmp_path, monkey
     assert finished.in_place(job, "f")
     per_440_mb = (time.perf_counter() - t0) * 440 / 64
     assert per_440_mb < 10, f"{per_440_mb:.1f} s for 440 MB"
+
+
+def test_an_earlier_run_restored_as_it_was_is_in_place_under_its_own_fingerprint(tmp_path, monkeypatch):
+    """A setting tried, then undone: DVC restores the earlier run's outputs and run record from its
+    cache, while the record of finished work last said the tried run's. The earlier run is still in
+    place by its own fingerprint (the record keeps a few runs), not the tried one's; an acceptance
+    made for it is found again; outputs that are neither run's are in place under none."""
+    from minbert.pipeline import finished
+
+    monkeypatch.chdir(tmp_path)
+    job = _job()
+    os.makedirs("results/runs", exist_ok=True)
+
+    def write_outputs(b_text):                                 # the outputs and the run record of a run
+        globals()["write_outputs"](b_text)
+        with open("results/runs/prepare.json", "w") as f:
+            f.write(json.dumps({"b": b_text}))
+    write_outputs("b first\n")
+    finished.record(job, "first-run")
+    write_outputs("b tried\n")
+    finished.record(job, "tried-run")
+    assert finished.in_place(job, "tried-run") and not finished.in_place(job, "first-run")
+    write_outputs("b first\n")                                   # the first run's outputs, restored
+    assert finished.in_place(job, "first-run") and not finished.in_place(job, "tried-run")
+    finished.accept(job, "first-run", "first-run-accepted", {"code": {"x.py": "1"}})
+    assert finished.in_place(job, "first-run-accepted")
+    assert finished.accepted(job, "first-run") == {"code": {"x.py": "1"}}
+    write_outputs("b tried\n")                                   # the tried run's, back again
+    assert finished.in_place(job, "tried-run") and not finished.in_place(job, "first-run-accepted")
+    write_outputs("b edited by hand\n")
+    assert not any(finished.in_place(job, f) for f in ("first-run", "tried-run", "first-run-accepted"))

@@ -7,7 +7,8 @@ deleting an output gives its disk back).
   gets the date it had then (a folder: each such file, and the folder when all of it is the same),
   so an engine that judges by date (Snakemake without its own record of the run, e.g. after DVC made
   the outputs) runs nothing downstream of a job whose outputs did not change; then the new record.
-- `in_place`: the job's outputs are what its last finished run of this fingerprint wrote, every file
+- `in_place`: the job's outputs are what a finished run of this fingerprint wrote (its last, or one of
+  the few before it that the record keeps: DVC restores an earlier run from its cache), every file
   hashed again (about a second for a bert-base checkpoint). A job that waited for another process
   running it, or a stage run again by hand, then has nothing to run (minbert.pipeline.runinfo); an
   output edited in place, replaced or removed since is not in place, and the job runs.
@@ -82,14 +83,13 @@ def _same(a: dict | None, b: dict | None) -> bool:
 
 
 def in_place(job, fingerprint: str) -> bool:
-    """The job's outputs are, byte for byte, those its last finished run wrote, and that run had
-    `fingerprint` (the same settings, inputs, code and runtime; or the code accepted since)."""
-    info = _read(job)
-    accepted = info.get("accepted") if info is not None else None
-    ran = accepted.get("run") if isinstance(accepted, dict) else None
-    if info is None or fingerprint not in (info.get("fingerprint"), ran):
+    """The job's outputs are, byte for byte, those a finished run of `fingerprint` wrote (the same
+    settings, inputs, code and runtime; or the code accepted since): its last run's, or an earlier
+    one's that DVC restored from its cache."""
+    entry = _matching(_read(job), fingerprint)
+    if entry is None:
         return False
-    kept = info["outputs"]
+    kept = entry["outputs"]
     if set(kept) != {job.portable(o) for o in job.outputs}:
         return False
     return all(_same(_entry(Path(o)), kept[job.portable(o)]) for o in job.outputs)
@@ -100,17 +100,52 @@ def accept(job, run_fingerprint: str, fingerprint: str, code: dict) -> None:
     run of `run_fingerprint` (its run record's), and `fingerprint` (the run's, with that code) as the
     fingerprint of the outputs in place."""
     info = _read(job)
-    write_json(_record_path(job), {**info, "fingerprint": fingerprint, "accepted": {"run": run_fingerprint, **code}})
+    entry = _matching(info, run_fingerprint) or {"outputs": (info or {}).get("outputs", {})}
+    head = {"fingerprint": fingerprint, "outputs": entry["outputs"], "accepted": {"run": run_fingerprint, **code}}
+    _write(job, head, [e for e in _runs(info) if e != entry])
 
 
 def accepted(job, run_fingerprint: str) -> dict:
     """The code accepted for the run of `run_fingerprint` ({"code": ..., "modules": ...}), or {} (none,
     or accepted for another run)."""
-    info = _read(job) or {}
-    acc = info.get("accepted")
-    if not isinstance(acc, dict) or acc.get("run") != run_fingerprint:
-        return {}
-    return {k: v for k, v in acc.items() if k in ("code", "modules") and isinstance(v, dict)}
+    for entry in _runs(_read(job)):
+        acc = entry.get("accepted")
+        if isinstance(acc, dict) and acc.get("run") == run_fingerprint:
+            return {k: v for k, v in acc.items() if k in ("code", "modules") and isinstance(v, dict)}
+    return {}
+
+
+# the finished runs kept per job: the last, and a few before it (a setting tried, then undone: DVC
+# restores the earlier run's outputs and run record from its cache, and its entry still says what it wrote)
+KEPT_RUNS = 8
+
+
+def _runs(info: dict | None) -> list[dict]:
+    """The finished runs a record holds, the last first."""
+    if info is None:
+        return []
+    head = {k: info[k] for k in ("fingerprint", "outputs", "accepted") if k in info}
+    earlier = [e for e in info.get("earlier") or [] if isinstance(e, dict) and isinstance(e.get("outputs"), dict)]
+    return [head, *earlier]
+
+
+def _matching(info: dict | None, fingerprint: str) -> dict | None:
+    """The newest run of the record whose fingerprint, or whose accepted run's, is `fingerprint`."""
+    for entry in _runs(info):
+        acc = entry.get("accepted")
+        if fingerprint in (entry.get("fingerprint"), acc.get("run") if isinstance(acc, dict) else None):
+            return entry
+    return None
+
+
+def _write(job, head: dict, earlier: list[dict]) -> None:
+    """The record: `head` the last run, then the earlier ones (one per fingerprint, the newest kept)."""
+    seen, kept = {head.get("fingerprint")}, []
+    for entry in earlier:
+        if entry.get("fingerprint") not in seen and len(kept) < KEPT_RUNS - 1:
+            seen.add(entry.get("fingerprint"))
+            kept.append(entry)
+    write_json(_record_path(job), {"format": FORMAT, **head, "earlier": kept})
 
 
 def _put_dates(path: Path, now: dict, then: dict) -> dict:
@@ -142,7 +177,7 @@ def record(job, fingerprint: str) -> int:
     legacy = path.with_suffix("") if path.suffix == ".json" else None
     if legacy is not None and (legacy / LEGACY_MANIFEST).is_file():
         shutil.rmtree(legacy, ignore_errors=True)         # the hard links an earlier version kept
-    write_json(path, {"format": FORMAT, "fingerprint": fingerprint, "outputs": entries})
+    _write(job, {"fingerprint": fingerprint, "outputs": entries}, _runs(_read(job)))
     return same
 
 
