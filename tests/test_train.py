@@ -21,6 +21,8 @@ import minbert.train.evaluation as evaluation
 import minbert.train.experiment as experiment
 import minbert.train.loop as train
 import minbert.train.objectives as objectives
+import minbert.core.plain as plain
+import minbert.core.settings as core_settings
 from minbert.core.errors import MinBertError
 from minbert.core.runtime import autocast, precision_on, seed_everything
 from minbert.data.raw import read_cs224n
@@ -96,6 +98,7 @@ def finetune_experiment(exp, data, out: Path, **kw):
     """Fine-tune with the settings the finetune stage gives (`exp`: the experiment's params or its
     settings); the keywords of FitOptions and of the library call both go here."""
     settings = exp if isinstance(exp, FinetuneSettings) else finetune_settings(exp)
+    settings = plain.read(core_settings.FinetuneSettings, settings.model_dump(mode="json"))  # as a stage reads it
     options = fit_options(out, **{k: v for k, v in kw.items() if k in FIT_OPTIONS | {"name", "stage"}})
     return experiment.finetune_experiment(settings, data, options,
                                           **{k: v for k, v in kw.items() if k not in FIT_OPTIONS | {"name", "stage"}})

@@ -446,7 +446,7 @@ def start_trackers(tr: Training, resumed: TrainState | None) -> None:
     if resumed is None:
         shutil.rmtree(folder, ignore_errors=True)
     tr.trackers = Trackers(tr.cfg.tracking, folder, resumed_at=None if resumed is None else resumed.update,
-                           name=tr.options.checkpoint_extra.get("experiment", "run"), params=tr.cfg.model_dump(mode="json"))
+                           name=tr.options.checkpoint_extra.get("experiment", "run"), params=as_json(tr.cfg))
 
 
 def store_frozen_features(tr: Training, plan: Plan) -> None:
