@@ -143,6 +143,35 @@ def test_a_new_release_of_the_packaged_model_changes_its_jobs(tmp_path, monkeypa
     assert described() != first
 
 
+def test_a_model_read_put_back_with_a_new_date_is_what_the_run_read(tmp_path, monkeypatch, tiny_model_dir):
+    """A job's model read is hashed as its fingerprint hashes it (the files the model loads): a copy
+    of the same files with new dates (a fresh clone, DVC's checkout in a queued experiment) is what
+    the last run read, so its job file names no stale read; one byte of the model changed is one."""
+    import os
+    import shutil
+
+    from minbert.core.provenance import one_pass
+    from minbert.pipeline.plan import LastRun
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_model_dir, tmp_path / "models/tiny")
+    settings = {"model": "models/tiny", "seed": 1, "max_length": 32, "finetune": {"tasks": ["sst"]}}
+    with one_pass():
+        job = Job.build("finetune", "a", settings, Layout())
+        recorded = job.runtime_description()
+    assert "models/tiny" in recorded["read_hashes"]
+    last = LastRun(job.description(), job.description(), recorded, time.time() - 60, "f")
+    later = time.time() + 5
+    for f in (tmp_path / "models/tiny").iterdir():
+        os.utime(f, (later, later))
+    with one_pass():
+        assert last.changed_reads(Job.build("finetune", "a", settings, Layout())) == []
+    vocab = tmp_path / "models/tiny/vocab.txt"
+    vocab.write_text(vocab.read_text().replace("[UNK]", "[unk]", 1))
+    with one_pass():
+        assert last.changed_reads(Job.build("finetune", "a", settings, Layout())) == ["models/tiny"]
+
+
 def test_a_hub_model_is_the_snapshot_in_the_local_cache(tmp_path, monkeypatch):
     """A Hub id resolves to its snapshot in the local Hugging Face cache (offline, no network asked
     when it is there); a new snapshot there (`huggingface-cli download ID` fetched a release) is a

@@ -140,11 +140,14 @@ class Job:
 
     def source_hashes(self) -> dict[str, str | None]:
         """The content hash of each source: a raw file's bytes, a model's files (minbert.core.models)."""
+        return {self.portable(p): self.read_hash(p) for p in [*self.sources, *self.models]}
+
+    def read_hash(self, path: str) -> str | None:
+        """The content hash of one read as the job's fingerprint holds it: a model's by its files
+        (minbert.core.models), anything else by its bytes (a folder by its files' names and bytes)."""
         from minbert.core.models import model_hash
 
-        out = {self.portable(p): path_hash(p) for p in self.sources if p not in self.models}
-        out.update({self.portable(m): model_hash(m) for m in self.models})
-        return out
+        return model_hash(path) if path in self.models else path_hash(path)
 
     def description(self) -> dict:
         """The resolved description (settings, reads, the code with what each file does, and the
@@ -168,7 +171,7 @@ class Job:
         hashed again): what the fingerprint of a running job covers."""
         hashes = self.source_hashes() if self.sources or self.models else {}
         sources = set(self.sources)
-        hashes.update({self.portable(p): path_hash(p) for p in self.read_paths if p not in sources})
+        hashes.update({self.portable(p): self.read_hash(p) for p in self.read_paths if p not in sources})
         return {**self.description(), "read_hashes": hashes}
 
     # ------------------------------------------------------------ the job file

@@ -215,7 +215,7 @@ class LastRun:
         for path in job.read_paths:
             name = job.portable(path)
             if name in recorded and _touched_since(Path(path), self.started) and os.path.lexists(path) \
-                    and path_hash(path) != recorded[name]:
+                    and job.read_hash(path) != recorded[name]:
                 changed.append(name)
         return changed
 
