@@ -268,28 +268,7 @@ def _started(record) -> float:
     return dt.datetime.fromisoformat(json.loads(record.read_text())["started"]).timestamp()
 
 
-@pytest.mark.slow
-@needs_snakemake
-def test_snakemake_forcerun_runs_the_job_again(snake_repo, monkeypatch):
-    """Issue 37: `snakemake --forcerun` started the stage, which found its kept outputs for the same
-    fingerprint and said "up to date", so docs/workflow.md's way to redo `precision: auto` jobs in
-    bf16 left the fp32 model. A job an engine starts always runs: the forced fine-tune trains, and
-    its run record says the precision `auto` means now (the other one than the last run's)."""
-    record = snake_repo / "results/runs/finetune/c.json"
-    before = _started(record)
-    other = {"bf16": "fp32", "fp32": "bf16"}[json.loads(record.read_text())["precision"]]
-    time.sleep(1.1)                            # the record's start has whole seconds
-    monkeypatch.setenv("MINBERT_AUTO_PRECISION", other)
-    # the target before --forcerun, which takes every word after it as a rule or file to force
-    log = run([SNAKEMAKE, "results/experiments/c/finetune/model.pt", "--cores", "2", "--printshellcmds",
-               "--forcerun", "finetune"], snake_repo)
-    assert job_ids(snake_repo, commands_run(log)) == {"finetune@c"}
-    assert _started(record) > before and json.loads(record.read_text())["precision"] == other
-    assert "up to date" not in (snake_repo / "results/logs/finetune/c.log").read_text()
-    # the last test of snake_repo: what reads c's new model is left to run
-
-
-# ---------------------------------------------------------------- resuming a fine-tune
+# ---------------------------------------------------------------- accepting a reviewed edit, hand runs
 
 # a reviewed edit that computes the same: a loss's value given a name before it is returned (every
 # fine-tune trains sts with mse; the pretrainings train no regression task)
@@ -391,6 +370,29 @@ def test_a_hand_run_on_inputs_put_back_since_is_not_taken_as_current(snake_repo)
     assert snakemake_plan(snake_repo) == set()
     SETTLED.add(snake_repo)
 
+
+@pytest.mark.slow
+@needs_snakemake
+def test_snakemake_forcerun_runs_the_job_again(snake_repo, monkeypatch):
+    """Issue 37: `snakemake --forcerun` started the stage, which found its kept outputs for the same
+    fingerprint and said "up to date", so docs/workflow.md's way to redo `precision: auto` jobs in
+    bf16 left the fp32 model. A job an engine starts always runs: the forced fine-tune trains, and
+    its run record says the precision `auto` means now (the other one than the last run's)."""
+    record = snake_repo / "results/runs/finetune/c.json"
+    before = _started(record)
+    other = {"bf16": "fp32", "fp32": "bf16"}[json.loads(record.read_text())["precision"]]
+    time.sleep(1.1)                            # the record's start has whole seconds
+    monkeypatch.setenv("MINBERT_AUTO_PRECISION", other)
+    # the target before --forcerun, which takes every word after it as a rule or file to force
+    log = run([SNAKEMAKE, "results/experiments/c/finetune/model.pt", "--cores", "2", "--printshellcmds",
+               "--forcerun", "finetune"], snake_repo)
+    assert job_ids(snake_repo, commands_run(log)) == {"finetune@c"}
+    assert _started(record) > before and json.loads(record.read_text())["precision"] == other
+    assert "up to date" not in (snake_repo / "results/logs/finetune/c.log").read_text()
+    # the last test of snake_repo: what reads c's new model is left to run
+
+
+# ---------------------------------------------------------------- resuming a fine-tune
 
 @pytest.fixture()
 def results_with_data(repo_root, tmp_path, tiny_model_dir, monkeypatch):
