@@ -103,12 +103,16 @@ def plan_only(params: str | Path | LoadedParams = "params.yaml", repo: Path = RE
               layout: Layout = LAYOUT) -> tuple[list[Job], dict[str, str]]:
     """The jobs as `resolve` plans them, for a dry run: nothing is written where a real run reads it
     (the job files of the results folder, its records), so a plan of other params or settings
-    changes nothing another run relies on. A job file `resolve` would write or date anew is written
+    changes nothing another run relies on. Only an output DVC left older than what its job read
+    (restored from its cache) gets the date its run started, as a run gives it first (`date_outputs`:
+    its run record says it was made from what is in place), so that the dry run plans what the run
+    will do. A job file `resolve` would write or date anew is written
     to a folder of its own, removed when the process ends, with the content and date it would get
     there: (jobs, {job file: its stand-in}), the stand-ins being what a dry run's rules read."""
     _, all_jobs = _planned(params, repo, overrides, layout)
     stand_ins: dict[str, str] = {}
     with in_repo(repo), one_pass():
+        date_outputs(all_jobs)         # as a run does first: no content changes, a date its run record attests
         for job in all_jobs:
             path, (text, date) = Path(job.job_file), planned_file(job)
             try:
