@@ -1,6 +1,6 @@
 """A job's finished work, recorded by content (minbert.pipeline.finished) and what a run does with
-it (minbert.pipeline.runinfo): outputs that come out of a new run byte for byte as the last
-finished run wrote them keep that run's dates; a run by hand, or one that waited for another
+it (minbert.pipeline.runinfo): outputs that come out of a new run byte for byte as the files they
+replace keep those files' dates (none in place: as the last finished run wrote them, its dates); a run by hand, or one that waited for another
 process running the job, has nothing to run only when every output is, hashed again, what that run
 wrote; an output edited in place, a forced run or a job an engine starts always runs; no second
 name of an output is kept (deleting it gives its disk back), and what a plan no longer has is
@@ -67,6 +67,30 @@ def test_outputs_that_come_out_the_same_keep_their_dates(tmp_path, monkeypatch):
     assert {p: os.stat(p).st_mtime_ns for p in dates} == dates
     # the run record is new at every run
     assert os.stat("results/runs/prepare.json").st_mtime_ns > OLD
+
+
+def test_an_output_that_comes_out_as_the_file_it_replaced_keeps_that_files_date(tmp_path, monkeypatch):
+    """DVC restored an earlier run's outputs from its cache (the earlier content, the cache's older
+    date) after the last run wrote others: a run that writes the restored content again gives each
+    file the date of the file it replaced, not the last run's, so what reads it (older than the last
+    run, newer than the restored file) is not taken as out of date; where nothing was in place, the
+    last run's dates as before."""
+    monkeypatch.chdir(tmp_path)
+    job = _job()
+    run_job(job, "b first\n")
+    restored = {p: open(p).read() for p in ("results/data/a.tsv", "results/data/b.tsv", "results/summary.json")}
+    time.sleep(0.01)
+    run_job(job, "b second\n")                    # the last run: b.tsv of other content, a new date
+    last_b = os.stat("results/data/b.tsv").st_mtime_ns
+    for path, text in restored.items():           # DVC's restore of the first run's files, dated long ago
+        with open(path, "w") as f:
+            f.write(text)
+        os.utime(path, ns=(OLD, OLD))
+    run_job(job, "b first\n")
+    assert {p: os.stat(p).st_mtime_ns for p in restored} == dict.fromkeys(restored, OLD)
+    os.unlink("results/data/b.tsv")                # none in place: the last run's date, where its content is
+    run_job(job, "b first\n")
+    assert os.stat("results/data/b.tsv").st_mtime_ns == OLD and last_b > OLD
 
 
 def test_a_hand_run_keeps_outputs_only_as_their_run_wrote_them(tmp_path, monkeypatch):

@@ -3,10 +3,11 @@ content hash, size and date of every output it wrote, in results/finished/<stage
 No copy of an output is kept (nothing holds a second name of a file a user may edit in place, and
 deleting an output gives its disk back).
 
-- `record`: after a run, each output that came out byte for byte as the last finished run wrote it
-  gets the date it had then (a folder: each such file, and the folder when all of it is the same),
-  so an engine that judges by date (Snakemake without its own record of the run, e.g. after DVC made
-  the outputs) runs nothing downstream of a job whose outputs did not change; then the new record.
+- `record`: after a run, each output that came out byte for byte as the file it replaced gets that
+  file's date, or, where none was in place, as the last finished run wrote it, the date it had then
+  (a folder: each such file, and the folder when all of it is the same), so an engine that judges by
+  date (Snakemake without its own record of the run, e.g. after DVC made or restored the outputs)
+  runs nothing downstream of a job whose outputs did not change; then the new record.
 - `in_place`: the job's outputs are what a finished run of this fingerprint wrote (its last, or one of
   the few before it that the record keeps: DVC restores an earlier run from its cache), every file
   hashed again (about a second for a bert-base checkpoint). A job that waited for another process
@@ -148,6 +149,16 @@ def _write(job, head: dict, earlier: list[dict]) -> None:
     write_json(_record_path(job), {"format": FORMAT, **head, "earlier": kept})
 
 
+def _first_known(first, second):
+    """An entry made of `first` where it has one (file by file within a folder), else of `second`."""
+    if not isinstance(first, dict):
+        return second if isinstance(second, dict) else None
+    if "files" in first and isinstance(second, dict) and isinstance(second.get("files"), dict):
+        names = {**second["files"], **first["files"]}
+        return {**first, "files": {k: _first_known(first["files"].get(k), second["files"].get(k)) for k in names}}
+    return first
+
+
 def _put_dates(path: Path, now: dict, then: dict) -> dict:
     """Give `path` (entry `now`) the dates of `then` where its content is the same; the entry as it is
     after."""
@@ -161,17 +172,25 @@ def _put_dates(path: Path, now: dict, then: dict) -> dict:
     return now
 
 
-def record(job, fingerprint: str) -> int:
+def replaced(job) -> dict:
+    """The job's outputs in place before a run replaces them (content and dates), for `record`."""
+    return {job.portable(out): _entry(Path(out)) for out in job.outputs}
+
+
+def record(job, fingerprint: str, in_place_before: dict | None = None) -> int:
     """Record the job's outputs (just written) as its finished work, after giving each output that
-    came out as the last finished run wrote it that run's dates; returns how many outputs were
-    wholly the same."""
-    before = (_read(job) or {}).get("outputs", {})
+    came out as the file it replaced (`in_place_before`, from `replaced`) that file's dates, or, where
+    none was in place, as the last finished run wrote it that run's dates; returns how many outputs
+    were wholly the same. The file in place comes first: it is what the engines compared with, and
+    DVC may have restored it from its cache since the last run (another content, another date)."""
+    last = (_read(job) or {}).get("outputs", {})
     entries, same = {}, 0
     for out in job.outputs:
         now, key = _entry(Path(out)), job.portable(out)
-        if now is not None and key in before and isinstance(before[key], dict):
-            now = _put_dates(Path(out), now, before[key])
-            same += _same(now, before[key])
+        then = _first_known((in_place_before or {}).get(key), last.get(key))
+        if now is not None and isinstance(then, dict):
+            now = _put_dates(Path(out), now, then)
+            same += _same(now, then)
         entries[key] = now
     path = _record_path(job)
     legacy = path.with_suffix("") if path.suffix == ".json" else None

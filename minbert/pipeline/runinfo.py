@@ -147,6 +147,7 @@ def running(job: Job, network=None, main_process: bool = True, force: bool = Fal
         why = up_to_date(job, run.fingerprint, bool(holding and holding["waited"]), force) if main_process else None
         if why:
             raise UpToDate(why)
+        before = finished.replaced(job) if main_process else None
         if main_process:
             for out in job.outputs:
                 path = Path(out)
@@ -163,7 +164,7 @@ def running(job: Job, network=None, main_process: bool = True, force: bool = Fal
                 **hardware(runtime["device"]), **({"precision": runtime["precision"]} if network is not None else {}),
                 **run.fields, "fingerprint": run.fingerprint, "description": description,
             })
-            finished.record(job, run.fingerprint)    # outputs as they were: their dates as they were
+            finished.record(job, run.fingerprint, before)    # outputs as they were: their dates as they were
 
 
 def job_registry(job: Job) -> Registry:
