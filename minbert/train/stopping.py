@@ -10,6 +10,7 @@ starting where the previous phase's last evaluation stood.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 
@@ -74,7 +75,7 @@ def plateau_stop(tr, state, tasks: list[str], row: dict) -> None:
     rule = tr.cfg.until_plateau
     if not rule.enabled:
         return
-    unset = [k for k, v in rule if v is None]
+    unset = [f.name for f in dataclasses.fields(rule) if getattr(rule, f.name) is None]
     if unset:
         raise MinBertError(f"finetune.until_plateau.{unset[0]} is not set: load the params with "
                            f"minbert.params.load_params, which takes the keys left unset from report.training_check")
