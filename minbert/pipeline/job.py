@@ -140,7 +140,7 @@ class Job:
 
     def source_hashes(self) -> dict[str, str | None]:
         """The content hash of each source: a raw file's bytes, a model's files (minbert.core.models)."""
-        return {self.portable(p): self.read_hash(p) for p in [*self.sources, *self.models]}
+        return {self.portable(p): self.read_hash(p) for p in dict.fromkeys([*self.sources, *self.models])}
 
     def read_hash(self, path: str) -> str | None:
         """The content hash of one read as the job's fingerprint holds it: a model's by its files
