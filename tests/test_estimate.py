@@ -215,6 +215,45 @@ def test_a_pretraining_costs_its_capped_steps_and_its_dev_passes(lp):
     assert seconds == pytest.approx(16 * 16 * 1e-3 + 3 * math.ceil(400 / 16) * 16 * 1e-4)
 
 
+def test_a_pretraining_pays_a_dev_pass_after_each_part_of_an_epoch(lp):
+    """A pretraining evaluated `evals_per_epoch` times an epoch (the laptop scale's 4, so its one epoch
+    gives the training check a curve) pays a dev pass after each part and one before the first."""
+    from minbert.params.schema import PretrainParams
+
+    rows = train_rows(lp)
+    pre = PretrainParams(kind="mlm", epochs=1, batch_size=16, max_steps_per_epoch=8, evals_per_epoch=4,
+                         mlm={"tasks": ["sst", "para"]})
+    seconds, updates = pretrain_seconds(pre, rows, COST, lp.base.finetune, 1)
+    assert updates == 8
+    assert seconds == pytest.approx(8 * 16 * 1e-3 + 5 * math.ceil(400 / 16) * 16 * 1e-4)
+
+
+def test_each_job_is_priced_at_the_precision_it_runs(tmp_path):
+    """A pretraining in float32 beside fine-tunings in bf16 (the papers' catalogue) is priced at
+    float32's step, which `minbert estimate` measures apart; the fine-tunings keep the base's."""
+    pretraining = ("pretrainings:\n  mlm: {kind: mlm, epochs: 1, batch_size: 16, max_steps_per_epoch: 8, precision: fp32,"
+                   " mlm: {tasks: [sst, para]}}\nexperiments:\n  after_mlm: {pretrain: mlm}\n")
+    text = PARAMS.replace("DATA", str(REPO / "data" / "demo")).replace("experiments:\n", pretraining)
+    (tmp_path / "params.yaml").write_text(text)
+    lp = load_params(tmp_path / "params.yaml")
+    slow = StepCost(train=(0.0, 2e-3), forward=(0.0, 2e-4))
+    asked = []
+
+    def cost_at(precision):
+        asked.append(precision)
+        return slow if precision == "fp32" else COST
+
+    same, apart = estimate(lp, COST), estimate(lp, COST, cost_at=cost_at)
+    seconds = {j.id: j.seconds for j in same.jobs}
+    for job in apart.jobs:
+        if job.stage == "pretrain":
+            # every network second doubles; the start-up (0 in these costs) does not
+            assert job.seconds == pytest.approx(2 * seconds[job.id]) and job.seconds > 0
+        else:
+            assert job.seconds == pytest.approx(seconds[job.id])
+    assert "fp32" in asked and set(asked) <= {"fp32", "auto"}
+
+
 def test_a_paraphrase_first_pretraining_costs_its_own_batch_and_capped_steps(lp):
     """Paraphrase-first pretraining trains Para at its own batch, epochs and `max_steps_per_epoch` (as
     minbert.params.settings.para_first_config runs it), not base.finetune's."""

@@ -10,10 +10,12 @@ Every job the planner plans (minbert.pipeline.plan) is priced by what it will ru
   and the best model each epoch), the CUDA graphs it records, and its start-up;
   a fine-tuning that stops at its plateau (`finetune.until_plateau`), each phase halfway from the
   earliest stop its evaluations' noise allows to its cap (PLATEAU_PRICED; both ends said beside it);
-- masked-LM and NLI pretraining: its steps (`max_steps_per_epoch` counted) and dev-loss passes;
+- masked-LM and NLI pretraining: its steps (`max_steps_per_epoch` counted) and dev-loss passes
+  (before the first epoch and after each of an epoch's `evals_per_epoch` parts);
 - a prediction or a teacher: the forward passes over its rows; prepare, evaluate, ensemble, export
   and the report: their start-up and an allowance each (ALLOWANCE, measured on the demo).
-Then the jobs are scheduled as the engine runs them (`snakemake --cores all`): each starts when the
+Each job is priced at the precision it runs (a pretraining's own `precision`: float32 beside bf16
+fine-tunings is measured apart). Then the jobs are scheduled as the engine runs them (`snakemake --cores all`): each starts when the
 jobs it reads from have finished and the machine has room, the head of the longest chain first
 (workflow/dag.py's priorities). On a CPU a job that runs the network holds min(8, cores) of them
 (fewer with --max-threads; its update is measured with as many torch threads, or the params'
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -227,7 +230,7 @@ def _batched(n_sentences: float, cost: StepCost) -> float:
 
 def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) -> tuple[float, int]:
     """(seconds, updates) of a pretraining: its steps (at most `max_steps_per_epoch` an epoch) and a
-    dev-loss pass before the first epoch and after each."""
+    dev-loss pass before the first epoch and after each of an epoch's `evals_per_epoch` parts."""
     train, dev = rows["train"], rows["dev"]
     if pre.kind == "para_first":                 # one fine-tuning on para, at the pretraining's own pace
         evals = (pre.finetune or {}).get("evals_per_epoch", base_finetune.evals_per_epoch)
@@ -247,7 +250,8 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
     if pre.max_steps_per_epoch is not None:
         steps = min(steps, pre.max_steps_per_epoch)
     seconds = pre.epochs * steps * cost.of(per_example * pre.batch_size)
-    seconds += (pre.epochs + 1) * math.ceil(n_dev / pre.batch_size) * cost.of(per_example * pre.batch_size, False)
+    passes = pre.epochs * max(getattr(pre, "evals_per_epoch", 1) or 1, 1) + 1     # before the first, after each part
+    seconds += passes * math.ceil(n_dev / pre.batch_size) * cost.of(per_example * pre.batch_size, False)
     seconds += max(pre.epochs - 1, 0) * cost.checkpoint
     return seconds, pre.epochs * steps
 
@@ -279,6 +283,14 @@ def network_seconds(job, rows: dict, cost: StepCost, heads=None, plateau: float 
     splits, members = (s.splits, 1) if job.stage == "predict" else (["train"], len(s.members))
     n = sum(rows[split].get(t, 0) * sentences(t, heads) * cost.weight(t, cap) for t in s.predicts for split in splits)
     return _batched(n * members, cost), 0
+
+
+def job_precision(job) -> str | None:
+    """The precision a planned job's settings run its network at (`auto`, `bf16`, ...: a pretraining's
+    own where it names one, as minbert.params.resolve gives it), None for a job that runs none."""
+    if not runs_network(job):
+        return None
+    return getattr(job.spec.model.model_validate(job.settings), "precision", None)
 
 
 def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int,
@@ -368,19 +380,24 @@ def _topological(priced: list[Priced]) -> list[Priced]:
     return out
 
 
-def estimate(lp: LoadedParams, cost: StepCost, machine: Machine | None = None) -> Estimate:
+def estimate(lp: LoadedParams, cost: StepCost, machine: Machine | None = None,
+             cost_at: Callable[[str], StepCost] | None = None) -> Estimate:
     """The pipeline's jobs priced (see the module docstring) and scheduled on `machine` (default:
-    one CPU core, so one job at a time)."""
+    one CPU core, so one job at a time). `cost_at`: the cost at the precision a job's settings name
+    (a pretraining in float32 beside fine-tunings in bf16 runs at about half their speed); default:
+    `cost` for every job."""
     machine = machine or Machine()
     rows = train_rows(lp)
     jobs = pipeline(lp, Layout())
     maker = {o: j.id for j in jobs for o in j.outputs}
     priced = []
     for job in jobs:
-        seconds, updates = job_seconds(job, rows, cost, lp, len(jobs))
+        precision = job_precision(job)
+        job_cost = cost_at(precision) if cost_at and precision else cost
+        seconds, updates = job_seconds(job, rows, job_cost, lp, len(jobs))
         # the planner names each read by the output that holds it (Job.deps): the jobs that make them
         deps = sorted({maker[d] for d in job.deps if d in maker} - {job.id})
-        ends = tuple(job_seconds(job, rows, cost, lp, len(jobs), end)[0] for end in (0.0, 1.0)) \
+        ends = tuple(job_seconds(job, rows, job_cost, lp, len(jobs), end)[0] for end in (0.0, 1.0)) \
             if job.stage == "finetune" else None
         priced.append(Priced(job.id, job.stage, seconds, deps, runs_network(job), updates,
                              ends if ends and ends[0] < ends[1] else None))
@@ -481,11 +498,22 @@ def estimate_lines(params: str, device: str | None = None, threads: int | None =
     busy = None if cpu_time else busy_note(dev.type)      # before this process adds its own load
     with lp.registry.active():                            # the params' own tasks
         length = typical_length(lp, base.model)
-        cost = measure(base.model, dev.type, base.precision, machine.job_threads, length, base.cuda_graphs, cpu_time)
-        cost = replace(cost, length=length, lengths={t: n for t, (_, n) in task_lengths(lp, base.model).items()})
-        priced = estimate(lp, cost, machine)
+        lengths = {t: n for t, (_, n) in task_lengths(lp, base.model).items()}
+        measured = {}                                     # precision that runs -> its cost
+
+        def cost_at(precision: str) -> StepCost:
+            runs = precision_on(precision, dev)
+            if runs not in measured:
+                at = measure(base.model, dev.type, runs, machine.job_threads, length, base.cuda_graphs, cpu_time)
+                measured[runs] = replace(at, length=length, lengths=lengths)
+            return measured[runs]
+
+        cost = cost_at(base.precision)
+        priced = estimate(lp, cost, machine, cost_at)
     captured = dev.type == "cuda" and base.cuda_graphs
-    where = (f"{dev.type} ({precision_on(base.precision, dev)}, {'captured' if captured else 'eager'} steps, "
+    runs = precision_on(base.precision, dev)
+    others = "".join(f"; the jobs in {p} at its own step" for p in measured if p != runs)
+    where = (f"{dev.type} ({runs}{others}, {'captured' if captured else 'eager'} steps, "
              f"sentences of {length} word pieces{', in CPU seconds' if cpu_time else ''})")
     notes = (busy, slow_precision(dev, precision_on(base.precision, dev)))
     return [describe(priced, where, machine)] + [note for note in notes if note]
