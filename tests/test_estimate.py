@@ -316,7 +316,7 @@ def test_the_command_says_how_long_before_anything_runs(tmp_path, tiny_model_dir
 
 
 def test_an_estimate_measured_on_busy_cores_says_so():
-    from minbert.pipeline.estimate import busy_note
+    from minbert.pipeline.costs import busy_note
 
     note = busy_note("cpu", load=2.9, cores=2)
     assert "busy" in note and "load average 2.9 on 2 cores" in note and "\n" not in note

@@ -5,6 +5,7 @@ pass, the checkpoints a run writes, and a job's start-up in a fresh Python."""
 from __future__ import annotations
 
 import math
+import os
 import resource
 import subprocess
 import sys
@@ -219,3 +220,17 @@ def measure(model: str, device: str = "auto", precision: str = "auto", threads: 
     light = _startup("import minbert.scoring.evaluate, minbert.scoring.ensemble", cpu_time)
     return StepCost(train=(max(t8 - 8 * b, 0.0), b), forward=(max(e128 - 128 * fb, 0.0), fb), checkpoint=checkpoint,
                     startup=startup, light_startup=light, capture=capture)
+
+
+def busy_note(device_type: str, load: float | None = None, cores: int | None = None) -> str | None:
+    """A line saying the CPU's cores were busy when the step time was measured (the 1-minute load
+    average at least half the cores this process may use), or None: a busy machine measures a slower
+    step, and the estimate would price the jobs as if they had to share the cores all along."""
+    if device_type != "cpu":
+        return None
+    load = os.getloadavg()[0] if load is None else load
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    if load < cores / 2:
+        return None
+    return (f"the cores were busy while the step time was measured (load average {load:.1f} on {cores} cores): "
+            f"the estimate is of a machine this busy; measure again on idle cores")

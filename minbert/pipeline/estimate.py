@@ -14,8 +14,7 @@ Every job the planner plans (minbert.pipeline.plan) is priced by what it will ru
   (before the first epoch and after each of an epoch's `evals_per_epoch` parts);
 - a prediction or a teacher: the forward passes over its rows; prepare, evaluate, ensemble, export
   and the report: their start-up and an allowance each (ALLOWANCE, measured on the demo).
-Each job is priced at the precision it runs (a pretraining's own `precision`: float32 beside bf16
-fine-tunings is measured apart). Then the jobs are scheduled as the engine runs them (`snakemake --cores all`): each starts when the
+Each job is priced at the precision it runs (a float32 pretraining measured apart). Then the jobs are scheduled as the engine runs them (`snakemake --cores all`): each starts when the
 jobs it reads from have finished and the machine has room, the head of the longest chain first
 (workflow/dag.py's priorities). On a CPU a job that runs the network holds min(8, cores) of them
 (fewer with --max-threads; its update is measured with as many torch threads, or the params'
@@ -45,7 +44,7 @@ from minbert.data.raw import RAW_SPLITS, raw_path
 from minbert.params.catalogue import LoadedParams
 from minbert.params.fields import Downsample
 from minbert.params.load import load_params
-from minbert.pipeline.costs import EVAL_BATCH, StepCost, measure, task_lengths, typical_length
+from minbert.pipeline.costs import EVAL_BATCH, StepCost, busy_note, measure, task_lengths, typical_length
 from minbert.pipeline.plan import pipeline
 from minbert.pipeline.planned import PhasePlan, planned_updates
 from minbert.train import plateau as plateau_rule
@@ -286,11 +285,8 @@ def network_seconds(job, rows: dict, cost: StepCost, heads=None, plateau: float 
 
 
 def job_precision(job) -> str | None:
-    """The precision a planned job's settings run its network at (`auto`, `bf16`, ...: a pretraining's
-    own where it names one, as minbert.params.resolve gives it), None for a job that runs none."""
-    if not runs_network(job):
-        return None
-    return getattr(job.spec.model.model_validate(job.settings), "precision", None)
+    """The precision a planned job's network runs at (a pretraining's own: minbert.params.resolve), or None."""
+    return getattr(job.spec.model.model_validate(job.settings), "precision", None) if runs_network(job) else None
 
 
 def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int,
@@ -382,10 +378,8 @@ def _topological(priced: list[Priced]) -> list[Priced]:
 
 def estimate(lp: LoadedParams, cost: StepCost, machine: Machine | None = None,
              cost_at: Callable[[str], StepCost] | None = None) -> Estimate:
-    """The pipeline's jobs priced (see the module docstring) and scheduled on `machine` (default:
-    one CPU core, so one job at a time). `cost_at`: the cost at the precision a job's settings name
-    (a pretraining in float32 beside fine-tunings in bf16 runs at about half their speed); default:
-    `cost` for every job."""
+    """The pipeline's jobs priced (the module docstring) and scheduled on `machine` (default: one CPU
+    core). `cost_at`: the cost at the precision a job runs (default: `cost` for every job)."""
     machine = machine or Machine()
     rows = train_rows(lp)
     jobs = pipeline(lp, Layout())
@@ -434,20 +428,6 @@ def _minutes(m: int, tenths: bool = False) -> str:
     if tenths:
         return f"{m / 10:.1f} min"
     return f"{m // 60} h {m % 60:02d} min" if m >= 60 else f"{m} min"
-
-
-def busy_note(device_type: str, load: float | None = None, cores: int | None = None) -> str | None:
-    """A line saying the CPU's cores were busy when the step time was measured (the 1-minute load
-    average at least half the cores this process may use), or None: a busy machine measures a slower
-    step, and the estimate would price the jobs as if they had to share the cores all along."""
-    if device_type != "cpu":
-        return None
-    load = os.getloadavg()[0] if load is None else load
-    cores = len(os.sched_getaffinity(0)) if cores is None else cores
-    if load < cores / 2:
-        return None
-    return (f"the cores were busy while the step time was measured (load average {load:.1f} on {cores} cores): "
-            f"the estimate is of a machine this busy; measure again on idle cores")
 
 
 def describe(est: Estimate, where: str, machine: Machine | None = None) -> str:
