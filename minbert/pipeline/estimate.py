@@ -14,9 +14,10 @@ Every job the planner plans (minbert.pipeline.plan) is priced by what it will ru
   (before the first epoch and after each of an epoch's `evals_per_epoch` parts);
 - a prediction or a teacher: the forward passes over its rows; prepare, evaluate, ensemble, export
   and the report: their start-up and an allowance each (ALLOWANCE, measured on the demo).
-Each job is priced at the precision it runs (a float32 pretraining measured apart). Then the jobs are scheduled as the engine runs them (`snakemake --cores all`): each starts when the
-jobs it reads from have finished and the machine has room, the head of the longest chain first
-(workflow/dag.py's priorities). On a CPU a job that runs the network holds min(8, cores) of them
+Each job is priced at the precision it runs (a float32 pretraining measured apart). Then the jobs
+are scheduled as the engine runs them (`snakemake --cores all`): each starts when the jobs it reads
+from have finished and the machine has room, the head of the longest chain first (workflow/dag.py's
+priorities). On a CPU a job that runs the network holds min(8, cores) of them
 (fewer with --max-threads; its update is measured with as many torch threads, or the params'
 `threads`); on GPUs, `jobs_per_gpu` of them share each device by time
 slices, each at its own speed while at most SHARED_AT_FULL_SPEED run on it (bench/gpu_sharing.py),
@@ -249,7 +250,7 @@ def pretrain_seconds(pre, rows: dict, cost: StepCost, base_finetune, seed: int) 
     if pre.max_steps_per_epoch is not None:
         steps = min(steps, pre.max_steps_per_epoch)
     seconds = pre.epochs * steps * cost.of(per_example * pre.batch_size)
-    passes = pre.epochs * max(getattr(pre, "evals_per_epoch", 1) or 1, 1) + 1     # before the first, after each part
+    passes = pre.epochs * pre.evals_per_epoch + 1     # before the first epoch, after each part of each
     seconds += passes * math.ceil(n_dev / pre.batch_size) * cost.of(per_example * pre.batch_size, False)
     seconds += max(pre.epochs - 1, 0) * cost.checkpoint
     return seconds, pre.epochs * steps
@@ -286,7 +287,7 @@ def network_seconds(job, rows: dict, cost: StepCost, heads=None, plateau: float 
 
 def job_precision(job) -> str | None:
     """The precision a planned job's network runs at (a pretraining's own: minbert.params.resolve), or None."""
-    return getattr(job.spec.model.model_validate(job.settings), "precision", None) if runs_network(job) else None
+    return job.settings.get("precision") if runs_network(job) else None
 
 
 def job_seconds(job, rows: dict, cost: StepCost, lp: LoadedParams, jobs_in_report: int,
@@ -495,5 +496,5 @@ def estimate_lines(params: str, device: str | None = None, threads: int | None =
     others = "".join(f"; the jobs in {p} at its own step" for p in measured if p != runs)
     where = (f"{dev.type} ({runs}{others}, {'captured' if captured else 'eager'} steps, "
              f"sentences of {length} word pieces{', in CPU seconds' if cpu_time else ''})")
-    notes = (busy, slow_precision(dev, precision_on(base.precision, dev)))
+    notes = (busy, slow_precision(dev, runs))
     return [describe(priced, where, machine)] + [note for note in notes if note]
